@@ -1,0 +1,27 @@
+# Two entry points: `make sweep` (the main job) and `make test` (every check CI runs).
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: install sweep test lint
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q 'torch==2.13.0'
+	$(BIN)/python -m pip install -q -e '.[torch,jax,dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+sweep: $(STAMP)
+	$(BIN)/rigbench demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest

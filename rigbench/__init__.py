@@ -1,0 +1,1 @@
+"""rigbench: apples-to-apples benchmarks of LLM serving runtimes."""

@@ -1,0 +1,10 @@
+"""The `rigbench` command: each subcommand lives with the part of the project it drives."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+@app.callback()
+def main() -> None:
+    """Benchmark LLM serving runtimes with one shared client-side harness."""
