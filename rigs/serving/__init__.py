@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP layer shared by rigs that have no server of their own."""
