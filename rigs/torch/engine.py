@@ -105,10 +105,9 @@ class TorchEngine:
         generation_eos = self.model.generation_config.eos_token_id
         self.eos_token_ids = frozenset(_ids(generation_eos) | _ids(text_config.eos_token_id))
         self.vocab_size = int(text_config.vocab_size)
+        # Capped by the model's own positions (random:tiny has 1,024).
         limit = int(text_config.max_position_embeddings)
         self.max_model_len = min(limit, max_model_len or DEFAULT_MAX_MODEL_LEN)
-        if max_model_len is not None and max_model_len > limit:
-            raise ValueError(f"max_model_len {max_model_len} exceeds the model's {limit}")
         self.model_name = source.spec
         self.pad_token_id = text_config.pad_token_id
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-generate")
