@@ -107,7 +107,7 @@ def _finite_array(values: Sequence[float], what: str) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(array))
     if bad.size:
         raise ValueError(
-            f"{what}: value {array[bad[0]]!r} at index {int(bad[0])} is not a finite number"
+            f"{what}: value {float(array[bad[0]])!r} at index {int(bad[0])} is not a finite number"
         )
     return array
 
