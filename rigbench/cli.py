@@ -8,3 +8,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 @app.callback()
 def main() -> None:
     """Benchmark LLM serving runtimes with one shared client-side harness."""
+
+
+from harness.cli import BenchCommand, bench  # noqa: E402
+
+app.command("bench", cls=BenchCommand)(bench)
