@@ -151,6 +151,7 @@ def test_compare_worked_example() -> None:
         50.4,
     )
     assert (jax.aggregate.value, jax.aggregate.ci_low, jax.aggregate.ci_high) == (60.7, 60.2, 61.0)
+    assert jax.boots == [61.0, 60.2, 60.7]
     assert jax.verdict is Verdict.SLOWER
     assert jax.change_vs_baseline == pytest.approx(60.7 / 50.1 - 1)
     assert not ttft.flips.flipped
