@@ -62,6 +62,12 @@ class BenchmarkConfig(_Model):
         default=None, ge=1, description="Cap on in-flight requests in rate cells (None: no cap)."
     )
     seed: int = 0
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="Client processes that share each cell (for loads one process cannot "
+        "carry; see benchmarks/harness_ceiling.py).",
+    )
     request_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
 
