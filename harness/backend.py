@@ -1,11 +1,16 @@
 """How the harness talks to a server: OpenAI-compatible streaming over httpx.AsyncClient.
 
 One request fills one `RequestRecord` with raw client-side timestamps; nothing is derived
-here. A chunk counts as content when it carries generated text (`choices[0].text` for
-completions, `choices[0].delta.content` or a reasoning delta for chat): role-only or empty
-chunks, usage-only chunks and SSE comments never stamp a token time. Every way a request can
-go wrong ends as a failure reason on the record; no exception leaves `generate` except
-cancellation (after the record is marked "interrupted").
+here. Over http:// the times come from the wire (harness.transport): a request is stamped
+as it is handed to the kernel, each chunk with the kernel's arrival time of its bytes, so
+the client's own scheduling stays out of TTFT and ITL. Each in-flight request has a client
+(and keep-alive connection) of its own, and sends are paced one per event-loop turn.
+
+A chunk counts as content when it carries generated text (`choices[0].text` for completions,
+`choices[0].delta.content` or a reasoning delta for chat): role-only or empty chunks,
+usage-only chunks and SSE comments never stamp a token time. Every way a request can go wrong
+ends as a failure reason on the record; no exception leaves `generate` except cancellation
+(after the record is marked "interrupted").
 """
 
 from __future__ import annotations
@@ -217,6 +222,7 @@ class OpenAIBackend:
             async for raw in response.aiter_bytes():
                 arrival = wire.last_arrival if wire is not None else None
                 now = (arrival if arrival is not None else time.perf_counter()) - self._origin
+                read_had_content = False
                 for data in decoder.feed(raw):
                     if done:
                         continue  # anything after [DONE] is ignored
@@ -232,6 +238,9 @@ class OpenAIBackend:
                         _fail(record, "malformed_sse", f"not a JSON object: {data[:120]!r}")
                         return
                     if _has_content(event, chat):
+                        if read_had_content:  # read late: the earlier chunk's stamp is lost
+                            record.shared_read_chunks += 1
+                        read_had_content = True
                         times.append(now)
                     elif "error" in event and not event.get("choices"):
                         _fail(record, "error_event", json.dumps(event["error"])[:300])
