@@ -14,5 +14,7 @@ def main() -> None:
 
 
 from harness.cli import BenchCommand, bench  # noqa: E402
+from harness.demo import demo  # noqa: E402
 
 app.command("bench", cls=BenchCommand)(bench)
+app.command("demo")(demo)
