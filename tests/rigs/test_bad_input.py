@@ -30,7 +30,7 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], int, str]] = [
     ("empty id prompt", "/v1/completions", {"prompt": []}, 400, "prompt is empty"),
     ("empty nested prompt", "/v1/completions", {"prompt": [[]]}, 400, "prompt is empty"),
     ("negative id", "/v1/completions", {"prompt": [2, -1]}, 400, "token id -1 is out of range"),
-    ("id = vocab", "/v1/completions", {"prompt": [2, 2048]}, 400, "out of range [0, 2048)"),
+    ("id = vocab", "/v1/completions", {"prompt": [2, 32768]}, 400, "out of range [0, 32768)"),
     ("huge id", "/v1/completions", {"prompt": [10**15]}, 400, "out of range"),
     ("max_tokens str", "/v1/completions", {**OK_PROMPT, "max_tokens": "8"}, 400, "max_tokens"),
     ("max_tokens float", "/v1/completions", {**OK_PROMPT, "max_tokens": 1.5}, 400, "max_tokens"),

@@ -166,3 +166,38 @@ def test_rig_process_exits_when_its_model_cannot_load() -> None:
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "model directory '/nonexistent/model' does not exist" in result.stderr
+
+
+def test_batched_mode_runs_waiting_requests_together_with_generates_output(
+    tiny: ModelSource, engine: TorchEngine
+) -> None:
+    batched = TorchEngine(tiny, batching="batched", max_batch=8, batch_wait_s=0.5)
+    calls: list[int] = []
+    real_generate = batched.model.generate
+
+    def counting_generate(input_ids: object, **kwargs: object) -> object:
+        calls.append(int(input_ids.shape[0]))  # type: ignore[attr-defined]
+        return real_generate(input_ids, **kwargs)
+
+    batched.model.generate = counting_generate
+    # Unequal lengths (left padding) and unequal max_tokens in one batch.
+    prompts = [[2, *range(1000 + 50 * i, 1006 + 50 * i + 7 * i)] for i in range(4)]
+    lengths = [12, 5, 12, 9]
+
+    async def all_at_once() -> list[list[int]]:
+        async def one(prompt: list[int], n: int) -> list[int]:
+            params = SamplingParams(max_tokens=n, ignore_eos=True)
+            return [t async for t in batched.generate(prompt, params)]
+
+        return list(
+            await asyncio.gather(*(one(p, n) for p, n in zip(prompts, lengths, strict=True)))
+        )
+
+    got = asyncio.run(all_at_once())
+    expected = [
+        _run(engine, SamplingParams(max_tokens=n, ignore_eos=True), p)
+        for p, n in zip(prompts, lengths, strict=True)
+    ]
+    assert got == expected
+    assert calls == [4]
+    assert batched.provenance()["batching"] == "batched"
