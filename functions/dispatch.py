@@ -99,7 +99,8 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
 @metrics.log_metrics
 @event_parser(model=BootState)
 def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return dispatch_bench(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    command = dispatch_bench(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
 
 
 @logger.inject_lambda_context
@@ -107,4 +108,5 @@ def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]
 @metrics.log_metrics
 @event_parser(model=BootState)
 def poll_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return poll_bench(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    command = poll_bench(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)

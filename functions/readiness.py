@@ -123,7 +123,8 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
 @metrics.log_metrics
 @event_parser(model=BootState)
 def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return check_agent(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    agent = check_agent(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"agent": agent}).model_dump(mode="json", exclude_none=True)
 
 
 @logger.inject_lambda_context
@@ -131,4 +132,5 @@ def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
 @metrics.log_metrics
 @event_parser(model=BootState)
 def ready_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return check_ready(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    ready = check_ready(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"ready": ready}).model_dump(mode="json", exclude_none=True)

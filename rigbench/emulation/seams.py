@@ -40,6 +40,9 @@ class Faults:
 
     lambdas: dict[str, list[LambdaFault]] = field(default_factory=dict)
     throttles: dict[str, int] = field(default_factory=dict)
+    # How long an injected "timeout" hangs before Lambda reports Sandbox.Timedout; the state
+    # machine sees the same error whatever the function's configured timeout is.
+    hang_s: float = 1.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -309,7 +312,7 @@ class Seams:
             )
         payload: bytes
         if fault == "timeout":
-            time.sleep(timeout)
+            time.sleep(self.faults.hang_s)
             payload = _error_payload(
                 "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds"
             )
