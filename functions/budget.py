@@ -128,7 +128,7 @@ def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> R
         )
     now = datetime.now(UTC).isoformat(timespec="seconds")
     table = settings.ledger_table
-    writes: list[dict[str, Any]] = [
+    writes: list[Any] = [
         {
             "Update": {
                 "TableName": table,

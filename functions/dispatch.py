@@ -59,11 +59,14 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
     ensure_alive(
         clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "the benchmark"
     )
+    invocation: dict[str, Any]
     try:
-        invocation = clients.ssm.get_command_invocation(
-            CommandId=command.command_id, InstanceId=instance.instance_id
+        invocation = dict(
+            clients.ssm.get_command_invocation(
+                CommandId=command.command_id, InstanceId=instance.instance_id
+            )
         )
-        status = invocation["Status"]
+        status = str(invocation["Status"])
     except ClientError as exc:
         # Right after SendCommand the invocation may not exist yet: poll again.
         if exc.response["Error"]["Code"] != "InvocationDoesNotExist":

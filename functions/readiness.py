@@ -77,9 +77,12 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
     checks = previous.checks + 1
     phase, detail = previous.phase, previous.detail
     if previous.probe_command_id:
+        invocation: dict[str, Any]
         try:
-            invocation = clients.ssm.get_command_invocation(
-                CommandId=previous.probe_command_id, InstanceId=instance.instance_id
+            invocation = dict(
+                clients.ssm.get_command_invocation(
+                    CommandId=previous.probe_command_id, InstanceId=instance.instance_id
+                )
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "InvocationDoesNotExist":

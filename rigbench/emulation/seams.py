@@ -240,13 +240,10 @@ class Seams:
                     LaunchedInstance(
                         instance_id=instance.id,
                         instance_type=instance.instance_type,
-                        availability_zone=instance.placement,
+                        availability_zone=instance.availability_zone or zone,
                         market=market,
                         user_data=text,
-                        tags={
-                            t["key"]: t["value"]
-                            for t in backend.describe_tags(filters={"resource-id": [instance.id]})
-                        },  # type: ignore[attr-defined]
+                        tags={t["key"]: t["value"] for t in instance.get_tags()},
                     )
                 )
             return reservation
@@ -320,7 +317,7 @@ class Seams:
             response_headers["Content-Length"] = str(len(payload))
             return payload
         os.environ.update({k: str(v) for k, v in (fn.environment_vars or {}).items()})
-        module_name, _, attr = fn.handler.rpartition(".")
+        module_name, _, attr = str(fn.handler).rpartition(".")
         context = LambdaContext(
             function_name=fn.function_name,
             invoked_function_arn=fn.function_arn,

@@ -269,23 +269,20 @@ class Emulation:
                     InstanceProfileName=profile["InstanceProfileName"], RoleName=role
                 )
             self._ref(resolver, logical_id, profile["InstanceProfileName"], Arn=profile["Arn"])
+        self._lambda_role = self._service_role(iam, "LambdaRole", "lambda.amazonaws.com")
+        self._states_role = self._service_role(iam, "StatesRole", "states.amazonaws.com")
+
+    def _service_role(self, iam: Any, logical_id: str, service: str) -> str:
         trust = {
             "Version": "2012-10-17",
             "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "lambda.amazonaws.com"},
-                    "Action": "sts:AssumeRole",
-                }
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
             ],
         }
-        self._lambda_role = iam.create_role(
-            RoleName=self._name("LambdaRole"), AssumeRolePolicyDocument=json.dumps(trust)
-        )["Role"]["Arn"]
-        trust["Statement"][0]["Principal"] = {"Service": "states.amazonaws.com"}
-        self._states_role = iam.create_role(
-            RoleName=self._name("StatesRole"), AssumeRolePolicyDocument=json.dumps(trust)
-        )["Role"]["Arn"]
+        role = iam.create_role(
+            RoleName=self._name(logical_id), AssumeRolePolicyDocument=json.dumps(trust)
+        )
+        return str(role["Role"]["Arn"])
 
     def _create_security_groups(self, resolver: Resolver) -> None:
         ec2 = self.client("ec2")
@@ -423,7 +420,7 @@ class Emulation:
 
     def running_instances(self) -> list[str]:
         ec2 = self.client("ec2")
-        found = []
+        found: list[str] = []
         for reservation in ec2.describe_instances(
             Filters=[
                 {

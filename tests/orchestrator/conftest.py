@@ -46,13 +46,13 @@ def emulation(bundle_root: Path) -> Iterator[Emulation]:
 
 
 @pytest.fixture
-def emu(emulation: Emulation) -> Iterator[Emulation]:
+def emu(emulation: Emulation) -> Emulation:
     """The module's emulation with a fresh fleet and no pending faults."""
     assert isinstance(emulation.fleet, ScriptedFleet)
     emulation.fleet.reset()
     emulation.faults.lambdas.clear()
     emulation.faults.throttles.clear()
-    yield emulation
+    return emulation
 
 
 def sweep_input(**overrides: Any) -> dict[str, Any]:

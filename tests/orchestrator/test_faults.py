@@ -10,7 +10,6 @@ import pytest
 
 from functions.quota import SPOT_G_VT_QUOTA
 from rigbench.emulation import Emulation, ScriptedFleet
-
 from tests.orchestrator.conftest import (
     assert_clean,
     error_of,
@@ -78,10 +77,9 @@ def test_capacity_refused_in_one_az_falls_back_to_the_next(
     described = run_sweep(emu, sweep_input())
     assert described["status"] == "SUCCEEDED", described.get("cause")
     rows = result_rows(emu, sweep_id_of(described))
-    assert rows and all(
-        r["provenance"]["availability_zone"] != first["AvailabilityZone"] for r in rows
-    )
-    assert [r.availability_zone for r in fleet.launch_requests][0] == first["AvailabilityZone"]
+    assert rows
+    assert all(r["provenance"]["availability_zone"] != first["AvailabilityZone"] for r in rows)
+    assert fleet.launch_requests[0].availability_zone == first["AvailabilityZone"]
     assert_clean(emu, sweep_id_of(described))
 
 
@@ -94,7 +92,8 @@ def test_quota_zero_fails_before_anything_is_reserved_or_launched(
     assert described["status"] == "FAILED"
     error, cause = error_of(described)
     assert error == "QuotaExhausted"
-    assert "L-3819A6DF is 0" in cause and "needs 8" in cause
+    assert "L-3819A6DF is 0" in cause
+    assert "needs 8" in cause
     assert fleet.launch_requests == []
     assert_clean(emu, sweep_id_of(described), reserved=False)
 

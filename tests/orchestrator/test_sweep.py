@@ -1,7 +1,6 @@
 """The real state machine and handlers on the emulated account: sweeps that succeed."""
 
 from rigbench.emulation import Emulation, ScriptedFleet
-
 from tests.orchestrator.conftest import (
     assert_clean,
     result_rows,
