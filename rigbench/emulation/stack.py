@@ -46,6 +46,10 @@ def free_port() -> int:
 
 
 class Emulation:
+    """One at a time per process: moto's backends are process-wide."""
+
+    _running: "Emulation | None" = None
+
     def __init__(
         self,
         fleet: Fleet,
@@ -106,6 +110,9 @@ class Emulation:
         self.stop()
 
     def start(self) -> None:
+        if Emulation._running is not None:
+            raise RuntimeError("an emulation is already running in this process; stop it first")
+        Emulation._running = self
         self.port = free_port()
         env = {**self.aws_env(), "MOTO_PORT": str(self.port), **_LAMBDA_RUNTIME_ENV}
         for key, value in env.items():
@@ -145,6 +152,8 @@ class Emulation:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
+        if Emulation._running is self:
+            Emulation._running = None
 
     def _stop_executions(self) -> None:
         if not self.state_machine_arn:
