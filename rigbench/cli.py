@@ -2,9 +2,17 @@
 
 import typer
 
+from rigs.cli import app as rig_app
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.add_typer(rig_app, name="rig")
 
 
 @app.callback()
 def main() -> None:
     """Benchmark LLM serving runtimes with one shared client-side harness."""
+
+
+from harness.cli import BenchCommand, bench  # noqa: E402
+
+app.command("bench", cls=BenchCommand)(bench)
