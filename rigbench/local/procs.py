@@ -106,6 +106,7 @@ class ProcessGroups:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._me = psutil.Process()
         self._watchdog: subprocess.Popen[bytes] | None = None
+        self._closed = False
         if watchdog:
             self._watchdog = self._start_watchdog()
 
@@ -138,18 +139,35 @@ class ProcessGroups:
         cwd: Path,
         log_path: Path,
         env: Mapping[str, str] | None = None,
-        stdin: IO[bytes] | int | None = subprocess.DEVNULL,
     ) -> subprocess.Popen[bytes]:
         """Start `argv` as the leader of a new session; stdout and stderr go to `log_path`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, log_path.open("ab") as log:
+        with log_path.open("ab") as log:
+            return self.spawn_split(
+                argv, label=label, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+
+    def spawn_split(
+        self,
+        argv: Sequence[str],
+        *,
+        label: str,
+        cwd: Path,
+        stdout: IO[bytes],
+        stderr: IO[bytes] | int,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start `argv` as the leader of a new session, with its own stdout and stderr."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("process groups already closed: the run is ending")
             proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
                 env=dict(env) if env is not None else None,
-                stdin=stdin,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
                 start_new_session=True,
             )
             record = PidRecord(
@@ -187,7 +205,9 @@ class ProcessGroups:
             return list(self._children)
 
     def close(self, grace_s: float = DEFAULT_GRACE_S) -> None:
-        """Stop every group still running, then release the watchdog."""
+        """Stop every group still running (no new ones after this), then release the watchdog."""
+        with self._lock:
+            self._closed = True
         for pgid in self.live_groups():
             self.stop(pgid, grace_s)
         if self._watchdog is not None and self._watchdog.stdin is not None:
