@@ -44,7 +44,8 @@ def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) 
         [
             "set -e",
             PROBE,
-            'mkdir -p /var/lib/rigbench && echo \'{"phase": "ready"}\' > /var/lib/rigbench/status.json',
+            "mkdir -p /var/lib/rigbench",
+            'echo \'{"phase": "ready"}\' > /var/lib/rigbench/status.json',
             'echo "home=$RIGBENCH_HOME"',
         ],
         30,
