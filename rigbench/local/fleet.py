@@ -13,7 +13,9 @@ TimedOut; stdout capped at 24,000 characters, stderr at 8,000). Terminating an i
 ends its rig's and its commands' process groups.
 """
 
+import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from rigbench.local.home import LocalHome
 from rigbench.local.ports import free_port
 from rigbench.local.procs import ProcessGroups
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTANCE_HOME = "/var/lib/rigbench"
 INSTANCE_PORT = 8000
 STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
@@ -102,6 +105,38 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
 
 
+def _tail_end(path: Path, limit: int) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:].strip()
+    except FileNotFoundError:
+        return ""
+
+
+def write_status(
+    workspace: Path, phase: str, *, error: str | None = None, provenance: dict[str, str]
+) -> None:
+    """The instance's status.json (what the readiness probe reads), written atomically."""
+    body = {"phase": phase, "error": error, "provenance": provenance}
+    tmp = workspace / ".status.json.tmp"
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, workspace / "status.json")
+
+
+def local_provenance(rig: str, port: int) -> dict[str, str]:
+    """What a results row says about the machine when the instance was a local process."""
+    return {
+        "instance": "local process",
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "gpu": "none (local mode)",
+        "driver": "none",
+        "ami": "none (local mode)",
+        "rig_port": str(port),
+    }
+
+
 def _tail(path: Path, limit: int) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -135,8 +170,12 @@ class LocalFleet:
         """Boot an instance: a workspace and a rig process serving `model` on a free port."""
         workspace = self._home.instances / instance_id
         workspace.mkdir(parents=True, exist_ok=True)
+        bundle = workspace / "bundle"  # an instance runs the harness from the fetched bundle
+        if not bundle.exists():
+            bundle.symlink_to(REPO_ROOT, target_is_directory=True)
         port = free_port()
         argv = self._rig_command(rig, model, port)
+        write_status(workspace, "starting", provenance=local_provenance(rig, port))
         proc = self._groups.spawn(
             argv,
             label=f"rig {rig} on {instance_id}",
@@ -158,7 +197,23 @@ class LocalFleet:
         )
         with self._lock:
             self._instances[instance_id] = instance
+        threading.Thread(
+            target=self._watch_rig, args=(instance, proc), name=f"rig-{instance_id}", daemon=True
+        ).start()
         return instance
+
+    def _watch_rig(self, instance: LocalInstance, proc: subprocess.Popen[bytes]) -> None:
+        """A rig that exits on its own is a failed install/start, as status.json tells it."""
+        code = proc.wait()
+        if instance.terminated:
+            return
+        log = _tail_end(instance.workspace / "rig.log", 600)
+        write_status(
+            instance.workspace,
+            "failed",
+            error=f"rig {instance.rig} exited with code {code}: {log or 'no output'}",
+            provenance=local_provenance(instance.rig, instance.port),
+        )
 
     def get(self, instance_id: str) -> LocalInstance:
         with self._lock:
@@ -172,11 +227,17 @@ class LocalFleet:
             return list(self._instances.values())
 
     def agent_online(self, instance_id: str) -> bool:
-        """Online while the instance is running and its rig process lives (it can take commands)."""
+        """Online from launch to termination, as an instance's SSM agent is, whatever its rig
+        does: a rig that dies is reported through status.json, so the readiness probe fails
+        fast with the rig's own error instead of waiting out the deadline."""
         try:
             instance = self.get(instance_id)
         except UnknownInstanceError:
             return False
+        return not instance.terminated
+
+    def rig_alive(self, instance_id: str) -> bool:
+        instance = self.get(instance_id)
         return not instance.terminated and self._groups.alive(instance.rig_pgid)
 
     def online_instances(self) -> list[str]:
@@ -309,14 +370,15 @@ class LocalFleet:
         return shims
 
     def _instance_env(self, workspace: Path, port: int) -> dict[str, str]:
-        repo = str(Path(__file__).resolve().parents[2])
+        repo = str(REPO_ROOT)
         env = {**os.environ, **self._env}
         pythonpath = env.get("PYTHONPATH")
         env.update(
             PATH=f"{self._shims}{os.pathsep}{env.get('PATH', '')}",
             PYTHONPATH=f"{repo}{os.pathsep}{pythonpath}" if pythonpath else repo,
             RIGBENCH_HOME=str(workspace),
+            RIGBENCH_URL=f"http://127.0.0.1:{port}",
+            RIGBENCH_PYTHON=sys.executable,
             RIG_PORT=str(port),
-            RIGBENCH_RIG_URL=f"http://127.0.0.1:{port}",
         )
         return env
