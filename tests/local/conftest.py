@@ -1,4 +1,5 @@
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -10,6 +11,9 @@ import pytest
 from rigbench.local.fleet import LocalFleet
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import ProcessGroups
+
+# moto's state machine parser logs every failure with the whole parsed definition.
+logging.getLogger("moto").setLevel(logging.CRITICAL)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
