@@ -99,7 +99,9 @@ def test_phases_follow_the_execution() -> None:
     console = Console(width=140, record=True)
     console.print(progress.table())
     out = console.export_text()
-    assert "terminated" in out and "failed" in out and "the harness exited 1" in out
+    assert "terminated" in out
+    assert "failed" in out
+    assert "the harness exited 1" in out
 
 
 def test_state_names_map_to_phases() -> None:
