@@ -2,7 +2,10 @@
 
 import typer
 
+from rigs.cli import app as rig_app
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.add_typer(rig_app, name="rig")
 
 
 @app.callback()

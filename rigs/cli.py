@@ -1,0 +1,68 @@
+"""`rigbench rig ...`: list rigs, show their definition and scripts, and serve one here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rigs.contract import RigDefinitionError, Scalar
+from rigs.launch import compute_capability, exec_rig, launch_plan
+from rigs.registry import discover, get_rig
+from rigs.sources import ModelSourceError
+
+app = typer.Typer(no_args_is_help=True, help="Serving runtimes (rigs) and how to run them.")
+
+
+def _parse_settings(pairs: list[str]) -> dict[str, Scalar]:
+    settings: dict[str, Scalar] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--set")
+        settings[key.replace("-", "_")] = value
+    return settings
+
+
+@app.command("list")
+def list_rigs() -> None:
+    """The rigs there are, with their runtime and pinned version."""
+    for name, rig in discover().items():
+        typer.echo(f"{name}\t{rig.runtime} {rig.version}\t{','.join(rig.architectures)}")
+
+
+@app.command()
+def serve(
+    name: Annotated[str, typer.Argument(help="the rig, e.g. torch or vllm")],
+    model: Annotated[str, typer.Option(help="random:tiny, random:e2b, a directory or a hub id")],
+    port: Annotated[int, typer.Option()] = 8000,
+    host: Annotated[str, typer.Option()] = "0.0.0.0",
+    dtype: Annotated[str | None, typer.Option(help="default: the rig's, or the GPU's")] = None,
+    setting: Annotated[
+        list[str] | None, typer.Option("--set", help="rig setting KEY=VALUE (repeatable)")
+    ] = None,
+    rig_venv: Annotated[Path | None, typer.Option(help="where the rig is installed")] = None,
+    dry_run: Annotated[bool, typer.Option(help="print the command instead of running it")] = False,
+) -> None:
+    """Serve MODEL with rig NAME on this machine, exactly as an instance does."""
+    try:
+        rig = get_rig(name)
+        argv, env = launch_plan(
+            rig,
+            model=model,
+            port=port,
+            host=host,
+            dtype=dtype,
+            settings=_parse_settings(setting or []),
+            rig_venv=rig_venv,
+            gpu_compute_capability=compute_capability(),
+        )
+        if dry_run:
+            typer.echo(json.dumps({"argv": argv, "env": {k: env[k] for k in rig.serve.env}}))
+            return
+        exec_rig(argv, env)
+    except (RigDefinitionError, ModelSourceError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None

@@ -1,0 +1,420 @@
+"""The OpenAI-compatible HTTP app every Python rig serves, over any `Engine`.
+
+`/health` answers 200 only once the engine has produced real tokens (a warm-up generation
+after loading) and the last generation did not fail; 503 before, with the phase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rigs.serving import sse
+from rigs.serving.engine import Engine, SamplingParams
+from rigs.serving.errors import APIError, ErrorResponse, bad_request, from_validation_error
+from rigs.serving.protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatDelta,
+    ChatMessageOut,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionRequest,
+    CompletionResponse,
+    FinishReason,
+    ModelCard,
+    ModelList,
+    Usage,
+    new_id,
+    now,
+)
+from rigs.serving.tokenizer import ServingTokenizer
+
+log = logging.getLogger("rigs.serving")
+
+Loader = Callable[[], tuple[Engine, ServingTokenizer]]
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+WARMUP_PROMPT = "Hello"
+
+
+@dataclass
+class ServerState:
+    """What the app knows about its engine; `phase` is loading, warming, ready or failed."""
+
+    served_names: list[str] = field(default_factory=list)
+    engine: Engine | None = None
+    tokenizer: ServingTokenizer | None = None
+    phase: str = "loading"
+    error: str | None = None
+    last_generation_failed: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return self.phase == "ready" and not self.last_generation_failed
+
+
+@dataclass(frozen=True)
+class _Job:
+    prompt_ids: list[int]
+    params: SamplingParams
+    model: str
+    include_usage: bool
+
+
+def build_app(
+    engine: Engine, tokenizer: ServingTokenizer, *, served_model_names: Sequence[str] = ()
+) -> Starlette:
+    """An app over an already-loaded engine (it still warms up before /health says 200)."""
+    return build_lazy_app(lambda: (engine, tokenizer), served_model_names=served_model_names)
+
+
+def build_lazy_app(
+    loader: Loader,
+    *,
+    served_model_names: Sequence[str] = (),
+    on_failure: Callable[[str], None] | None = None,
+) -> Starlette:
+    """An app that starts answering at once and loads the engine in the background.
+
+    `on_failure(reason)` is called if loading or warm-up fails (e.g. to stop the server so
+    a supervisor restarts it).
+    """
+    state = ServerState(served_names=list(served_model_names))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(_load_and_warm(state, loader, on_failure))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app = Starlette(
+        routes=[
+            Route("/health", _endpoint(state, health), methods=["GET"]),
+            Route("/v1/models", _endpoint(state, models), methods=["GET"]),
+            Route("/provenance", _endpoint(state, provenance), methods=["GET"]),
+            Route("/v1/completions", _endpoint(state, completions), methods=["POST"]),
+            Route("/v1/chat/completions", _endpoint(state, chat_completions), methods=["POST"]),
+        ],
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        lifespan=lifespan,
+    )
+    app.state.rig = state
+    return app
+
+
+async def _load_and_warm(
+    state: ServerState, loader: Loader, on_failure: Callable[[str], None] | None
+) -> None:
+    try:
+        engine, tokenizer = await asyncio.to_thread(loader)
+        state.engine, state.tokenizer = engine, tokenizer
+        if not state.served_names:
+            state.served_names = [engine.model_name]
+        state.phase = "warming"
+        params = SamplingParams(max_tokens=2, min_tokens=2, ignore_eos=True)
+        generated = [t async for t in engine.generate(tokenizer.encode(WARMUP_PROMPT), params)]
+        if len(generated) != 2:
+            raise RuntimeError(f"warm-up generated {len(generated)} tokens, expected 2")
+        tokenizer.decode(generated)
+        state.phase = "ready"
+        log.info("ready: %s", dict(engine.provenance()))
+    except Exception as err:
+        state.phase, state.error = "failed", f"{type(err).__name__}: {err}"
+        log.exception("engine failed to load or warm up")
+        if on_failure is not None:
+            on_failure(state.error)
+
+
+def _endpoint(state: ServerState, handler: Callable[..., object]) -> Callable[..., object]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(state, request)  # type: ignore[misc]
+        except APIError as err:
+            return _error_response(err)
+
+    return endpoint
+
+
+def _error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body.model_dump(), status_code=err.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return _error_response(APIError(exc.status_code, str(exc.detail), type=kind))
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error")
+    return _error_response(APIError(500, f"internal error: {exc}", type="internal_error"))
+
+
+async def health(state: ServerState, request: Request) -> Response:
+    body = {"status": state.phase, "error": state.error}
+    if state.healthy:
+        return JSONResponse({"status": "ok"})
+    if state.phase == "ready":
+        body["error"] = "the last generation failed"
+    return JSONResponse(body, status_code=503)
+
+
+async def models(state: ServerState, request: Request) -> Response:
+    engine = _require_engine(state)
+    cards = [
+        ModelCard(
+            id=name, created=now(), root=engine.model_name, max_model_len=engine.max_model_len
+        )
+        for name in state.served_names
+    ]
+    return _json(ModelList(data=cards))
+
+
+async def provenance(state: ServerState, request: Request) -> Response:
+    engine = _require_engine(state)
+    return JSONResponse(dict(engine.provenance()))
+
+
+_R = TypeVar("_R", bound=BaseModel)
+
+
+async def _parse(request: Request, model: type[_R]) -> _R:
+    body = await request.body()
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as err:
+        raise from_validation_error(err) from None
+
+
+def _require_engine(state: ServerState) -> Engine:
+    if state.engine is None or state.phase not in ("ready", "warming"):
+        detail = f": {state.error}" if state.error else ""
+        raise APIError(503, f"model is {state.phase}{detail}", type="service_unavailable")
+    return state.engine
+
+
+def _plan(
+    state: ServerState,
+    request: CompletionRequest | ChatCompletionRequest,
+    prompt_ids: list[int],
+    default_max_tokens: int | None,
+) -> _Job:
+    engine = _require_engine(state)
+    model = request.model or state.served_names[0]
+    if model not in state.served_names:
+        raise APIError(
+            404, f"The model `{model}` does not exist.", type="NotFoundError", param="model"
+        )
+    if not prompt_ids:
+        raise bad_request("prompt is empty", param="prompt")
+    bad = [t for t in prompt_ids if not 0 <= t < engine.vocab_size]
+    if bad:
+        raise bad_request(
+            f"token id {bad[0]} is out of range [0, {engine.vocab_size})", param="prompt"
+        )
+    room = engine.max_model_len - len(prompt_ids)
+    if room < 1:
+        raise bad_request(
+            f"prompt has {len(prompt_ids)} tokens; this model's maximum context length is "
+            f"{engine.max_model_len} tokens",
+            param="prompt",
+        )
+    max_tokens = request.max_tokens or default_max_tokens or room
+    if max_tokens > room:
+        raise bad_request(
+            f"This model's maximum context length is {engine.max_model_len} tokens. However, "
+            f"you requested {len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the "
+            f"prompt, {max_tokens} in the completion).",
+            param="max_tokens",
+        )
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        min_tokens=min(request.min_tokens, max_tokens),
+        ignore_eos=request.ignore_eos,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        seed=request.seed,
+    )
+    return _Job(prompt_ids, params, model, request.include_usage)
+
+
+async def completions(state: ServerState, request: Request) -> Response:
+    req = await _parse(request, CompletionRequest)
+    _require_engine(state)
+    assert state.tokenizer is not None
+    ids = list(req.prompt) if isinstance(req.prompt, list) else state.tokenizer.encode(req.prompt)
+    if isinstance(req.prompt, str) and not req.prompt:
+        ids = []
+    job = _plan(state, req, ids, DEFAULT_COMPLETION_MAX_TOKENS)
+    if req.stream:
+        return sse.response(_stream_completion(state, job))
+    text, count, finish = await _generate_all(state, job)
+    return _json(
+        CompletionResponse(
+            id=new_id("cmpl"),
+            created=now(),
+            model=job.model,
+            choices=[CompletionChoice(text=text, finish_reason=finish)],
+            usage=_usage(job, count),
+        )
+    )
+
+
+async def chat_completions(state: ServerState, request: Request) -> Response:
+    req = await _parse(request, ChatCompletionRequest)
+    _require_engine(state)
+    assert state.tokenizer is not None
+    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    try:
+        ids = state.tokenizer.encode_chat(messages)
+    except Exception as err:  # a template that rejects the conversation, e.g. bad role order
+        raise bad_request(f"cannot apply the chat template: {err}", param="messages") from err
+    job = _plan(state, req, ids, None)
+    if req.stream:
+        return sse.response(_stream_chat(state, job))
+    text, count, finish = await _generate_all(state, job)
+    return _json(
+        ChatCompletionResponse(
+            id=new_id("chatcmpl"),
+            created=now(),
+            model=job.model,
+            choices=[ChatChoice(message=ChatMessageOut(content=text), finish_reason=finish)],
+            usage=_usage(job, count),
+        )
+    )
+
+
+def _usage(job: _Job, completion_tokens: int) -> Usage:
+    prompt = len(job.prompt_ids)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt + completion_tokens,
+    )
+
+
+def _finish(job: _Job, count: int) -> FinishReason:
+    return "length" if count >= job.params.max_tokens else "stop"
+
+
+async def _tokens(state: ServerState, job: _Job) -> AsyncIterator[int]:
+    """The engine's tokens, recording whether generation works (for /health)."""
+    assert state.engine is not None
+    stream = state.engine.generate(job.prompt_ids, job.params)
+    try:
+        async for token in stream:
+            yield token
+    except Exception:
+        state.last_generation_failed = True
+        log.exception("generation failed")
+        raise
+    finally:
+        # Stops the engine's work for this request if the client went away.
+        if (aclose := getattr(stream, "aclose", None)) is not None:
+            await aclose()
+    state.last_generation_failed = False
+
+
+async def _generate_all(state: ServerState, job: _Job) -> tuple[str, int, FinishReason]:
+    assert state.tokenizer is not None
+    try:
+        ids = [t async for t in _tokens(state, job)]
+    except Exception as err:
+        raise APIError(500, f"generation failed: {err}", type="internal_error") from err
+    return state.tokenizer.decode(ids), len(ids), _finish(job, len(ids))
+
+
+async def _text_deltas(state: ServerState, job: _Job) -> AsyncIterator[tuple[str, int]]:
+    """(text delta, tokens so far) per generated token; the delta may be empty."""
+    assert state.tokenizer is not None
+    detok = state.tokenizer.detokenizer()
+    count = 0
+    async for token in _tokens(state, job):
+        count += 1
+        yield detok.push(token), count
+    if tail := detok.flush():
+        yield tail, count
+
+
+async def _stream_completion(state: ServerState, job: _Job) -> AsyncIterator[bytes]:
+    rid, created = new_id("cmpl"), now()
+
+    def chunk(text: str, finish: FinishReason | None) -> bytes:
+        choice = CompletionChoice(text=text, finish_reason=finish)
+        return sse.event(
+            CompletionChunk(id=rid, created=created, model=job.model, choices=[choice])
+        )
+
+    count = 0
+    try:
+        async for text, produced in _text_deltas(state, job):
+            count = produced
+            if text:
+                yield chunk(text, None)
+    except Exception as err:
+        yield _stream_error(err)
+        yield sse.DONE
+        return
+    yield chunk("", _finish(job, count))
+    if job.include_usage:
+        yield sse.event(
+            CompletionChunk(
+                id=rid, created=created, model=job.model, choices=[], usage=_usage(job, count)
+            )
+        )
+    yield sse.DONE
+
+
+async def _stream_chat(state: ServerState, job: _Job) -> AsyncIterator[bytes]:
+    rid, created = new_id("chatcmpl"), now()
+
+    def chunk(delta: ChatDelta, finish: FinishReason | None = None) -> bytes:
+        choice = ChatChunkChoice(delta=delta, finish_reason=finish)
+        return sse.event(
+            ChatCompletionChunk(id=rid, created=created, model=job.model, choices=[choice])
+        )
+
+    yield chunk(ChatDelta(role="assistant", content=""))
+    count = 0
+    try:
+        async for text, produced in _text_deltas(state, job):
+            count = produced
+            if text:
+                yield chunk(ChatDelta(content=text))
+    except Exception as err:
+        yield _stream_error(err)
+        yield sse.DONE
+        return
+    yield chunk(ChatDelta(), _finish(job, count))
+    if job.include_usage:
+        yield sse.event(
+            ChatCompletionChunk(
+                id=rid, created=created, model=job.model, choices=[], usage=_usage(job, count)
+            )
+        )
+    yield sse.DONE
+
+
+def _stream_error(err: Exception) -> bytes:
+    body = APIError(500, f"generation failed: {err}", type="internal_error").body
+    return sse.event(ErrorResponse(error=body.error))
+
+
+def _json(payload: BaseModel, status: int = 200) -> Response:
+    return Response(payload.model_dump_json(), status_code=status, media_type="application/json")

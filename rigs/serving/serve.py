@@ -1,0 +1,45 @@
+"""Run the shared app under uvicorn; exit non-zero if the engine cannot load or warm up.
+
+Exiting (rather than serving 503 forever) lets a supervisor such as systemd restart the rig
+and lets the bootstrap's status file report the failure at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from rigs.serving.app import Loader, build_lazy_app
+
+log = logging.getLogger("rigs.serving")
+
+
+def serve(
+    engine_factory: Loader,
+    host: str = "0.0.0.0",
+    port: int = 8000,
+    *,
+    served_model_names: Sequence[str] = (),
+    log_level: str = "info",
+) -> None:
+    """Serve until interrupted; `engine_factory` runs in a thread after the socket is up."""
+    failure: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def on_failure(reason: str) -> None:
+        failure.append(reason)
+        if server is not None:
+            server.should_exit = True
+
+    app = build_lazy_app(
+        engine_factory, served_model_names=served_model_names, on_failure=on_failure
+    )
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
+    server = uvicorn.Server(config)
+    server.run()
+    if failure:
+        log.error("rig failed: %s", failure[0])
+        sys.exit(1)

@@ -1,0 +1,42 @@
+"""The torch rig's server: `python -m rigs.torch.server --model SPEC [--port 8000] ...`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from rigs.serving.engine import Engine
+from rigs.serving.serve import serve
+from rigs.serving.tokenizer import ServingTokenizer
+from rigs.sources import resolve_model
+from rigs.torch.engine import DTYPES
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rigs.torch.server", description=__doc__)
+    parser.add_argument("--model", required=True, help="random:tiny, a directory or a hub id")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
+    parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def load() -> tuple[Engine, ServingTokenizer]:
+        from rigs.torch.engine import TorchEngine
+
+        source = resolve_model(args.model, seed=args.seed)
+        engine = TorchEngine(
+            source, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len
+        )
+        return engine, ServingTokenizer.from_pretrained(source.path)
+
+    # As vLLM does, the served name defaults to the --model argument itself.
+    serve(load, args.host, args.port, served_model_names=args.served_model_name or [args.model])
+
+
+if __name__ == "__main__":
+    main()

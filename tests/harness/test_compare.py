@@ -1,0 +1,308 @@
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from harness.compare import (
+    DEFAULT_METRICS,
+    Comparison,
+    app,
+    cell_label,
+    compare,
+    render_text,
+    values_from_reports,
+)
+from harness.stats import Direction, Verdict, verdict
+
+FAST = 999
+
+
+def _latency(p50: float) -> dict[str, float]:
+    return {"mean": p50 * 1.1, "p50": p50, "p90": p50 * 1.5, "p99": p50 * 2.0}
+
+
+def _cell(ttft: float, itl: float, tok_s: float, **load: float) -> dict[str, Any]:
+    tpot = itl * 1.01
+    return {
+        **load,
+        "requests_ok": 32,
+        "requests_failed": 0,
+        "output_tokens": 2048,
+        "duration_s": 2048 / tok_s,
+        "output_tok_s": tok_s,
+        "ttft_ms": _latency(ttft),
+        "itl_ms": _latency(itl),
+        "tpot_ms": _latency(tpot),
+        "e2e_ms": _latency(ttft + 63 * tpot),
+    }
+
+
+def _report(*cells: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "harness_version": "0.1.0",
+        "url": "http://127.0.0.1:8000",
+        "model": "random:tiny",
+        "started_at": "2026-12-02T11:00:00Z",
+        "cells": list(cells),
+    }
+
+
+# Three boots each of two rigs at c=1 and c=4. At c=1 torch's TTFT interval [49.8, 50.4] lies
+# below jax's [60.2, 61.0], while their tok/s cross: jax ahead in boots 0 and 2, torch in 1.
+REPORTS = {
+    "torch": [
+        _report(_cell(50.1, 68.0, 14.5, concurrency=1), _cell(92.0, 71.0, 50.0, concurrency=4)),
+        _report(_cell(50.4, 69.1, 15.1, concurrency=1), _cell(95.0, 70.0, 52.0, concurrency=4)),
+        _report(_cell(49.8, 67.5, 14.9, concurrency=1), _cell(90.0, 72.0, 51.0, concurrency=4)),
+    ],
+    "jax": [
+        _report(_cell(61.0, 66.0, 15.0, concurrency=1), _cell(80.0, 60.0, 60.0, concurrency=4)),
+        _report(_cell(60.2, 70.2, 14.2, concurrency=1), _cell(82.0, 61.0, 61.0, concurrency=4)),
+        _report(_cell(60.7, 65.0, 15.3, concurrency=1), _cell(81.0, 62.0, 62.0, concurrency=4)),
+    ],
+}
+
+
+def _by_key(comparison: Comparison, cell: str, metric: str) -> Any:
+    cells = {c.cell: c for c in comparison.cells}
+    return {m.metric.key: m for m in cells[cell].metrics}[metric]
+
+
+def test_values_from_reports_reads_the_contract() -> None:
+    values = values_from_reports(REPORTS)
+    assert list(values) == ["torch", "jax"]
+    assert list(values["torch"]) == ["c=1", "c=4"]
+    assert set(values["torch"]["c=1"]) == set(DEFAULT_METRICS)
+    assert values["torch"]["c=1"]["ttft_ms.p50"] == [50.1, 50.4, 49.8]
+    assert values["jax"]["c=4"]["output_tok_s"] == [60.0, 61.0, 62.0]
+    assert values["jax"]["c=1"]["tpot_ms.p50"] == pytest.approx([66.66, 70.902, 65.65])
+
+
+def test_values_from_reports_marks_missing_and_empty_cells() -> None:
+    failed = _cell(1.0, 1.0, 1.0, rate=2.5)
+    failed["requests_ok"] = 0
+    reports = {
+        "torch": [
+            _report(_cell(50.0, 68.0, 14.5, rate=2.5)),
+            _report(failed, _cell(40.0, 60.0, 20.0, rate=5.0)),
+            _report(_cell(51.0, 69.0, 14.0, rate=2.5)),
+        ]
+    }
+    values = values_from_reports(reports, metrics=["ttft_ms.p50"])
+    assert values["torch"]["rate=2.5/s"]["ttft_ms.p50"] == [50.0, None, 51.0]
+    assert values["torch"]["rate=5.0/s"]["ttft_ms.p50"] == [None, 40.0, None]
+
+
+def test_values_from_reports_null_metric_is_missing() -> None:
+    cell = _cell(50.0, 68.0, 14.5, concurrency=1)
+    cell["ttft_ms"]["p50"] = None
+    values = values_from_reports({"r": [_report(cell)]}, metrics=["ttft_ms.p50"])
+    assert values["r"]["c=1"]["ttft_ms.p50"] == [None]
+
+
+@pytest.mark.parametrize(
+    ("reports", "message"),
+    [
+        ({"r": [{"model": "x"}]}, "rig 'r' boot 0: report has no 'cells'"),
+        ({"r": [_report({"requests_ok": 1})]}, "neither 'concurrency' nor 'rate'"),
+        ({"r": [_report({"concurrency": 1, "requests_ok": 1})]}, "has no 'ttft_ms.p50'"),
+        (
+            {"r": [_report({"concurrency": 1, "ttft_ms": {"p50": "fast"}})]},
+            "'ttft_ms.p50' is not a number",
+        ),
+    ],
+)
+def test_values_from_reports_rejects_malformed(
+    reports: dict[str, list[dict[str, Any]]], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        values_from_reports(reports, metrics=["ttft_ms.p50"])
+
+
+def test_values_from_reports_rejects_unknown_metric() -> None:
+    with pytest.raises(ValueError, match=re.escape("unknown metric 'ttft_ms.p95'")):
+        values_from_reports(REPORTS, metrics=["ttft_ms.p95"])
+
+
+def test_cell_label() -> None:
+    assert cell_label({"concurrency": 16, "rate": None}) == "c=16"
+    assert cell_label({"concurrency": None, "rate": 2.5}) == "rate=2.5/s"
+
+
+def test_compare_worked_example() -> None:
+    comparison = compare(values_from_reports(REPORTS), baseline="torch")
+    assert comparison.baseline == "torch"
+    assert comparison.rigs == ["torch", "jax"]
+    assert [c.cell for c in comparison.cells] == ["c=1", "c=4"]
+    # metrics appear in the table's fixed order
+    assert [m.metric.key for m in comparison.cells[0].metrics] == list(DEFAULT_METRICS)
+
+    ttft = _by_key(comparison, "c=1", "ttft_ms.p50")
+    torch, jax = ttft.results
+    assert torch.verdict is None  # the baseline is not judged against itself
+    assert (torch.aggregate.value, torch.aggregate.ci_low, torch.aggregate.ci_high) == (
+        50.1,
+        49.8,
+        50.4,
+    )
+    assert (jax.aggregate.value, jax.aggregate.ci_low, jax.aggregate.ci_high) == (60.7, 60.2, 61.0)
+    assert jax.verdict is Verdict.SLOWER
+    assert jax.change_vs_baseline == pytest.approx(60.7 / 50.1 - 1)
+    assert not ttft.flips.flipped
+
+    tok_s = _by_key(comparison, "c=1", "output_tok_s")
+    assert tok_s.metric.direction is Direction.HIGHER_IS_BETTER
+    assert tok_s.results[1].verdict is Verdict.INDISTINGUISHABLE
+    assert tok_s.flips.flipped
+    assert tok_s.flips.boots == [0, 1, 2]
+
+    # At c=4 jax is ahead on every metric in every boot.
+    for key in DEFAULT_METRICS:
+        metric = _by_key(comparison, "c=4", key)
+        assert metric.results[1].verdict is Verdict.FASTER, key
+        assert not metric.flips.flipped, key
+    assert comparison.any_flip
+
+
+def test_compare_default_baseline_is_first_rig_and_metrics_follow_input() -> None:
+    values = {
+        "b": {"c=1": {"output_tok_s": [10.0, 11.0], "ttft_ms.p99": [5.0, 6.0]}},
+        "a": {"c=1": {"output_tok_s": [20.0, 21.0], "ttft_ms.p99": [5.5, 5.6]}},
+    }
+    comparison = compare(values)
+    assert comparison.baseline == "b"
+    metrics = comparison.cells[0].metrics
+    assert [m.metric.key for m in metrics] == ["ttft_ms.p99", "output_tok_s"]
+    assert metrics[1].results[1].verdict is Verdict.FASTER
+    assert metrics[0].results[1].verdict is Verdict.INDISTINGUISHABLE
+
+
+def test_compare_rig_without_data() -> None:
+    values: dict[str, dict[str, dict[str, list[float | None]]]] = {
+        "a": {"c=1": {"ttft_ms.p50": [5.0, 6.0]}},
+        "b": {"c=1": {"ttft_ms.p50": [None, None]}},
+        "c": {"c=2": {"ttft_ms.p50": [7.0, 7.5]}},
+    }
+    comparison = compare(values)
+    c1 = _by_key(comparison, "c=1", "ttft_ms.p50")
+    assert [r.aggregate is None for r in c1.results] == [False, True, True]
+    assert [r.verdict for r in c1.results] == [None, None, None]
+    assert c1.flips is None  # only one rig has data
+    c2 = _by_key(comparison, "c=2", "ttft_ms.p50")
+    assert c2.results[2].aggregate is not None
+    assert c2.results[2].verdict is None  # the baseline has no data at c=2
+    text = render_text(comparison)
+    assert "no data" in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "values", "message"),
+    [
+        ({}, {}, "no rigs"),
+        ({"baseline": "vllm"}, {"torch": {}}, "baseline rig 'vllm' is not among the rigs: torch"),
+        ({}, {"torch": {"c=1": {"ttfb": [1.0]}}}, "rig 'torch' cell 'c=1': unknown metric"),
+        ({"metrics": ["speed"]}, {"torch": {}}, "unknown metric 'speed'"),
+        (
+            {},
+            {"torch": {"c=1": {"ttft_ms.p50": [1.0, float("nan")]}}},
+            "rig 'torch' cell 'c=1' metric 'ttft_ms.p50': aggregate_boots: value nan at index 1",
+        ),
+    ],
+)
+def test_compare_rejects_bad_input(kwargs: dict[str, Any], values: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        compare(values, **kwargs)
+
+
+def test_comparison_round_trips_through_json() -> None:
+    comparison = compare(values_from_reports(REPORTS))
+    assert Comparison.model_validate_json(comparison.model_dump_json()) == comparison
+
+
+def test_render_text_shows_medians_intervals_verdicts_and_flips() -> None:
+    text = render_text(compare(values_from_reports(REPORTS), baseline="torch"))
+    lines = text.splitlines()
+    assert "rigbench comparison (baseline torch)" in lines[0]
+    ttft_row = next(i for i, line in enumerate(lines) if "c=1" in line and "TTFT p50" in line)
+    assert "50.10 [49.80, 50.40]" in lines[ttft_row]
+    assert "60.70 [60.20, 61.00]" in lines[ttft_row]
+    assert "baseline" in lines[ttft_row + 1]
+    assert "+21.2% slower" in lines[ttft_row + 1]
+    tok_row = next(i for i, line in enumerate(lines) if "c=1" in line and "output (tok/s)" in line)
+    assert "FLIPPED jax/torch" in lines[tok_row]
+    assert "boots 0,1,2" in lines[tok_row + 1]
+    assert "indistinguishable" in lines[tok_row + 1]
+    assert "median of 3 boots [95% bootstrap CI]" in text
+
+
+def test_render_marks_rigs_with_fewer_boots() -> None:
+    values = {"a": {"c=1": {"ttft_ms.p50": [5.0, 6.0, 5.5]}}, "b": {"c=1": {"ttft_ms.p50": [9.0]}}}
+    text = render_text(compare(values))
+    assert "9.00 [9.00, 9.00] n=1" in text
+    assert "indistinguishable" in text  # one boot never decides
+
+
+boot_lists = st.lists(
+    st.floats(min_value=1.0, max_value=1000.0, allow_nan=False), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(boot_lists, boot_lists, st.sampled_from(DEFAULT_METRICS))
+def test_compare_agrees_with_verdict_and_is_antisymmetric(
+    a: list[float], b: list[float], metric: str
+) -> None:
+    values = {"a": {"c=1": {metric: a}}, "b": {"c=1": {metric: b}}}
+    ab = _by_key(compare(values, baseline="b", n_resamples=FAST), "c=1", metric)
+    ba = _by_key(compare(values, baseline="a", n_resamples=FAST), "c=1", metric)
+    direct = verdict(a, b, ab.metric.direction, n_resamples=FAST)
+    assert ab.results[0].verdict is direct
+    opposite = {Verdict.FASTER: Verdict.SLOWER, Verdict.SLOWER: Verdict.FASTER}
+    assert ba.results[1].verdict is opposite.get(direct, Verdict.INDISTINGUISHABLE)
+
+
+def _write_reports(tmp_path: Path) -> list[str]:
+    args = []
+    for rig, boots in REPORTS.items():
+        for i, report in enumerate(boots):
+            path = tmp_path / f"{rig}-{i}.json"
+            path.write_text(json.dumps(report))
+            args.append(f"{rig}={path}")
+    return args
+
+
+def test_cli_prints_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "comparison.json"
+    result = CliRunner().invoke(
+        app, [*_write_reports(tmp_path), "--baseline", "jax", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "rigbench comparison (baseline jax)" in result.output
+    saved = Comparison.model_validate_json(out.read_text())
+    assert saved.baseline == "jax"
+    ttft = _by_key(saved, "c=1", "ttft_ms.p50")
+    assert ttft.results[0].verdict is Verdict.FASTER  # torch against jax
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["torch"], "expected RIG=REPORT.json"),
+        (["torch=/nonexistent/report.json"], "cannot read report"),
+    ],
+)
+def test_cli_rejects_bad_arguments(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_cli_rejects_unknown_baseline(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [*_write_reports(tmp_path), "--baseline", "vllm"])
+    assert result.exit_code == 2
+    assert "baseline rig 'vllm' is not among the rigs" in result.output
