@@ -105,11 +105,15 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
 
 
-def _tail_end(path: Path, limit: int) -> str:
+def _tail_end(path: Path, limit: int, lines: int = 6) -> str:
+    """The last whole lines of a log (at most `lines` of them, `limit` characters)."""
     try:
-        return path.read_text(errors="replace")[-limit:].strip()
+        tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
     except FileNotFoundError:
         return ""
+    while tail and len("\n".join(tail)) > limit:
+        tail.pop(0)
+    return "\n".join(tail)
 
 
 def write_status(
@@ -163,6 +167,10 @@ class LocalFleet:
         self._lock = threading.Lock()
         self._instances: dict[str, LocalInstance] = {}
         self._shims = self._write_shims()
+
+    def set_env(self, env: Mapping[str, str]) -> None:
+        """Extra environment for instance processes (how an instance reaches AWS)."""
+        self._env.update(env)
 
     # -- instances ---------------------------------------------------------------------------
 

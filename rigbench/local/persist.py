@@ -65,13 +65,15 @@ def _table_definition(description: dict[str, Any]) -> dict[str, Any]:
     return definition
 
 
-def save(dynamodb: Any, s3: Any, dest: Path) -> SnapshotSummary:
+def save(
+    dynamodb: Any, s3: Any, dest: Path, *, skip_prefixes: tuple[str, ...] = ()
+) -> SnapshotSummary:
     """Write every table and bucket of the emulation under `dest`, replacing what was there."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        summary = _write_snapshot(dynamodb, s3, tmp)
+        summary = _write_snapshot(dynamodb, s3, tmp, skip_prefixes)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -83,7 +85,9 @@ def save(dynamodb: Any, s3: Any, dest: Path) -> SnapshotSummary:
     return summary
 
 
-def _write_snapshot(dynamodb: Any, s3: Any, tmp: Path) -> SnapshotSummary:
+def _write_snapshot(
+    dynamodb: Any, s3: Any, tmp: Path, skip_prefixes: tuple[str, ...]
+) -> SnapshotSummary:
     (tmp / TABLES_DIR).mkdir(parents=True)
     (tmp / BUCKETS_DIR).mkdir(parents=True)
     summary = SnapshotSummary(tables={}, objects={})
@@ -107,6 +111,8 @@ def _write_snapshot(dynamodb: Any, s3: Any, tmp: Path) -> SnapshotSummary:
         count = 0
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
             for obj in page.get("Contents", []):
+                if obj["Key"].startswith(skip_prefixes):
+                    continue
                 body = s3.get_object(Bucket=name, Key=obj["Key"])["Body"].read()
                 (root / quote(obj["Key"], safe="")).write_bytes(body)
                 count += 1
@@ -116,8 +122,12 @@ def _write_snapshot(dynamodb: Any, s3: Any, tmp: Path) -> SnapshotSummary:
     return summary
 
 
-def restore(dynamodb: Any, s3: Any, src: Path) -> SnapshotSummary:
-    """Put a saved snapshot back into the emulation; tables missing there are created."""
+def restore(
+    dynamodb: Any, s3: Any, src: Path, *, skip_tables: tuple[str, ...] = ()
+) -> SnapshotSummary:
+    """Put a saved snapshot back into the emulation; tables missing there are created.
+
+    Tables whose name ends with one of `skip_tables` are left out."""
     summary = SnapshotSummary(tables={}, objects={})
     if not src.is_dir():
         return summary
@@ -127,6 +137,8 @@ def restore(dynamodb: Any, s3: Any, src: Path) -> SnapshotSummary:
 
     for path in sorted((src / TABLES_DIR).glob("*.json")):
         saved = SavedTable.model_validate_json(path.read_text())
+        if saved.name.endswith(skip_tables):
+            continue
         if saved.name not in existing:
             dynamodb.create_table(
                 TableName=saved.name, BillingMode="PAY_PER_REQUEST", **saved.definition

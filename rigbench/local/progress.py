@@ -29,7 +29,7 @@ class Phase(StrEnum):
 
 # Checked in order against the lower-cased state name; the first match wins.
 _PHASE_WORDS: tuple[tuple[Phase, tuple[str, ...]], ...] = (
-    (Phase.TERMINATING, ("terminat", "cleanup", "clean up", "reconcile", "release")),
+    (Phase.TERMINATING, ("terminat", "finish", "cleanup", "reconcile", "release")),
     (Phase.STORING, ("store", "save", "record")),
     (Phase.BENCHMARKING, ("dispatch", "bench", "harness", "poll")),
     (Phase.WAITING_READY, ("agent", "ready", "probe", "readiness")),
@@ -59,8 +59,7 @@ class BootProgress:
     finished: bool = False
 
     def move(self, phase: Phase) -> None:
-        if phase != self.phase:
-            self.phase, self.since = phase, time.monotonic()
+        self.phase = phase
 
 
 def _json(text: str | None) -> Any:
@@ -81,23 +80,33 @@ def _instance_id(payload: Any) -> str:
 
 
 class SweepProgress:
-    """Folds history events (in any batches, each seen once) into per-boot progress."""
+    """Folds history events (in any batches, repeated or out of order) into per-boot progress.
+
+    Each feed refolds every event known so far in id order: the executor appends events from
+    several threads, so a read can miss an event that a later read shows with a smaller id.
+    """
 
     def __init__(self) -> None:
+        self._events: dict[int, Mapping[str, Any]] = {}
+        self._first_seen: dict[tuple[int, Phase], float] = {}
+        self._reset()
+
+    def _reset(self) -> None:
         self.boots: dict[int, BootProgress] = {}
         self.sweep_state = "starting"
         self.status = "RUNNING"
         self.error = ""
         self._iteration_of: dict[int, int | None] = {}
-        self._seen = 0
 
     def feed(self, events: Iterable[Mapping[str, Any]]) -> None:
         for event in events:
-            event_id = int(event["id"])
-            if event_id <= self._seen:
-                continue
-            self._seen = event_id
-            self._apply(event)
+            self._events[int(event["id"])] = event
+        self._reset()
+        for event_id in sorted(self._events):
+            self._apply(self._events[event_id])
+        now = time.monotonic()
+        for boot in self.boots.values():
+            boot.since = self._first_seen.setdefault((boot.index, boot.phase), now)
 
     def _iteration(self, event: Mapping[str, Any]) -> int | None:
         if event["type"] == "MapIterationStarted":
@@ -135,12 +144,15 @@ class SweepProgress:
         elif kind.endswith("StateExited"):
             payload = _json(event["stateExitedEventDetails"].get("output"))
             boot.instance_id = _instance_id(payload) or boot.instance_id
+            if isinstance(payload, Mapping) and payload.get("outcome") == "failed":
+                boot.error = str(payload.get("cause") or payload.get("error") or "failed")
         elif kind.endswith("Failed") and kind != "MapIterationFailed":
             cause = _details(event).get("cause") or _details(event).get("error") or ""
             boot.error = _short_cause(str(cause)) or boot.error
         elif kind in ("MapIterationSucceeded", "MapIterationFailed", "MapIterationAborted"):
             boot.finished = True
-            boot.move(Phase.TERMINATED if kind == "MapIterationSucceeded" else Phase.FAILED)
+            succeeded = kind == "MapIterationSucceeded" and not boot.error
+            boot.move(Phase.TERMINATED if succeeded else Phase.FAILED)
 
     def _apply_sweep(self, kind: str, event: Mapping[str, Any]) -> None:
         if kind.endswith("StateEntered"):

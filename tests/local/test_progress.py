@@ -42,8 +42,7 @@ ITERATION = {
         **_pass(
             "Caught", "Terminate failed", {"Error": "CommandFailed", "Cause": CAUSE}, "$.error"
         ),
-        **_pass("Terminate failed", "Boom"),
-        "Boom": {"Type": "Fail", "Error": "CommandFailed", "Cause": "see the boot's error"},
+        **_pass("Terminate failed", None),  # a failed boot does not fail the Map
         **_pass("Store results", "Terminate"),
         **_pass("Terminate", None),
     },
@@ -56,8 +55,9 @@ SWEEP = {
             "Type": "Map",
             "ItemsPath": "$.items",
             "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **ITERATION},
-            "End": True,
+            "Next": "SweepFailed",
         },
+        "SweepFailed": {"Type": "Fail", "Error": "BootsFailed", "Cause": "1 of 3 boots failed"},
     },
 }
 
@@ -96,6 +96,7 @@ def test_phases_follow_the_execution() -> None:
     assert boots["torch", 1].phase == Phase.FAILED
     assert boots["torch", 1].error == "the harness exited 1"
     assert progress.status == "FAILED"
+    assert progress.error == "1 of 3 boots failed"
     console = Console(width=140, record=True)
     console.print(progress.table())
     out = console.export_text()
