@@ -1,0 +1,264 @@
+"""Spend cap: price the sweep, reserve it in the ledger before launch, reconcile at termination.
+
+Ledger items (pk, sk), amounts in integer micro-dollars so that ADD never drifts:
+    MONTH#2026-12 / TOTAL            committed = reservations still open + actual spend
+    SWEEP#<id>    / TOTAL            reserved, spent, budget
+    SWEEP#<id>    / BOOT#<rig>#<n>   status reserved|reconciled, reserved, spent, seconds
+    INSTANCE#<id> / INTERRUPTION     written by the spot interruption warning rule
+"""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
+
+from functions.errors import OverBudget
+from functions.events import Reservation, SweepState
+from functions.observability import logger, metrics, tracer
+from functions.settings import Clients, Settings
+
+MICRO = 1_000_000
+# Pricing API has no spot prices and the on-demand API lives in two regions only; on-demand
+# runs are opt-in, so a short table of us-east-1 Linux prices (USD/h) is enough.
+ON_DEMAND_USD_PER_HOUR = {
+    "g5g.xlarge": 0.42,
+    "g5g.2xlarge": 0.556,
+    "g5g.4xlarge": 0.828,
+    "g5g.8xlarge": 1.372,
+    "g4dn.xlarge": 0.526,
+    "g4dn.2xlarge": 0.752,
+    "g5.xlarge": 1.006,
+    "g5.2xlarge": 1.212,
+    "g6.xlarge": 0.805,
+    "g6.2xlarge": 0.978,
+}
+
+
+def to_micro(usd: float) -> int:
+    return round(usd * MICRO)
+
+
+def usd(micro: int | float) -> float:
+    return round(float(micro) / MICRO, 6)
+
+
+def month_of(when: datetime) -> str:
+    return when.strftime("%Y-%m")
+
+
+def subnet_zones(ec2: Any, subnets: list[str]) -> dict[str, str]:
+    found = ec2.describe_subnets(SubnetIds=subnets)["Subnets"]
+    return {s["SubnetId"]: s["AvailabilityZone"] for s in found}
+
+
+def spot_price(ec2: Any, instance_type: str, zones: list[str]) -> float:
+    """The highest latest spot price over the zones the sweep may launch in."""
+    latest: dict[str, float] = {}
+    response = ec2.describe_spot_price_history(
+        InstanceTypes=[instance_type],
+        ProductDescriptions=["Linux/UNIX"],
+        StartTime=datetime.now(UTC) - timedelta(hours=6),
+    )
+    for entry in sorted(response["SpotPriceHistory"], key=lambda e: e["Timestamp"]):
+        if entry["AvailabilityZone"] in zones:
+            latest[entry["AvailabilityZone"]] = float(entry["SpotPrice"])
+    if not latest:
+        raise OverBudget(
+            f"no spot price for {instance_type} in {', '.join(zones)}: cannot bound the spend"
+        )
+    return max(latest.values())
+
+
+def price_per_hour(
+    ec2: Any, market: str, instance_type: str, subnets: list[str]
+) -> tuple[float, str]:
+    if market == "on-demand":
+        if instance_type not in ON_DEMAND_USD_PER_HOUR:
+            raise OverBudget(f"no on-demand price known for {instance_type}")
+        return ON_DEMAND_USD_PER_HOUR[instance_type], "on-demand list price"
+    zones = sorted(set(subnet_zones(ec2, subnets).values()))
+    return spot_price(ec2, instance_type, zones), f"spot price history ({', '.join(zones)})"
+
+
+def _key(pk: str, sk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def boot_sk(rig: str, boot: int) -> str:
+    return f"BOOT#{rig}#{boot:02d}"
+
+
+def existing_reservation(ddb: Any, table: str, sweep_id: str) -> dict[str, Any] | None:
+    item = ddb.get_item(
+        TableName=table, Key=_key(f"SWEEP#{sweep_id}", "TOTAL"), ConsistentRead=True
+    )
+    return item.get("Item")
+
+
+def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> Reservation:
+    sweep = state.sweep
+    price, source = price_per_hour(clients.ec2, sweep.market, sweep.instance_type, sweep.subnets)
+    hours = sweep.deadlines.instance_s / 3600
+    per_boot = to_micro(price * hours)
+    total = per_boot * len(state.items)
+    budget = to_micro(sweep.budget_usd)
+    month = month_of(datetime.now(UTC))
+    reservation = Reservation(
+        price_usd_per_hour=price,
+        price_source=source,
+        per_boot_usd=usd(per_boot),
+        total_usd=usd(total),
+        month=month,
+    )
+    if total > budget:
+        raise OverBudget(
+            f"estimate ${usd(total):.2f} ({len(state.items)} boots x ${price:.4f}/h x {hours:g} h "
+            f"deadline) is over the sweep budget ${sweep.budget_usd:.2f} by "
+            f"${usd(total - budget):.2f}; lower boots or deadlines.instance_s, or raise budget_usd"
+        )
+    if existing_reservation(clients.dynamodb, settings.ledger_table, sweep.sweep_id):
+        return reservation  # a retried step: the reservation is already in the ledger
+    cap = to_micro(settings.monthly_cap_usd)
+    if total > cap:
+        raise OverBudget(
+            f"estimate ${usd(total):.2f} alone is over the monthly cap "
+            f"${settings.monthly_cap_usd:.2f} by ${usd(total - cap):.2f}"
+        )
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    table = settings.ledger_table
+    writes: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": _key(f"MONTH#{month}", "TOTAL"),
+                "UpdateExpression": "ADD committed :total SET cap = :cap",
+                "ConditionExpression": "attribute_not_exists(committed) OR committed <= :headroom",
+                "ExpressionAttributeValues": {
+                    ":total": {"N": str(total)},
+                    ":cap": {"N": str(cap)},
+                    ":headroom": {"N": str(cap - total)},
+                },
+            }
+        },
+        {
+            "Put": {
+                "TableName": table,
+                "Item": {
+                    **_key(f"SWEEP#{sweep.sweep_id}", "TOTAL"),
+                    "reserved": {"N": str(total)},
+                    "spent": {"N": "0"},
+                    "budget": {"N": str(budget)},
+                    "month": {"S": month},
+                    "created_at": {"S": now},
+                },
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        },
+    ]
+    for item in state.items:
+        writes.append(
+            {
+                "Put": {
+                    "TableName": table,
+                    "Item": {
+                        **_key(f"SWEEP#{sweep.sweep_id}", boot_sk(item.rig, item.boot)),
+                        "status": {"S": "reserved"},
+                        "reserved": {"N": str(per_boot)},
+                        "price": {"N": str(to_micro(price))},
+                        "month": {"S": month},
+                    },
+                }
+            }
+        )
+    try:
+        clients.dynamodb.transact_write_items(TransactItems=writes)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+            raise
+        reasons = exc.response.get("CancellationReasons", [])
+        if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+            month_item = clients.dynamodb.get_item(
+                TableName=table, Key=_key(f"MONTH#{month}", "TOTAL"), ConsistentRead=True
+            ).get("Item", {})
+            committed = int(month_item.get("committed", {}).get("N", "0"))
+            raise OverBudget(
+                f"monthly cap ${settings.monthly_cap_usd:.2f} would be exceeded by "
+                f"${usd(committed + total - cap):.2f}: ${usd(committed):.2f} already committed "
+                f"in {month} + this sweep's estimate ${usd(total):.2f}"
+            ) from exc
+        if existing_reservation(clients.dynamodb, table, sweep.sweep_id):
+            return reservation  # a concurrent retry won the race
+        raise
+    return reservation
+
+
+def reconcile_boot(
+    ddb: Any, table: str, sweep_id: str, rig: str, boot: int, seconds: float
+) -> tuple[float, bool]:
+    """Replace a boot's reservation by its actual cost (instance-seconds x the reserved price);
+    a second call changes nothing. Returns (cost in USD, whether this call reconciled)."""
+    item = ddb.get_item(
+        TableName=table, Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)), ConsistentRead=True
+    ).get("Item")
+    if item is None:
+        return 0.0, False
+    price = usd(int(item["price"]["N"]))
+    month = item["month"]["S"]
+    spent = to_micro(price * seconds / 3600)
+    if item["status"]["S"] != "reserved":
+        return usd(int(item.get("spent", {}).get("N", "0"))), False
+    reserved = int(item["reserved"]["N"])
+    try:
+        ddb.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": _key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+                        "UpdateExpression": "SET #s = :done, spent = :spent, seconds = :secs",
+                        "ConditionExpression": "#s = :reserved",
+                        "ExpressionAttributeNames": {"#s": "status"},
+                        "ExpressionAttributeValues": {
+                            ":done": {"S": "reconciled"},
+                            ":reserved": {"S": "reserved"},
+                            ":spent": {"N": str(spent)},
+                            ":secs": {"N": f"{seconds:.3f}"},
+                        },
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": _key(f"SWEEP#{sweep_id}", "TOTAL"),
+                        "UpdateExpression": "ADD reserved :release, spent :spent",
+                        "ExpressionAttributeValues": {
+                            ":release": {"N": str(-reserved)},
+                            ":spent": {"N": str(spent)},
+                        },
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": _key(f"MONTH#{month}", "TOTAL"),
+                        "UpdateExpression": "ADD committed :delta",
+                        "ExpressionAttributeValues": {":delta": {"N": str(spent - reserved)}},
+                    }
+                },
+            ]
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "TransactionCanceledException":
+            return usd(spent), False  # reconciled by a concurrent retry
+        raise
+    return usd(spent), True
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=SweepState)
+def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
+    return reserve_budget(event, Clients(), Settings.from_env()).model_dump(mode="json")

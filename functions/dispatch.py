@@ -1,0 +1,110 @@
+"""Run the harness on the instance over SSM RunCommand and poll it to an end."""
+
+import time
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
+
+from functions.errors import CommandFailed, CommandTimedOut, InstanceLost
+from functions.events import BootState, CommandState, Instance
+from functions.instance_commands import bench_commands, report_key
+from functions.instance_state import ensure_alive
+from functions.observability import logger, metrics, tracer
+from functions.settings import Clients, Settings
+
+RUNNING = {"Pending", "InProgress", "Delayed"}
+TIMED_OUT = {"TimedOut", "DeliveryTimedOut", "ExecutionTimedOut"}
+LOST = {"Undeliverable", "Terminated"}
+GRACE_S = 60  # SSM itself stops the command at bench_s; the poll gives it this long to say so
+
+
+def _instance(state: BootState) -> Instance:
+    if state.instance is None:
+        raise ValueError("no instance in the state: the launch step did not run")
+    return state.instance
+
+
+def dispatch_bench(state: BootState, clients: Clients, settings: Settings) -> CommandState:
+    instance = _instance(state)
+    sweep = state.sweep
+    commands = bench_commands(
+        sweep_id=sweep.sweep_id,
+        rig=state.rig,
+        boot=state.boot,
+        model=sweep.model,
+        cells=sweep.cells,
+        bucket=settings.bucket,
+    )
+    response = clients.ssm.send_command(
+        InstanceIds=[instance.instance_id],
+        DocumentName="AWS-RunShellScript",
+        Parameters={"commands": commands, "executionTimeout": [str(sweep.deadlines.bench_s)]},
+        TimeoutSeconds=60,
+        Comment=f"rigbench {sweep.sweep_id} {state.rig} boot {state.boot}",
+    )
+    return CommandState(
+        command_id=response["Command"]["CommandId"],
+        sent_at=time.time(),
+        report_key=report_key(sweep.sweep_id, state.rig, state.boot),
+    )
+
+
+def poll_bench(state: BootState, clients: Clients, settings: Settings) -> CommandState:
+    instance = _instance(state)
+    if state.command is None:
+        raise ValueError("no command in the state: the dispatch step did not run")
+    command = state.command.model_copy(update={"checks": state.command.checks + 1})
+    ensure_alive(
+        clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "the benchmark"
+    )
+    try:
+        invocation = clients.ssm.get_command_invocation(
+            CommandId=command.command_id, InstanceId=instance.instance_id
+        )
+        status = invocation["Status"]
+    except ClientError as exc:
+        # Right after SendCommand the invocation may not exist yet: poll again.
+        if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
+            raise
+        invocation, status = {}, "Pending"
+    elapsed = time.time() - command.sent_at
+    limit = state.sweep.deadlines.bench_s
+    if status in RUNNING:
+        if elapsed > limit + GRACE_S:
+            raise CommandTimedOut(
+                f"the harness on {instance.instance_id} still {status} {elapsed:.0f} s after "
+                f"dispatch (deadline {limit} s)"
+            )
+        return command.model_copy(update={"status": status})
+    if status == "Success":
+        return command.model_copy(update={"status": status, "done": True})
+    stderr = str(invocation.get("StandardErrorContent", ""))[-500:]
+    if status in TIMED_OUT:
+        raise CommandTimedOut(
+            f"the harness on {instance.instance_id} timed out ({status}) after its {limit} s "
+            f"deadline: {stderr or 'no stderr'}"
+        )
+    if status in LOST:
+        raise InstanceLost(f"the harness command on {instance.instance_id} ended {status}")
+    raise CommandFailed(
+        f"the harness on {instance.instance_id} ended {status} with exit code "
+        f"{invocation.get('ResponseCode', '?')}: {stderr or 'no stderr'}"
+    )
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=BootState)
+def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
+    return dispatch_bench(event, Clients(), Settings.from_env()).model_dump(mode="json")
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=BootState)
+def poll_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
+    return poll_bench(event, Clients(), Settings.from_env()).model_dump(mode="json")

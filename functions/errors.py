@@ -1,0 +1,66 @@
+"""The errors a sweep step raises; their class names are the `Error` Step Functions sees.
+
+    SweepError
+    ├── InvalidInput          bad execution input (first state, nothing launched)
+    ├── QuotaExhausted        no vCPU room under the Service Quotas limit
+    ├── OverBudget            estimate above the per-sweep budget or the monthly cap
+    ├── CapacityUnavailable   every subnet/AZ refused the launch
+    ├── AgentNeverOnline      the SSM agent did not come online before the ready deadline
+    ├── RigNeverReady         the rig never answered a real completion before the deadline
+    ├── InstallFailed         the instance reported a failed rig install
+    ├── CommandFailed         the harness command ended in a failed status
+    ├── CommandTimedOut       the harness command ran past its deadline
+    ├── InstanceLost          the instance stopped under a running step (spot interruption, ...)
+    └── ReportInvalid         the harness report is missing or does not parse
+
+Lambda reports an unhandled exception as `errorType` = the class name, so a Catch or a
+Choice in the state machine can match these names exactly.
+"""
+
+
+class SweepError(Exception):
+    """Base of every error a sweep step raises on purpose."""
+
+
+class InvalidInput(SweepError):
+    pass
+
+
+class QuotaExhausted(SweepError):
+    pass
+
+
+class OverBudget(SweepError):
+    pass
+
+
+class CapacityUnavailable(SweepError):
+    pass
+
+
+class AgentNeverOnline(SweepError):
+    pass
+
+
+class RigNeverReady(SweepError):
+    pass
+
+
+class InstallFailed(SweepError):
+    pass
+
+
+class CommandFailed(SweepError):
+    pass
+
+
+class CommandTimedOut(SweepError):
+    pass
+
+
+class InstanceLost(SweepError):
+    pass
+
+
+class ReportInvalid(SweepError):
+    pass

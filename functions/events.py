@@ -1,0 +1,157 @@
+"""Pydantic models of the state each Task hands its Lambda (powertools Parser parses them).
+
+Top level: ValidateEvent -> SweepState (sweep, items) -> + quota -> + reservation -> Map.
+Per rig x boot the Map iteration carries one BootState that each step adds a field to.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.execution_input import SweepInput
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class BundleRef(_Model):
+    """The rig + harness bundle the instances fetch; its hash goes into every result."""
+
+    sha256: str
+    key: str
+    rigs: list[str]
+
+
+class SweepConfig(SweepInput):
+    """The validated input with every default resolved against the stack."""
+
+    sweep_id: str
+    subnets: list[str]
+    bundle: BundleRef
+    execution_arn: str = ""
+    created_at: str
+
+
+class BootItem(_Model):
+    rig: str
+    boot: int
+
+
+class ValidateEvent(_Model):
+    input: Any = None
+    execution_name: str
+    execution_arn: str = ""
+
+
+class Quota(_Model):
+    quota_code: str
+    quota_vcpus: float
+    used_vcpus: int
+    room_vcpus: float
+    instance_vcpus: int
+    max_concurrency: int
+
+
+class Reservation(_Model):
+    price_usd_per_hour: float
+    price_source: str
+    per_boot_usd: float
+    total_usd: float
+    month: str
+
+
+class SweepState(_Model):
+    sweep: SweepConfig
+    items: list[BootItem] = []
+    quota: Quota | None = None
+    reservation: Reservation | None = None
+
+
+class Instance(_Model):
+    instance_id: str
+    subnet_id: str
+    availability_zone: str
+    image_id: str
+    instance_type: str
+    market: Literal["spot", "on-demand"]
+    launched_at: float
+    ready_deadline_at: float
+    deadline_at: float
+    refused: list[str] = []  # "subnet (az): error code" for every subnet that refused first
+
+
+class AgentCheck(_Model):
+    online: bool
+    checks: int = 0
+
+
+class ReadyCheck(_Model):
+    ready: bool = False
+    probe_command_id: str | None = None
+    phase: str = "unknown"
+    detail: str = ""
+    checks: int = 0
+    provenance: dict[str, str] = {}
+
+
+class CommandState(_Model):
+    command_id: str
+    sent_at: float
+    report_key: str
+    status: str = "Pending"
+    done: bool = False
+    checks: int = 0
+
+
+class Stored(_Model):
+    rows: int
+    report_key: str
+
+
+class CaughtError(_Model):
+    """What a Catch with ResultPath $.error puts in the state."""
+
+    Error: str
+    Cause: str = ""
+
+
+class BootState(_Model):
+    sweep: SweepConfig
+    reservation: Reservation
+    rig: str
+    boot: int
+    instance: Instance | None = None
+    agent: AgentCheck | None = None
+    ready: ReadyCheck | None = None
+    command: CommandState | None = None
+    stored: Stored | None = None
+    error: CaughtError | None = None
+
+
+class BootOutcome(_Model):
+    rig: str
+    boot: int
+    outcome: Literal["succeeded", "failed"]
+    instance_id: str | None = None
+    error: str | None = None
+    cause: str | None = None
+    rows: int = 0
+    cost_usd: float = 0.0
+    instance_seconds: float = 0.0
+
+
+class SummarizeEvent(_Model):
+    sweep: SweepConfig
+    boots: list[BootOutcome] = Field(default_factory=list)
+
+
+class SpotInterruptionDetail(_Model):
+    instance_id: str = Field(alias="instance-id")
+    instance_action: str = Field(default="terminate", alias="instance-action")
+
+
+class SpotInterruptionEvent(_Model):
+    detail_type: str = Field(alias="detail-type")
+    time: str = ""
+    detail: SpotInterruptionDetail

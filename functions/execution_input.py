@@ -1,0 +1,178 @@
+"""The execution input of a sweep: one pydantic model, its JSON Schema exported to the repo.
+
+`rigbench run`, the EventBridge schedule and `aws stepfunctions start-execution` all send
+this document; the first state validates it (`parse_sweep_input`) against the deployed
+stack (which rigs the bundle holds, which instance types the stack allows) before anything
+is spent.
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from functions.errors import InvalidInput
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "statemachine" / "sweep-input.schema.json"
+MAX_BOOTS_PER_RIG = 10
+MAX_BOOTS_PER_SWEEP = 40  # inline Map concurrency limit and one ledger transaction
+SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+Seconds = Annotated[int, Field(ge=0, le=3600)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoadCells(_Strict):
+    """What the harness measures on each boot: fixed-concurrency and Poisson-rate cells."""
+
+    concurrency: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default=[1, 8], max_length=16)
+    rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(default=[], max_length=16)
+    requests_per_cell: int = Field(default=32, ge=1, le=10_000)
+    prompt_tokens: int = Field(default=512, ge=1, le=131_072)
+    output_tokens: int = Field(default=128, ge=1, le=32_768)
+    warmup_requests: int = Field(default=2, ge=0, le=1000)
+
+    @field_validator("rates")
+    @classmethod
+    def _some_cell(cls, rates: list[float], info: ValidationInfo) -> list[float]:
+        concurrency = info.data.get("concurrency")
+        if not rates and not concurrency:
+            raise ValueError("give at least one concurrency or rate cell")
+        if rates and concurrency:
+            raise ValueError("give concurrency or rates, not both (one load kind per report)")
+        return rates
+
+
+class Deadlines(_Strict):
+    """Seconds from launch; the instance shuts itself down at `instance_s` whatever happens."""
+
+    ready_s: int = Field(default=1800, ge=1, le=4 * 3600)
+    bench_s: int = Field(default=3600, ge=1, le=12 * 3600)
+    instance_s: int = Field(default=7200, ge=60, le=24 * 3600)
+
+
+class Waits(_Strict):
+    """Wait-state intervals (seconds) of the polling loops; tests use 0 or 1."""
+
+    agent_poll_s: Seconds = 15
+    ready_poll_s: Seconds = 20
+    command_poll_s: Seconds = 30
+
+
+class SweepInput(_Strict):
+    """One sweep: every rig booted `boots_per_rig` times, the harness run on each boot."""
+
+    sweep_id: str | None = Field(
+        default=None,
+        pattern=SWEEP_ID_PATTERN,
+        description="defaults to the execution name",
+    )
+    rigs: list[str] = Field(min_length=1, max_length=16)
+    model: str = Field(min_length=1, max_length=256)
+    model_revision: str | None = Field(default=None, max_length=64)
+    instance_type: str = "g5g.2xlarge"
+    boots_per_rig: int = Field(default=2, ge=1, le=MAX_BOOTS_PER_RIG)
+    cells: LoadCells = LoadCells()
+    budget_usd: float = Field(gt=0, le=10_000)
+    market: Literal["spot", "on-demand"] = "spot"
+    subnets: list[str] | None = Field(
+        default=None, min_length=1, description="defaults to the stack's subnets"
+    )
+    deadlines: Deadlines = Deadlines()
+    waits: Waits = Waits()
+
+    @field_validator("rigs")
+    @classmethod
+    def _known_rigs(cls, rigs: list[str], info: ValidationInfo) -> list[str]:
+        if len(set(rigs)) != len(rigs):
+            raise ValueError("a rig is listed twice")
+        known = (info.context or {}).get("rigs")
+        if known is not None:
+            unknown = [r for r in rigs if r not in known]
+            if unknown:
+                raise ValueError(
+                    f"unknown rig {', '.join(map(repr, unknown))} (the bundle has: "
+                    f"{', '.join(sorted(known)) or 'none'})"
+                )
+        return rigs
+
+    @field_validator("instance_type")
+    @classmethod
+    def _allowed_type(cls, instance_type: str, info: ValidationInfo) -> str:
+        allowed = (info.context or {}).get("allowed_instance_types")
+        if allowed is not None and instance_type not in allowed:
+            raise ValueError(
+                f"instance type {instance_type!r} is not allowed by the stack "
+                f"(allowed: {', '.join(allowed)})"
+            )
+        return instance_type
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _within_stack_budget(cls, budget: float, info: ValidationInfo) -> float:
+        limit = (info.context or {}).get("max_sweep_budget_usd")
+        if limit is not None and budget > limit:
+            raise ValueError(
+                f"budget ${budget:.2f} is above the stack's per-sweep budget ${limit:.2f}"
+            )
+        return budget
+
+    @field_validator("subnets")
+    @classmethod
+    def _subnet_ids(cls, subnets: list[str] | None) -> list[str] | None:
+        for subnet in subnets or []:
+            if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", subnet):
+                raise ValueError(f"{subnet!r} is not a subnet id")
+        return subnets
+
+    def boot_count(self) -> int:
+        return len(self.rigs) * self.boots_per_rig
+
+
+def describe_errors(error: ValidationError) -> str:
+    """One line per problem, each naming the field by its path in the input."""
+    lines = []
+    for problem in error.errors():
+        field = ".".join(str(part) for part in problem["loc"]) or "(input)"
+        message = problem["msg"].removeprefix("Value error, ")
+        lines.append(f"{field}: {message}")
+    return "invalid sweep input: " + "; ".join(lines)
+
+
+def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepInput:
+    """Validate raw input (a dict or a JSON string) or raise InvalidInput naming the field."""
+    if isinstance(raw, str | bytes):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"invalid sweep input: malformed JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"invalid sweep input: expected a JSON object, got {type(raw).__name__}")
+    try:
+        sweep = SweepInput.model_validate(raw, context=context)
+    except ValidationError as exc:
+        raise InvalidInput(describe_errors(exc)) from exc
+    if sweep.boot_count() > MAX_BOOTS_PER_SWEEP:
+        raise InvalidInput(
+            f"invalid sweep input: boots_per_rig: {len(sweep.rigs)} rigs x {sweep.boots_per_rig} "
+            f"boots = {sweep.boot_count()} boots, above the {MAX_BOOTS_PER_SWEEP} a sweep may run"
+        )
+    return sweep
+
+
+def json_schema() -> dict[str, Any]:
+    return SweepInput.model_json_schema()
+
+
+def render_schema() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    SCHEMA_PATH.write_text(render_schema())
+    print(f"wrote {SCHEMA_PATH}")

@@ -1,0 +1,39 @@
+"""Is the instance still there to work on? Spot interruptions are recorded by their own rule."""
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from functions.errors import InstanceLost
+
+
+def interruption_of(ddb: Any, ledger_table: str, instance_id: str) -> str | None:
+    item = ddb.get_item(
+        TableName=ledger_table,
+        Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": "INTERRUPTION"}},
+        ConsistentRead=True,
+    ).get("Item")
+    return item["warned_at"]["S"] if item else None
+
+
+def instance_state(ec2: Any, instance_id: str) -> str:
+    try:
+        reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
+            return "gone"
+        raise
+    return str(reservations[0]["Instances"][0]["State"]["Name"]) if reservations else "gone"
+
+
+def ensure_alive(ec2: Any, ddb: Any, ledger_table: str, instance_id: str, during: str) -> None:
+    """Raise InstanceLost when the instance was interrupted or is no longer running."""
+    warned = interruption_of(ddb, ledger_table, instance_id)
+    if warned:
+        raise InstanceLost(
+            f"spot interruption: {instance_id} got the 2-minute interruption warning at "
+            f"{warned} during {during}"
+        )
+    state = instance_state(ec2, instance_id)
+    if state not in ("pending", "running"):
+        raise InstanceLost(f"{instance_id} is {state} during {during}")

@@ -1,0 +1,169 @@
+"""Launch one instance for a rig x boot: spot (or on-demand when asked), each subnet in turn."""
+
+import hashlib
+import time
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
+
+from functions.bootstrap import InstancePlan, render_user_data
+from functions.budget import subnet_zones
+from functions.errors import CapacityUnavailable
+from functions.events import BootState, Instance
+from functions.observability import logger, metrics, tracer
+from functions.settings import (
+    BOOT_TAG,
+    DEADLINE_TAG,
+    PROJECT_TAG,
+    RIG_TAG,
+    SWEEP_TAG,
+    Clients,
+    Settings,
+)
+
+# Errors that mean "not here, not now": try the next subnet/AZ.
+CAPACITY_ERRORS = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "Unsupported",
+        "InsufficientCapacity",
+    }
+)
+
+
+def instance_tags(state: BootState, settings: Settings, deadline_at: float) -> list[dict[str, str]]:
+    return [
+        {"Key": PROJECT_TAG, "Value": settings.project},
+        {"Key": SWEEP_TAG, "Value": state.sweep.sweep_id},
+        {"Key": RIG_TAG, "Value": state.rig},
+        {"Key": BOOT_TAG, "Value": str(state.boot)},
+        {"Key": DEADLINE_TAG, "Value": str(int(deadline_at))},
+        {"Key": "Name", "Value": f"rigbench-{state.sweep.sweep_id}-{state.rig}-{state.boot}"},
+    ]
+
+
+def client_token(state: BootState, subnet: str) -> str:
+    key = f"{state.sweep.sweep_id}/{state.rig}/{state.boot}/{subnet}"
+    return hashlib.sha256(key.encode()).hexdigest()[:64]
+
+
+def run_params(
+    state: BootState, settings: Settings, image_id: str, subnet: str, deadline_at: float
+) -> dict[str, Any]:
+    sweep = state.sweep
+    plan = InstancePlan(
+        sweep_id=sweep.sweep_id,
+        rig=state.rig,
+        boot=state.boot,
+        model=sweep.model,
+        model_revision=sweep.model_revision,
+        bucket=settings.bucket,
+        bundle_key=sweep.bundle.key,
+        bundle_sha256=sweep.bundle.sha256,
+        token_secret_arn=settings.token_secret_arn,
+        deadline_s=sweep.deadlines.instance_s,
+    )
+    tags = instance_tags(state, settings, deadline_at)
+    params: dict[str, Any] = {
+        "ImageId": image_id,
+        "InstanceType": sweep.instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "SubnetId": subnet,
+        "SecurityGroupIds": [settings.security_group_id],
+        "IamInstanceProfile": {"Arn": settings.instance_profile_arn},
+        "UserData": render_user_data(plan),
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tags},
+            {"ResourceType": "volume", "Tags": tags},
+        ],
+        "ClientToken": client_token(state, subnet),
+    }
+    if sweep.market == "spot":
+        params["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            },
+        }
+    return params
+
+
+def launch_instance(state: BootState, clients: Clients, settings: Settings) -> Instance:
+    sweep = state.sweep
+    image_id = clients.ssm.get_parameter(Name=settings.ami_parameter)["Parameter"]["Value"]
+    zones = subnet_zones(clients.ec2, sweep.subnets)
+    refused: list[str] = []
+    for subnet in sweep.subnets:
+        now = time.time()
+        deadline_at = now + sweep.deadlines.instance_s
+        try:
+            response = clients.ec2.run_instances(
+                **run_params(state, settings, image_id, subnet, deadline_at)
+            )
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            if code not in CAPACITY_ERRORS:
+                raise
+            refused.append(f"{subnet} ({zones.get(subnet, '?')}): {code}")
+            logger.warning("launch refused", extra={"subnet": subnet, "code": code})
+            continue
+        launched = response["Instances"][0]
+        launched_at = launched["LaunchTime"].timestamp()
+        metrics.add_metric(name="InstancesLaunched", unit=MetricUnit.Count, value=1)
+        return Instance(
+            instance_id=launched["InstanceId"],
+            subnet_id=subnet,
+            availability_zone=zones.get(subnet, launched["Placement"]["AvailabilityZone"]),
+            image_id=image_id,
+            instance_type=sweep.instance_type,
+            market=sweep.market,
+            launched_at=launched_at,
+            ready_deadline_at=launched_at + sweep.deadlines.ready_s,
+            deadline_at=launched_at + sweep.deadlines.instance_s,
+            refused=refused,
+        )
+    raise CapacityUnavailable(
+        f"no {sweep.market} capacity for {sweep.instance_type} in any subnet: " + "; ".join(refused)
+    )
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=BootState)
+def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
+    settings = Settings.from_env()
+    config = IdempotencyConfig(
+        event_key_jmespath="[sweep.sweep_id, rig, boot]",
+        expires_after_seconds=event.sweep.deadlines.instance_s,
+    )
+    config.register_lambda_context(context)
+    clients = Clients()
+
+    @idempotent_function(
+        data_keyword_argument="state",
+        config=config,
+        persistence_store=DynamoDBPersistenceLayer(
+            table_name=settings.idempotency_table, boto3_client=clients.dynamodb
+        ),
+        output_serializer=PydanticSerializer,
+    )
+    def launch_once(state: BootState) -> Instance:
+        return launch_instance(state, clients, settings)
+
+    return launch_once(state=event).model_dump(mode="json")

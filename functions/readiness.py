@@ -1,0 +1,134 @@
+"""Wait ready, one poll per invocation (the Wait/Choice loop lives in the state machine):
+first the SSM agent comes online, then the rig answers a real completion."""
+
+import time
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
+
+from functions.errors import AgentNeverOnline, InstallFailed, RigNeverReady
+from functions.events import AgentCheck, BootState, Instance, ReadyCheck
+from functions.instance_commands import parse_probe, probe_commands
+from functions.instance_state import ensure_alive
+from functions.observability import logger, metrics, tracer
+from functions.settings import Clients, Settings
+
+PROBE_TIMEOUT_S = 180
+FINISHED = {
+    "Success",
+    "Failed",
+    "Cancelled",
+    "TimedOut",
+    "DeliveryTimedOut",
+    "ExecutionTimedOut",
+    "Undeliverable",
+    "Terminated",
+}
+
+
+def _instance(state: BootState) -> Instance:
+    if state.instance is None:
+        raise ValueError("no instance in the state: the launch step did not run")
+    return state.instance
+
+
+def agent_online(ssm: Any, instance_id: str) -> bool:
+    response = ssm.describe_instance_information(
+        Filters=[{"Key": "InstanceIds", "Values": [instance_id]}]
+    )
+    return any(
+        info.get("PingStatus") == "Online" for info in response.get("InstanceInformationList", [])
+    )
+
+
+def check_agent(state: BootState, clients: Clients, settings: Settings) -> AgentCheck:
+    instance = _instance(state)
+    ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "boot")
+    checks = (state.agent.checks if state.agent else 0) + 1
+    if agent_online(clients.ssm, instance.instance_id):
+        return AgentCheck(online=True, checks=checks)
+    if time.time() > instance.ready_deadline_at:
+        raise AgentNeverOnline(
+            f"the SSM agent on {instance.instance_id} never came online within "
+            f"{state.sweep.deadlines.ready_s} s of launch ({checks} checks)"
+        )
+    return AgentCheck(online=False, checks=checks)
+
+
+def send_probe(ssm: Any, instance_id: str) -> str:
+    response = ssm.send_command(
+        InstanceIds=[instance_id],
+        DocumentName="AWS-RunShellScript",
+        Parameters={"commands": probe_commands(), "executionTimeout": [str(PROBE_TIMEOUT_S)]},
+        TimeoutSeconds=60,
+        Comment="rigbench readiness probe",
+    )
+    return str(response["Command"]["CommandId"])
+
+
+def check_ready(state: BootState, clients: Clients, settings: Settings) -> ReadyCheck:
+    instance = _instance(state)
+    ensure_alive(
+        clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "rig start"
+    )
+    previous = state.ready or ReadyCheck()
+    checks = previous.checks + 1
+    phase, detail = previous.phase, previous.detail
+    if previous.probe_command_id:
+        try:
+            invocation = clients.ssm.get_command_invocation(
+                CommandId=previous.probe_command_id, InstanceId=instance.instance_id
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
+                raise
+            invocation = {"Status": "Pending"}
+        if invocation["Status"] not in FINISHED:
+            return previous.model_copy(update={"checks": checks})
+        probe = parse_probe(invocation.get("StandardOutputContent", ""))
+        if probe.phase == "failed":
+            raise InstallFailed(
+                f"{state.rig} install failed on {instance.instance_id}: "
+                f"{probe.error or 'no detail'}"
+            )
+        if probe.ready:
+            return ReadyCheck(
+                ready=True,
+                phase=probe.phase,
+                checks=checks,
+                provenance=probe.provenance,
+                detail=f"completion {probe.completion!r}",
+            )
+        phase = probe.phase
+        detail = probe.error or probe.detail or invocation.get("StandardErrorContent", "")[-300:]
+    if time.time() > instance.ready_deadline_at:
+        raise RigNeverReady(
+            f"{state.rig} on {instance.instance_id} gave no real completion within "
+            f"{state.sweep.deadlines.ready_s} s of launch "
+            f"(last phase {phase!r}: {detail or 'no detail'})"
+        )
+    return ReadyCheck(
+        ready=False,
+        probe_command_id=send_probe(clients.ssm, instance.instance_id),
+        phase=phase,
+        detail=detail,
+        checks=checks,
+    )
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=BootState)
+def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
+    return check_agent(event, Clients(), Settings.from_env()).model_dump(mode="json")
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=BootState)
+def ready_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
+    return check_ready(event, Clients(), Settings.from_env()).model_dump(mode="json")

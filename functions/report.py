@@ -1,0 +1,47 @@
+"""The one place the orchestrator reads the harness report (`harness.schemas.BenchmarkReport`).
+
+Only the fields a results row needs are modelled; everything else in the report stays in S3.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Summary(_Lenient):
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class Cell(_Lenient):
+    concurrency: int | None = None
+    rate: float | None = None
+    requests_ok: int
+    requests_failed: int
+    output_tokens: int
+    duration_s: float
+    output_tok_s: float
+    ttft_ms: Summary
+    itl_ms: Summary
+    tpot_ms: Summary
+    e2e_ms: Summary
+
+    @property
+    def key(self) -> str:
+        if self.concurrency is not None:
+            return f"c{self.concurrency:05d}"
+        if self.rate is not None:
+            return f"r{self.rate:011.4f}"
+        raise ValueError("a cell has neither concurrency nor rate")
+
+
+class Report(_Lenient):
+    harness_version: str
+    url: str
+    model: str
+    started_at: str
+    cells: list[Cell] = Field(min_length=1)

@@ -1,0 +1,116 @@
+"""The stack's configuration as the handlers see it: environment variables set by template.yaml."""
+
+import os
+import threading
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.config import Config
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_service_quotas import ServiceQuotasClient
+    from mypy_boto3_ssm import SSMClient
+
+# Tags every launched instance carries; the IAM policies key on PROJECT_TAG.
+PROJECT_TAG = "rigbench:project"
+SWEEP_TAG = "rigbench:sweep"
+RIG_TAG = "rigbench:rig"
+BOOT_TAG = "rigbench:boot"
+DEADLINE_TAG = "rigbench:deadline"
+
+# Standard retry mode: bounded client retries; the state machine owns the longer retries.
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
+
+
+def _csv(name: str) -> list[str]:
+    return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    project: str
+    results_table: str
+    ledger_table: str
+    idempotency_table: str
+    bucket: str
+    bundle_manifest_key: str
+    subnet_ids: list[str]
+    security_group_id: str
+    instance_profile_arn: str
+    ami_parameter: str
+    allowed_instance_types: list[str]
+    sweep_budget_usd: float
+    monthly_cap_usd: float
+    token_secret_arn: str
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        env = os.environ
+        return cls(
+            project=env["PROJECT"],
+            results_table=env["RESULTS_TABLE"],
+            ledger_table=env["LEDGER_TABLE"],
+            idempotency_table=env["IDEMPOTENCY_TABLE"],
+            bucket=env["BUCKET"],
+            bundle_manifest_key=env.get("BUNDLE_MANIFEST_KEY", "bundle/current.json"),
+            subnet_ids=_csv("SUBNET_IDS"),
+            security_group_id=env.get("SECURITY_GROUP_ID", ""),
+            instance_profile_arn=env.get("INSTANCE_PROFILE_ARN", ""),
+            ami_parameter=env.get("AMI_PARAMETER", ""),
+            allowed_instance_types=_csv("ALLOWED_INSTANCE_TYPES"),
+            sweep_budget_usd=float(env.get("SWEEP_BUDGET_USD", "0")),
+            monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),
+            token_secret_arn=env.get("TOKEN_SECRET_ARN", ""),
+        )
+
+
+# One session per process, as Lambda reuses it across warm invocations: loading the service
+# models is the slow part of making a client. Sessions are not thread-safe: hence the lock.
+_SESSION_LOCK = threading.Lock()
+_SESSION: boto3.session.Session | None = None
+
+
+def shared_session() -> boto3.session.Session:
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            _SESSION = boto3.session.Session()
+        return _SESSION
+
+
+class Clients:
+    """boto3 clients built on first use, from the environment at call time (not import time)."""
+
+    def __init__(self, session: boto3.session.Session | None = None) -> None:
+        self._session = session or shared_session()
+
+    @cached_property
+    def ec2(self) -> "EC2Client":
+        with _SESSION_LOCK:
+            return self._session.client("ec2", config=CLIENT_CONFIG)
+
+    @cached_property
+    def ssm(self) -> "SSMClient":
+        with _SESSION_LOCK:
+            return self._session.client("ssm", config=CLIENT_CONFIG)
+
+    @cached_property
+    def dynamodb(self) -> "DynamoDBClient":
+        with _SESSION_LOCK:
+            return self._session.client("dynamodb", config=CLIENT_CONFIG)
+
+    @cached_property
+    def s3(self) -> "S3Client":
+        with _SESSION_LOCK:
+            return self._session.client("s3", config=CLIENT_CONFIG)
+
+    @cached_property
+    def service_quotas(self) -> "ServiceQuotasClient":
+        with _SESSION_LOCK:
+            return self._session.client("service-quotas", config=CLIENT_CONFIG)

@@ -1,0 +1,113 @@
+"""Store a boot's results: one DynamoDB row per load cell, with provenance; the raw report
+stays in S3 where the instance put it.
+
+Results table: pk `sweep_id`, sk `row_key` = rig#boot#cell (a sweep is one Query);
+GSI `by_config`: `config_key` = rig#model#instance_type, `started_at` (one rig/model/type over
+time is one Query); GSI `by_month`: `month`, `started_at` (recent rows without a full key).
+"""
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from boto3.dynamodb.types import TypeSerializer
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from functions.errors import ReportInvalid
+from functions.events import BootState, Stored
+from functions.observability import logger, metrics, tracer
+from functions.report import Report
+from functions.settings import Clients, Settings
+
+_serializer = TypeSerializer()
+
+
+def config_key(rig: str, model: str, instance_type: str) -> str:
+    return f"{rig}#{model}#{instance_type}"
+
+
+def row_key(rig: str, boot: int, cell_key: str) -> str:
+    return f"{rig}#{boot:02d}#{cell_key}"
+
+
+def read_report(s3: Any, bucket: str, key: str) -> Report:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        raise ReportInvalid(f"no harness report at s3://{bucket}/{key}: {exc}") from exc
+    try:
+        return Report.model_validate_json(body)
+    except ValidationError as exc:
+        raise ReportInvalid(
+            f"the harness report s3://{bucket}/{key} does not parse: {exc}"
+        ) from exc
+
+
+def result_rows(state: BootState, report: Report, key: str) -> list[dict[str, Any]]:
+    sweep, instance = state.sweep, state.instance
+    assert instance is not None
+    ready_provenance = state.ready.provenance if state.ready else {}
+    provenance = {
+        "harness_version": report.harness_version,
+        "bundle_sha256": sweep.bundle.sha256,
+        "model_revision": sweep.model_revision or ready_provenance.get("model_revision", "unknown"),
+        "instance_type": instance.instance_type,
+        "availability_zone": instance.availability_zone,
+        "image_id": instance.image_id,
+        "market": instance.market,
+        "instance_id": instance.instance_id,
+        "driver": ready_provenance.get("driver", "unknown"),
+        "gpu": ready_provenance.get("gpu", "unknown"),
+        "rig": {k: v for k, v in ready_provenance.items() if k not in ("driver", "gpu")},
+    }
+    rows = []
+    for cell in report.cells:
+        metrics_doc = cell.model_dump(mode="json")
+        rows.append(
+            {
+                "sweep_id": sweep.sweep_id,
+                "row_key": row_key(state.rig, state.boot, cell.key),
+                "config_key": config_key(state.rig, sweep.model, sweep.instance_type),
+                "month": report.started_at[:7],
+                "started_at": report.started_at,
+                "rig": state.rig,
+                "boot": state.boot,
+                "model": sweep.model,
+                "instance_type": sweep.instance_type,
+                "cell": cell.key,
+                "metrics": metrics_doc,
+                "provenance": provenance,
+                "report_key": key,
+            }
+        )
+    return rows
+
+
+def to_item(row: dict[str, Any]) -> dict[str, Any]:
+    as_decimals = json.loads(json.dumps(row), parse_float=Decimal)
+    return {k: _serializer.serialize(v) for k, v in as_decimals.items() if v is not None}
+
+
+def store_results(state: BootState, clients: Clients, settings: Settings) -> Stored:
+    if state.command is None or state.instance is None:
+        raise ValueError("nothing to store: the benchmark did not run")
+    key = state.command.report_key
+    report = read_report(clients.s3, settings.bucket, key)
+    rows = result_rows(state, report, key)
+    # Keys are deterministic, so a retried store overwrites its own rows and nothing else.
+    for row in rows:
+        clients.dynamodb.put_item(TableName=settings.results_table, Item=to_item(row))
+    metrics.add_metric(name="ResultRowsStored", unit=MetricUnit.Count, value=len(rows))
+    return Stored(rows=len(rows), report_key=key)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=BootState)
+def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
+    return store_results(event, Clients(), Settings.from_env()).model_dump(mode="json")

@@ -1,0 +1,55 @@
+"""After the Map: say what the sweep did; the Choice after it fails the execution with this
+error and cause when any boot failed."""
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from functions.events import SummarizeEvent
+from functions.observability import logger, metrics, tracer
+
+MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
+
+
+class Summary(BaseModel):
+    sweep_id: str
+    failed: bool
+    boots: int
+    boots_failed: int
+    rows: int
+    cost_usd: float
+    error: str = ""
+    cause: str = ""
+
+
+def summarize(event: SummarizeEvent) -> Summary:
+    failed = [b for b in event.boots if b.outcome == "failed"]
+    summary = Summary(
+        sweep_id=event.sweep.sweep_id,
+        failed=bool(failed),
+        boots=len(event.boots),
+        boots_failed=len(failed),
+        rows=sum(b.rows for b in event.boots),
+        cost_usd=round(sum(b.cost_usd for b in event.boots), 6),
+    )
+    if not failed:
+        return summary
+    errors = sorted({b.error or "Unknown" for b in failed})
+    lines = [f"{b.rig} boot {b.boot}: {b.error}: {b.cause}" for b in failed]
+    cause = f"{len(failed)} of {len(event.boots)} boots failed; " + "; ".join(lines)
+    return summary.model_copy(
+        update={
+            "error": errors[0] if len(errors) == 1 else "BootsFailed",
+            "cause": cause[:MAX_CAUSE],
+        }
+    )
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=SummarizeEvent)
+def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
+    return summarize(event).model_dump(mode="json")

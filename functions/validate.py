@@ -1,0 +1,70 @@
+"""First state: validate the execution input against the stack and plan the rig x boot items."""
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
+
+from functions.errors import InvalidInput
+from functions.events import BootItem, BundleRef, SweepConfig, SweepState, ValidateEvent
+from functions.execution_input import parse_sweep_input
+from functions.observability import logger, metrics, tracer
+from functions.settings import Clients, Settings
+
+
+def read_bundle(s3: Any, bucket: str, manifest_key: str) -> BundleRef:
+    """The manifest `rigbench deploy` wrote beside the bundle: which rigs it holds, its hash."""
+    try:
+        body = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
+    except ClientError as exc:
+        raise InvalidInput(
+            f"no rig bundle at s3://{bucket}/{manifest_key}: run `rigbench deploy` first"
+        ) from exc
+    return BundleRef.model_validate(json.loads(body))
+
+
+def sweep_id_from(execution_name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", execution_name.lower()).strip("-")[:63] or "sweep"
+
+
+def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -> SweepState:
+    bundle = read_bundle(clients.s3, settings.bucket, settings.bundle_manifest_key)
+    sweep = parse_sweep_input(
+        event.input,
+        context={
+            "rigs": set(bundle.rigs),
+            "allowed_instance_types": settings.allowed_instance_types,
+            "max_sweep_budget_usd": settings.sweep_budget_usd or None,
+        },
+    )
+    subnets = sweep.subnets or settings.subnet_ids
+    if not subnets:
+        raise InvalidInput("invalid sweep input: subnets: none given and the stack has none")
+    fields = sweep.model_dump(exclude={"sweep_id", "subnets"})
+    config = SweepConfig(
+        **fields,
+        sweep_id=sweep.sweep_id or sweep_id_from(event.execution_name),
+        subnets=subnets,
+        bundle=bundle,
+        execution_arn=event.execution_arn,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    items = [
+        BootItem(rig=rig, boot=b) for b in range(1, sweep.boots_per_rig + 1) for rig in sweep.rigs
+    ]
+    return SweepState(sweep=config, items=items)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=ValidateEvent)
+def handler(event: ValidateEvent, context: LambdaContext) -> dict[str, Any]:
+    state = validate_sweep(event, Clients(), Settings.from_env())
+    metrics.add_metric(name="SweepsValidated", unit=MetricUnit.Count, value=1)
+    return state.model_dump(mode="json", exclude_none=True)

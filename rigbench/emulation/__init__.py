@@ -1,0 +1,23 @@
+"""An embedded AWS account for the orchestrator: moto plus seams a fleet fills."""
+
+from rigbench.emulation.fleet import (
+    CommandNotDelivered,
+    CommandResult,
+    Fleet,
+    LaunchedInstance,
+    LaunchRequest,
+    ScriptedFleet,
+)
+from rigbench.emulation.seams import Faults
+from rigbench.emulation.stack import Emulation
+
+__all__ = [
+    "CommandNotDelivered",
+    "CommandResult",
+    "Emulation",
+    "Faults",
+    "Fleet",
+    "LaunchRequest",
+    "LaunchedInstance",
+    "ScriptedFleet",
+]

@@ -1,0 +1,274 @@
+"""The seam between the emulated control plane and whatever plays the instances.
+
+moto runs EC2, SSM and Service Quotas calls but cannot know what an instance would do: it
+has no capacity errors, no G-instance quotas, a fixed spot price, no SSM agent, and every
+command "succeeds" with empty output. The emulation routes exactly those questions to a
+`Fleet`: `ScriptedFleet` (tests script each answer) or a fleet of local processes.
+"""
+
+import copy
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+import boto3
+
+from functions.instance_commands import BENCH_STEP, PROBE_STEP, report_uri_of, step_of
+from functions.quota import ON_DEMAND_G_VT_QUOTA, SPOT_G_VT_QUOTA
+from functions.settings import RIG_TAG
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    instance_type: str
+    subnet_id: str
+    availability_zone: str
+    market: Literal["spot", "on-demand"]
+
+
+@dataclass(frozen=True)
+class LaunchedInstance:
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    market: Literal["spot", "on-demand"]
+    user_data: str
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What GetCommandInvocation reports (Status is one of SSM's invocation statuses)."""
+
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    response_code: int = -1
+
+
+class CommandNotDelivered(Exception):
+    """The invocation does not exist yet; SSM answers InvocationDoesNotExist."""
+
+
+class Fleet(Protocol):
+    def bind(self, aws_env: dict[str, str]) -> None:
+        """Called once the emulation runs: the environment an instance uses to reach AWS."""
+
+    def quota_vcpus(self, quota_code: str) -> float: ...
+
+    def spot_price(self, instance_type: str, availability_zone: str) -> float: ...
+
+    def capacity_error(self, request: LaunchRequest) -> str | None:
+        """An EC2 error code to refuse this launch with (InsufficientInstanceCapacity, ...)."""
+
+    def launched(self, instance: LaunchedInstance) -> None: ...
+
+    def agent_online(self, instance_id: str) -> bool: ...
+
+    def send_command(
+        self, command_id: str, instance_id: str, commands: list[str], timeout_s: int
+    ) -> None: ...
+
+    def command_result(self, command_id: str, instance_id: str) -> CommandResult:
+        """Raise CommandNotDelivered when SSM would not know the invocation yet."""
+
+    def terminated(self, instance_id: str) -> None: ...
+
+
+BenchOutcome = Literal["success", "failed", "timed_out", "running", "bad_report"]
+
+
+@dataclass
+class ScriptedFleet:
+    """A fleet whose every answer a test sets; it records what it was asked.
+
+    Instances come online after `agent_after` agent checks (None: never), the rig answers a
+    completion after `ready_after` probes (None: never), or the install fails with
+    `install_error`. The harness command ends as `bench`; on success the fleet uploads a
+    report in the harness's format to the S3 URI the command names, as an instance would.
+    """
+
+    quotas: dict[str, float] = field(
+        default_factory=lambda: {SPOT_G_VT_QUOTA: 64.0, ON_DEMAND_G_VT_QUOTA: 64.0}
+    )
+    price_usd_per_hour: float = 0.30
+    refuse: dict[str, str] = field(default_factory=dict)  # availability zone -> error code
+    refuse_markets: dict[str, str] = field(default_factory=dict)  # market -> error code
+    agent_after: int | None = 0
+    ready_after: int | None = 0
+    install_error: str | None = None
+    bench: BenchOutcome = "success"
+    bench_by_rig: dict[str, BenchOutcome] = field(default_factory=dict)
+    missing_invocations: int = 1  # GetCommandInvocation calls answered InvocationDoesNotExist
+    provenance: dict[str, str] = field(
+        default_factory=lambda: {"driver": "570.133.20", "gpu": "NVIDIA T4G", "torch": "2.7.0"}
+    )
+
+    def __post_init__(self) -> None:
+        self._defaults = {
+            name: copy.deepcopy(getattr(self, name)) for name in self.__dataclass_fields__
+        }
+        self._lock = threading.Lock()
+        self._aws_env: dict[str, str] = {}
+        self._clear()
+
+    def reset(self) -> None:
+        """Back to the knobs it was built with, forgetting everything it recorded."""
+        for name, value in self._defaults.items():
+            setattr(self, name, copy.deepcopy(value))
+        self._clear()
+
+    def _clear(self) -> None:
+        self.instances: dict[str, LaunchedInstance] = {}
+        self.alive: set[str] = set()
+        self.launch_requests: list[LaunchRequest] = []
+        self.commands: dict[tuple[str, str], tuple[str, list[str]]] = {}
+        self.agent_checks: dict[str, int] = {}
+        self.probes: dict[str, int] = {}
+        self.result_polls: dict[tuple[str, str], int] = {}
+        self.bench_started = threading.Event()
+
+    def bind(self, aws_env: dict[str, str]) -> None:
+        self._aws_env = dict(aws_env)
+
+    def quota_vcpus(self, quota_code: str) -> float:
+        return self.quotas.get(quota_code, 0.0)
+
+    def spot_price(self, instance_type: str, availability_zone: str) -> float:
+        return self.price_usd_per_hour
+
+    def capacity_error(self, request: LaunchRequest) -> str | None:
+        with self._lock:
+            self.launch_requests.append(request)
+        return self.refuse_markets.get(request.market) or self.refuse.get(request.availability_zone)
+
+    def launched(self, instance: LaunchedInstance) -> None:
+        with self._lock:
+            self.instances[instance.instance_id] = instance
+            self.alive.add(instance.instance_id)
+
+    def terminated(self, instance_id: str) -> None:
+        with self._lock:
+            self.alive.discard(instance_id)
+
+    def agent_online(self, instance_id: str) -> bool:
+        with self._lock:
+            self.agent_checks[instance_id] = self.agent_checks.get(instance_id, 0) + 1
+            if self.agent_after is None or instance_id not in self.alive:
+                return False
+            return self.agent_checks[instance_id] > self.agent_after
+
+    def send_command(
+        self, command_id: str, instance_id: str, commands: list[str], timeout_s: int
+    ) -> None:
+        step = step_of(commands) or "unknown"
+        with self._lock:
+            self.commands[(command_id, instance_id)] = (step, commands)
+        if step == BENCH_STEP:
+            self.bench_started.set()
+            if self._bench_outcome(instance_id) in ("success", "bad_report"):
+                self._upload_report(commands, self._bench_outcome(instance_id))
+
+    def command_result(self, command_id: str, instance_id: str) -> CommandResult:
+        key = (command_id, instance_id)
+        with self._lock:
+            polls = self.result_polls.get(key, 0) + 1
+            self.result_polls[key] = polls
+            step, _ = self.commands[key]
+        if polls <= self.missing_invocations:
+            raise CommandNotDelivered(command_id)
+        if step == PROBE_STEP:
+            return self._probe(instance_id)
+        if step == BENCH_STEP:
+            return {
+                "success": CommandResult("Success", stdout="report uploaded", response_code=0),
+                "bad_report": CommandResult("Success", stdout="report uploaded", response_code=0),
+                "failed": CommandResult(
+                    "Failed", stderr="httpx.ConnectError: connection refused", response_code=1
+                ),
+                "timed_out": CommandResult(
+                    "TimedOut", stderr="command exceeded its executionTimeout", response_code=-1
+                ),
+                "running": CommandResult("InProgress"),
+            }[self._bench_outcome(instance_id)]
+        return CommandResult("Failed", stderr=f"unknown command step {step!r}", response_code=127)
+
+    def _probe(self, instance_id: str) -> CommandResult:
+        with self._lock:
+            self.probes[instance_id] = self.probes.get(instance_id, 0) + 1
+            count = self.probes[instance_id]
+        if self.install_error is not None:
+            out = {"phase": "failed", "error": self.install_error}
+        elif self.ready_after is not None and count > self.ready_after:
+            out = {"phase": "ready", "completion": " Paris", "provenance": self.provenance}
+        else:
+            out = {"phase": "serving", "detail": "ConnectionRefusedError: [Errno 111]"}
+        return CommandResult("Success", stdout=json.dumps(out) + "\n", response_code=0)
+
+    def _bench_outcome(self, instance_id: str) -> BenchOutcome:
+        instance = self.instances.get(instance_id)
+        rig = instance.tags.get(RIG_TAG, "") if instance else ""
+        return self.bench_by_rig.get(rig, self.bench)
+
+    def _upload_report(self, commands: list[str], outcome: BenchOutcome) -> None:
+        uri = report_uri_of(commands)
+        if uri is None:
+            raise ValueError("the bench command names no report URI")
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        body = (
+            b"{not json"
+            if outcome == "bad_report"
+            else json.dumps(scripted_report(commands)).encode()
+        )
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=self._aws_env.get("AWS_ENDPOINT_URL"),
+            region_name=self._aws_env.get("AWS_DEFAULT_REGION", "us-east-1"),
+            aws_access_key_id=self._aws_env.get("AWS_ACCESS_KEY_ID", "testing"),
+            aws_secret_access_key=self._aws_env.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        )
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+
+
+def _flag(commands: list[str], name: str) -> str | None:
+    match = re.search(rf"--{name} (\S+)", "\n".join(commands))
+    return match.group(1).strip("'\"") if match else None
+
+
+def scripted_report(commands: list[str]) -> dict[str, Any]:
+    """A report in the harness's format with one cell per concurrency the command asks for."""
+    concurrency = [int(c) for c in (_flag(commands, "concurrency") or "1").split(",")]
+    output_len = int(_flag(commands, "output-len") or "16")
+    requests = int(_flag(commands, "requests") or "4")
+    cells = []
+    for c in concurrency:
+        tokens = requests * output_len
+        duration = 1.0 + 0.1 * c
+
+        def summary(base: float, c: int = c) -> dict[str, float]:
+            return {"mean": base * c, "p50": base * c, "p90": base * c * 1.2, "p99": base * c * 1.5}
+
+        cells.append(
+            {
+                "concurrency": c,
+                "requests_ok": requests,
+                "requests_failed": 0,
+                "output_tokens": tokens,
+                "duration_s": duration,
+                "output_tok_s": tokens / duration,
+                "ttft_ms": summary(40.0),
+                "itl_ms": summary(10.0),
+                "tpot_ms": summary(10.0),
+                "e2e_ms": summary(40.0 + 10.0 * output_len),
+            }
+        )
+    return {
+        "harness_version": "0.1.0+scripted",
+        "url": "http://127.0.0.1:8000",
+        "model": _flag(commands, "model") or "unknown",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cells": cells,
+    }

@@ -1,0 +1,356 @@
+"""Patches on moto's in-process backends that route the questions moto cannot answer to a
+Fleet, run Lambda handlers in this process, and inject faults a test asks for.
+
+Installed for the life of an Emulation (`Seams.install` / `Seams.uninstall`); moto's server
+runs in this process, so its backends are these objects.
+"""
+
+import importlib
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from moto.awslambda.models import LambdaBackend
+from moto.core.exceptions import JsonRESTError
+from moto.core.responses import ActionResult
+from moto.dynamodb.exceptions import DynamodbException
+from moto.dynamodb.models import DynamoDBBackend
+from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.responses.spot_instances import SpotInstances
+from moto.servicequotas.models import ServiceQuotasBackend
+from moto.ssm.models import Command, SimpleSystemManagerBackend
+from moto.ssm.responses import SimpleSystemManagerResponse
+
+from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
+
+LambdaFault = Literal["raise", "timeout", "service"]
+
+
+@dataclass
+class Faults:
+    """Faults a test injects: Lambda failures per function, DynamoDB throttling per table."""
+
+    lambdas: dict[str, list[LambdaFault]] = field(default_factory=dict)
+    throttles: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def fail_lambda(self, logical_id: str, kind: LambdaFault, times: int = 1) -> None:
+        with self._lock:
+            self.lambdas.setdefault(logical_id, []).extend([kind] * times)
+
+    def throttle_dynamodb(self, table_name: str, times: int) -> None:
+        """The next `times` PutItem calls on the table answer ProvisionedThroughputExceeded."""
+        with self._lock:
+            self.throttles[table_name] = self.throttles.get(table_name, 0) + times
+
+    def take_lambda(self, logical_id: str) -> LambdaFault | None:
+        with self._lock:
+            queue = self.lambdas.get(logical_id)
+            return queue.pop(0) if queue else None
+
+    def take_throttle(self, table_name: str) -> bool:
+        with self._lock:
+            left = self.throttles.get(table_name, 0)
+            if left <= 0:
+                return False
+            self.throttles[table_name] = left - 1
+            return True
+
+
+@dataclass
+class LambdaContext:
+    """What a handler reads from its context in Lambda."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_s: float
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.timeout_s - (time.monotonic() - self.started)) * 1000))
+
+
+def _error_payload(error_type: str, message: str, trace: list[str] | None = None) -> bytes:
+    return json.dumps(
+        {"errorMessage": message, "errorType": error_type, "stackTrace": trace or []}
+    ).encode()
+
+
+@dataclass
+class Seams:
+    fleet: Fleet
+    faults: Faults
+    logical_ids: dict[str, str]  # function physical name -> logical id
+    timeout_override_s: float | None = None
+    _originals: list[tuple[type, str, Any]] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ install
+    def install(self) -> None:
+        seams = self
+
+        def invoke(
+            backend: LambdaBackend,
+            function_name: str,
+            qualifier: str | None,
+            body: Any,
+            headers: Any,
+            response_headers: Any,
+        ) -> bytes:
+            return seams.invoke_handler(backend, function_name, qualifier, body, response_headers)
+
+        original_send = SimpleSystemManagerBackend.send_command
+        original_invocation = SimpleSystemManagerBackend.get_command_invocation
+        original_quota = ServiceQuotasBackend.get_service_quota
+        original_run = InstanceBackend.run_instances
+        original_terminate = InstanceBackend.terminate_instances
+        original_put = DynamoDBBackend.put_item
+
+        def send_command(backend: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
+            command = original_send(backend, **kwargs)
+            commands = list((kwargs.get("parameters") or {}).get("commands", []))
+            timeout = int(((kwargs.get("parameters") or {}).get("executionTimeout") or ["3600"])[0])
+            for instance_id in kwargs.get("instance_ids") or []:
+                seams.fleet.send_command(command.command_id, instance_id, commands, timeout)
+            return command
+
+        def get_command_invocation(
+            backend: SimpleSystemManagerBackend,
+            command_id: str,
+            instance_id: str,
+            plugin_name: str | None,
+        ) -> dict[str, Any]:
+            invocation = dict(original_invocation(backend, command_id, instance_id, plugin_name))
+            try:
+                result = seams.fleet.command_result(command_id, instance_id)
+            except CommandNotDelivered as exc:
+                raise JsonRESTError(
+                    "InvocationDoesNotExist", "An error occurred (InvocationDoesNotExist)"
+                ) from exc
+            invocation.update(
+                Status=result.status,
+                StatusDetails=result.status,
+                ResponseCode=result.response_code,
+                StandardOutputContent=result.stdout[-24000:],
+                StandardErrorContent=result.stderr[-8000:],
+            )
+            return invocation
+
+        def describe_instance_information(response: SimpleSystemManagerResponse) -> ActionResult:
+            ids: list[str] = []
+            for entry in response._get_param("Filters", []) or []:
+                if entry.get("Key") == "InstanceIds":
+                    ids.extend(entry.get("Values", []))
+            for entry in response._get_param("InstanceInformationFilterList", []) or []:
+                if entry.get("key") == "InstanceIds":
+                    ids.extend(entry.get("valueSet", []))
+            now = datetime.now(UTC).isoformat()
+            found = [
+                {
+                    "InstanceId": i,
+                    "PingStatus": "Online",
+                    "LastPingDateTime": now,
+                    "PlatformType": "Linux",
+                    "ResourceType": "EC2Instance",
+                    "AgentVersion": "3.3",
+                }
+                for i in ids
+                if seams.fleet.agent_online(i)
+            ]
+            return ActionResult({"InstanceInformationList": found})
+
+        def get_service_quota(
+            backend: ServiceQuotasBackend, service_code: str, quota_code: str
+        ) -> dict[str, Any]:
+            if service_code != "ec2":
+                return original_quota(backend, service_code, quota_code)
+            return {
+                "ServiceCode": "ec2",
+                "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+                "QuotaCode": quota_code,
+                "QuotaName": quota_code,
+                "Unit": "None",
+                "Value": seams.fleet.quota_vcpus(quota_code),
+                "Adjustable": True,
+                "GlobalQuota": False,
+                "QuotaArn": f"arn:aws:servicequotas:{backend.region_name}::ec2/{quota_code}",
+            }
+
+        def describe_spot_price_history(response: SpotInstances) -> ActionResult:
+            types = response._get_param("InstanceTypes", [])
+            filters = response._filters_from_querystring()
+            offerings = response.ec2_backend.describe_spot_price_history(types, filters)
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            history = [
+                {
+                    "InstanceType": o["InstanceType"],
+                    "ProductDescription": "Linux/UNIX",
+                    "SpotPrice": f"{seams.fleet.spot_price(o['InstanceType'], o['Location']):.6f}",
+                    "AvailabilityZone": o["Location"],
+                    "Timestamp": now,
+                }
+                for o in offerings
+            ]
+            return ActionResult({"SpotPriceHistory": history})
+
+        def run_instances(
+            backend: InstanceBackend,
+            image_id: str,
+            count: int,
+            user_data: Any,
+            security_group_names: list[str],
+            **kwargs: Any,
+        ) -> Any:
+            subnet_id = kwargs.get("subnet_id") or ""
+            zone = backend.get_subnet(subnet_id).availability_zone if subnet_id else ""  # type: ignore[attr-defined]
+            market: Literal["spot", "on-demand"] = (
+                "spot" if kwargs.get("instance_market_options") else "on-demand"
+            )
+            instance_type = kwargs.get("instance_type", "m1.small")
+            code = seams.fleet.capacity_error(LaunchRequest(instance_type, subnet_id, zone, market))
+            if code is not None:
+                raise EC2ClientError(
+                    code,
+                    f"We currently do not have sufficient {instance_type} capacity in the "
+                    f"Availability Zone you requested ({zone}).",
+                )
+            reservation = original_run(
+                backend, image_id, count, user_data, security_group_names, **kwargs
+            )
+            text = user_data.decode() if hasattr(user_data, "decode") else ""
+            for instance in reservation.instances:
+                seams.fleet.launched(
+                    LaunchedInstance(
+                        instance_id=instance.id,
+                        instance_type=instance.instance_type,
+                        availability_zone=instance.placement,
+                        market=market,
+                        user_data=text,
+                        tags={
+                            t["key"]: t["value"]
+                            for t in backend.describe_tags(filters={"resource-id": [instance.id]})
+                        },  # type: ignore[attr-defined]
+                    )
+                )
+            return reservation
+
+        def terminate_instances(backend: InstanceBackend, instance_ids: list[str]) -> Any:
+            result = original_terminate(backend, instance_ids)
+            for instance, _previous in result:
+                seams.fleet.terminated(instance.id)
+            return result
+
+        def put_item(backend: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
+            if seams.faults.take_throttle(table_name):
+                raise DynamodbException(
+                    "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+                    "The level of configured provisioned throughput for the table was exceeded.",
+                )
+            return original_put(backend, table_name, *args, **kwargs)
+
+        patches: list[tuple[type, str, Callable[..., Any]]] = [
+            (LambdaBackend, "invoke", invoke),
+            (SimpleSystemManagerBackend, "send_command", send_command),
+            (SimpleSystemManagerBackend, "get_command_invocation", get_command_invocation),
+            (
+                SimpleSystemManagerResponse,
+                "describe_instance_information",
+                describe_instance_information,
+            ),
+            (ServiceQuotasBackend, "get_service_quota", get_service_quota),
+            (SpotInstances, "describe_spot_price_history", describe_spot_price_history),
+            (InstanceBackend, "run_instances", run_instances),
+            (InstanceBackend, "terminate_instances", terminate_instances),
+            (DynamoDBBackend, "put_item", put_item),
+        ]
+        for owner, name, replacement in patches:
+            self._originals.append((owner, name, owner.__dict__.get(name)))
+            setattr(owner, name, replacement)
+
+    def uninstall(self) -> None:
+        for owner, name, original in reversed(self._originals):
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._originals.clear()
+
+    # ------------------------------------------------------------------ Lambda
+    def invoke_handler(
+        self,
+        backend: LambdaBackend,
+        function_name: str,
+        qualifier: str | None,
+        body: Any,
+        response_headers: dict[str, str],
+    ) -> bytes:
+        """Run the function's handler in this process, as Lambda would run it."""
+        fn = backend.get_function(function_name, qualifier)
+        logical_id = self.logical_ids.get(fn.function_name, fn.function_name)
+        timeout = self.timeout_override_s or float(fn.timeout)
+        fault = self.faults.take_lambda(logical_id)
+        if fault == "service":
+            raise JsonRESTError(
+                "ServiceException", "Lambda was unable to run the function (injected)"
+            )
+        payload: bytes
+        if fault == "timeout":
+            time.sleep(timeout)
+            payload = _error_payload(
+                "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds"
+            )
+            response_headers["x-amz-function-error"] = "Unhandled"
+            response_headers["Content-Length"] = str(len(payload))
+            return payload
+        os.environ.update({k: str(v) for k, v in (fn.environment_vars or {}).items()})
+        module_name, _, attr = fn.handler.rpartition(".")
+        context = LambdaContext(
+            function_name=fn.function_name,
+            invoked_function_arn=fn.function_arn,
+            memory_limit_in_mb=int(fn.memory_size),
+            timeout_s=timeout,
+        )
+        event = json.loads(body) if body else {}
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                if fault == "raise":
+                    raise RuntimeError(f"injected failure in {logical_id}")
+                handler = getattr(importlib.import_module(module_name), attr)
+                outcome["result"] = handler(event, context)
+            except Exception as exc:
+                outcome["error"] = exc
+                outcome["trace"] = traceback.format_exception(exc)
+
+        worker = threading.Thread(target=run, name=f"lambda-{logical_id}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            payload = _error_payload(
+                "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds"
+            )
+        elif "error" in outcome:
+            exc = outcome["error"]
+            payload = _error_payload(type(exc).__name__, str(exc), outcome["trace"])
+        else:
+            payload = json.dumps(outcome.get("result")).encode()
+            response_headers["Content-Length"] = str(len(payload))
+            return payload
+        response_headers["x-amz-function-error"] = "Unhandled"
+        response_headers["Content-Length"] = str(len(payload))
+        return payload

@@ -1,0 +1,436 @@
+"""An embedded AWS account running the stack template.yaml declares, in this process.
+
+    with Emulation(fleet=ScriptedFleet()) as emu:
+        arn = emu.start_execution({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
+        emu.wait(arn)
+
+A moto server (Step Functions execution enabled) on a free loopback port; resources created
+by reading template.yaml (tables, bucket, roles, security group, functions with their handler
+and environment, the state machine with its substitutions resolved); Lambda invocations run
+the handlers in this process; what moto cannot emulate is asked of the fleet (seams.py).
+"""
+
+import io
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+import zipfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import boto3
+import httpx
+from moto.server import ThreadedMotoServer
+
+from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
+from rigbench.emulation.fleet import Fleet
+from rigbench.emulation.seams import Faults, Seams
+from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
+
+ACCOUNT_ID = "123456789012"
+EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
+EMULATED_AMI = "ami-0e1a7ed0000000000"  # moto does not validate AMIs unless asked to
+DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+# What a Lambda function's environment gets from the emulated "runtime".
+_LAMBDA_RUNTIME_ENV = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Emulation:
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        stack_name: str = "rigbench",
+        region: str = "us-east-1",
+        parameters: dict[str, Any] | None = None,
+        template_path: Path = TEMPLATE_PATH,
+        bundle_root: Path = REPO_ROOT,
+        faults: Faults | None = None,
+        function_timeout_s: float | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.stack_name = stack_name
+        self.region = region
+        self.parameters = dict(parameters or {})
+        self.template = Template.load(template_path)
+        self.bundle_root = bundle_root
+        self.faults = faults or Faults()
+        self.function_timeout_s = function_timeout_s
+        self.port = 0
+        self._server: ThreadedMotoServer | None = None
+        self._seams: Seams | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self.physical: dict[str, str] = {}  # logical id -> name / id / ARN (Ref)
+        self.state_machine_arn = ""
+        self.bundle: dict[str, Any] = {}
+        self.resolver: Resolver | None = None
+        self._session: boto3.session.Session | None = None
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def aws_env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+        }
+
+    def __enter__(self) -> "Emulation":
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.port = free_port()
+        env = {**self.aws_env(), "MOTO_PORT": str(self.port), **_LAMBDA_RUNTIME_ENV}
+        for key, value in env.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        self._clients.clear()
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+        httpx.post(f"{self.endpoint_url}/moto-api/reset")
+        httpx.post(
+            f"{self.endpoint_url}/moto-api/config",
+            json={"stepfunctions": {"execute_state_machine": True}},
+        ).raise_for_status()
+        self._seams = Seams(self.fleet, self.faults, {}, self.function_timeout_s)
+        self._seams.install()
+        self.fleet.bind(self.aws_env())
+        try:
+            self.deploy()
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self._server is not None:
+            try:
+                self._stop_executions()
+                httpx.post(f"{self.endpoint_url}/moto-api/reset")
+            finally:
+                self._server.stop()
+                self._server = None
+        if self._seams is not None:
+            self._seams.uninstall()
+            self._seams = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+    def _stop_executions(self) -> None:
+        if not self.state_machine_arn:
+            return
+        sfn = self.client("stepfunctions")
+        for execution in sfn.list_executions(
+            stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+        )["executions"]:
+            sfn.stop_execution(executionArn=execution["executionArn"], error="EmulationStopped")
+
+    # ------------------------------------------------------------------ clients
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            self._session = boto3.session.Session(
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+                aws_session_token="testing",
+                region_name=self.region,
+            )
+        return self._session
+
+    def client(self, name: str) -> Any:
+        """A client on the emulated account (cached; clients are thread-safe, sessions not)."""
+        with self._lock:
+            if name not in self._clients:
+                self._clients[name] = self.session().client(name, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+            return self._clients[name]
+
+    # ------------------------------------------------------------------ deploy
+    def _name(self, logical_id: str) -> str:
+        return f"{self.stack_name}-{logical_id}"
+
+    def deploy(self) -> None:
+        ec2 = self.client("ec2")
+        vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]
+        subnets = sorted(
+            ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["Subnets"],
+            key=lambda s: s["AvailabilityZone"],
+        )[:3]
+        self.client("ssm").put_parameter(
+            Name=EMULATED_AMI_PARAMETER, Value=EMULATED_AMI, Type="String"
+        )
+        parameters = {
+            "VpcId": vpc["VpcId"],
+            "SubnetIds": [s["SubnetId"] for s in subnets],
+            "AmiParameter": EMULATED_AMI_PARAMETER,
+            **self.parameters,
+        }
+        resolver = Resolver(
+            self.template,
+            parameters,
+            pseudo={
+                "AWS::Region": self.region,
+                "AWS::AccountId": ACCOUNT_ID,
+                "AWS::StackName": self.stack_name,
+                "AWS::Partition": "aws",
+                "AWS::URLSuffix": "amazonaws.com",
+            },
+        )
+        self.resolver = resolver
+        self._create_tables(resolver)
+        self._create_buckets(resolver)
+        self._create_iam(resolver)
+        self._create_security_groups(resolver)
+        self._create_functions(resolver)
+        self._create_state_machines(resolver)
+        bucket = self.physical[next(iter(self.template.of_type("AWS::S3::Bucket")))]
+        self.bundle = upload_bundle(self.client("s3"), bucket, build_bundle(self.bundle_root))
+
+    def _ref(self, resolver: Resolver, logical_id: str, ref: str, **attrs: str) -> None:
+        self.physical[logical_id] = ref
+        resolver.refs[logical_id] = ref
+        for attr, value in attrs.items():
+            resolver.attrs[(logical_id, attr)] = value
+
+    def _create_tables(self, resolver: Resolver) -> None:
+        ddb = self.client("dynamodb")
+        for logical_id, resource in self.template.of_type("AWS::DynamoDB::Table").items():
+            props = resolver.resolve(resource["Properties"])
+            name = self._name(logical_id)
+            kwargs: dict[str, Any] = {
+                "TableName": name,
+                "KeySchema": props["KeySchema"],
+                "AttributeDefinitions": props["AttributeDefinitions"],
+                "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+            }
+            if props.get("GlobalSecondaryIndexes"):
+                kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+            ddb.create_table(**kwargs)
+            arn = f"arn:aws:dynamodb:{self.region}:{ACCOUNT_ID}:table/{name}"
+            self._ref(resolver, logical_id, name, Arn=arn)
+
+    def _create_buckets(self, resolver: Resolver) -> None:
+        s3 = self.client("s3")
+        for logical_id in self.template.of_type("AWS::S3::Bucket"):
+            name = f"{self.stack_name}-{logical_id.lower()}-{ACCOUNT_ID}"
+            s3.create_bucket(Bucket=name)
+            self._ref(resolver, logical_id, name, Arn=f"arn:aws:s3:::{name}")
+
+    def _create_iam(self, resolver: Resolver) -> None:
+        iam = self.client("iam")
+        for logical_id, resource in self.template.of_type("AWS::IAM::Role").items():
+            props = resolver.resolve(resource["Properties"])
+            role = iam.create_role(
+                RoleName=self._name(logical_id),
+                AssumeRolePolicyDocument=json.dumps(props["AssumeRolePolicyDocument"]),
+            )["Role"]
+            for policy in props.get("Policies", []):
+                iam.put_role_policy(
+                    RoleName=role["RoleName"],
+                    PolicyName=policy["PolicyName"],
+                    PolicyDocument=json.dumps(policy["PolicyDocument"]),
+                )
+            self._ref(resolver, logical_id, role["RoleName"], Arn=role["Arn"])
+        for logical_id, resource in self.template.of_type("AWS::IAM::InstanceProfile").items():
+            props = resolver.resolve(resource["Properties"])
+            profile = iam.create_instance_profile(InstanceProfileName=self._name(logical_id))[
+                "InstanceProfile"
+            ]
+            for role in props.get("Roles", []):
+                iam.add_role_to_instance_profile(
+                    InstanceProfileName=profile["InstanceProfileName"], RoleName=role
+                )
+            self._ref(resolver, logical_id, profile["InstanceProfileName"], Arn=profile["Arn"])
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": "lambda.amazonaws.com"},
+                    "Action": "sts:AssumeRole",
+                }
+            ],
+        }
+        self._lambda_role = iam.create_role(
+            RoleName=self._name("LambdaRole"), AssumeRolePolicyDocument=json.dumps(trust)
+        )["Role"]["Arn"]
+        trust["Statement"][0]["Principal"] = {"Service": "states.amazonaws.com"}
+        self._states_role = iam.create_role(
+            RoleName=self._name("StatesRole"), AssumeRolePolicyDocument=json.dumps(trust)
+        )["Role"]["Arn"]
+
+    def _create_security_groups(self, resolver: Resolver) -> None:
+        ec2 = self.client("ec2")
+        for logical_id, resource in self.template.of_type("AWS::EC2::SecurityGroup").items():
+            props = resolver.resolve(resource["Properties"])
+            group = ec2.create_security_group(
+                GroupName=self._name(logical_id),
+                Description=props["GroupDescription"],
+                VpcId=props["VpcId"],
+            )
+            self._ref(resolver, logical_id, group["GroupId"], GroupId=group["GroupId"])
+
+    def _create_functions(self, resolver: Resolver) -> None:
+        lam = self.client("lambda")
+        defaults = resolver.resolve(self.template.function_globals)
+        code = io.BytesIO()
+        with zipfile.ZipFile(code, "w") as archive:
+            archive.writestr("README", "handlers run in-process from the working tree")
+        logical_ids: dict[str, str] = {}
+        for logical_id, resource in self.template.of_type("AWS::Serverless::Function").items():
+            props = {**defaults, **resolver.resolve(resource["Properties"])}
+            env = {
+                **defaults.get("Environment", {}).get("Variables", {}),
+                **props.get("Environment", {}).get("Variables", {}),
+            }
+            name = self._name(logical_id)
+            fn = lam.create_function(
+                FunctionName=name,
+                Runtime=props["Runtime"],
+                Role=self._lambda_role,
+                Handler=props["Handler"],
+                Code={"ZipFile": code.getvalue()},
+                Timeout=int(props.get("Timeout", 3)),
+                MemorySize=int(props.get("MemorySize", 128)),
+                Architectures=props.get("Architectures", ["x86_64"]),
+                Environment={"Variables": {k: str(v) for k, v in env.items()}},
+            )
+            logical_ids[name] = logical_id
+            self._ref(resolver, logical_id, name, Arn=fn["FunctionArn"])
+        assert self._seams is not None
+        self._seams.logical_ids.update(logical_ids)
+
+    def _create_state_machines(self, resolver: Resolver) -> None:
+        sfn = self.client("stepfunctions")
+        for logical_id, resource in self.template.of_type("AWS::Serverless::StateMachine").items():
+            props = resource["Properties"]
+            definition = (self.template.path.parent / props["DefinitionUri"]).read_text()
+            for key, value in resolver.resolve(props.get("DefinitionSubstitutions", {})).items():
+                definition = definition.replace("${" + key + "}", str(value))
+            arn = sfn.create_state_machine(
+                name=self._name(logical_id),
+                definition=definition,
+                roleArn=self._states_role,
+            )["stateMachineArn"]
+            self._ref(resolver, logical_id, arn)
+            self.state_machine_arn = arn
+
+    # ------------------------------------------------------------------ use
+    def table(self, logical_id: str) -> str:
+        return self.physical[logical_id]
+
+    def function_events(self, event_type: str) -> dict[str, dict[str, Any]]:
+        """Logical id -> event properties, for the functions' events of one type."""
+        found = {}
+        for logical_id, resource in self.template.of_type("AWS::Serverless::Function").items():
+            for event in resource["Properties"].get("Events", {}).values():
+                if event["Type"] == event_type:
+                    found[logical_id] = event["Properties"]
+        return found
+
+    def start_execution(
+        self, execution_input: dict[str, Any] | str, name: str | None = None
+    ) -> str:
+        body = execution_input if isinstance(execution_input, str) else json.dumps(execution_input)
+        return str(
+            self.client("stepfunctions").start_execution(
+                stateMachineArn=self.state_machine_arn,
+                input=body,
+                name=name or f"sweep-{uuid.uuid4().hex[:12]}",
+            )["executionArn"]
+        )
+
+    def wait(self, execution_arn: str, timeout_s: float = 120.0) -> dict[str, Any]:
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            described = sfn.describe_execution(executionArn=execution_arn)
+            if described["status"] in DONE:
+                return dict(described)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{execution_arn} still {described['status']} after {timeout_s} s"
+                )
+            time.sleep(0.1)
+
+    def deliver_event(self, detail_type: str, source: str, detail: dict[str, Any]) -> list[Any]:
+        """Deliver an EventBridge event to the functions whose rule matches it."""
+        event = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": detail_type,
+            "source": source,
+            "account": ACCOUNT_ID,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "region": self.region,
+            "resources": [],
+            "detail": detail,
+        }
+        lam = self.client("lambda")
+        results = []
+        for logical_id, props in self.function_events("EventBridgeRule").items():
+            pattern = props["Pattern"]
+            if source in pattern.get("source", [source]) and detail_type in pattern.get(
+                "detail-type", [detail_type]
+            ):
+                response = lam.invoke(
+                    FunctionName=self.physical[logical_id], Payload=json.dumps(event).encode()
+                )
+                results.append(json.loads(response["Payload"].read()))
+        return results
+
+    def interrupt_spot(self, instance_id: str) -> list[Any]:
+        """What AWS does two minutes before reclaiming a spot instance."""
+        return self.deliver_event(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            {"instance-id": instance_id, "instance-action": "terminate"},
+        )
+
+    def run_scheduled(self, logical_id: str) -> Any:
+        response = self.client("lambda").invoke(
+            FunctionName=self.physical[logical_id], Payload=b"{}"
+        )
+        return json.loads(response["Payload"].read())
+
+    def running_instances(self) -> list[str]:
+        ec2 = self.client("ec2")
+        found = []
+        for reservation in ec2.describe_instances(
+            Filters=[
+                {
+                    "Name": "instance-state-name",
+                    "Values": ["pending", "running", "stopping", "stopped"],
+                }
+            ]
+        )["Reservations"]:
+            found.extend(i["InstanceId"] for i in reservation["Instances"])
+        return found

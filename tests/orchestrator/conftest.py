@@ -1,0 +1,125 @@
+"""One emulated account per test module (deploying takes seconds); each test resets the
+fleet's knobs and checks what its own sweep left behind."""
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from boto3.dynamodb.types import TypeDeserializer
+
+from rigbench.emulation import Emulation, Faults, ScriptedFleet
+
+RIGS = ("torch", "vllm")
+_deserializer = TypeDeserializer()
+
+
+@pytest.fixture(scope="session")
+def bundle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle tree with two rig definitions (the rigs' own content is not under test here)."""
+    root = tmp_path_factory.mktemp("bundle")
+    for rig in RIGS:
+        (root / "rigs" / rig).mkdir(parents=True)
+        (root / "rigs" / rig / "rig.toml").write_text(f'name = "{rig}"\n')
+    (root / "harness").mkdir()
+    (root / "harness" / "__init__.py").write_text("")
+    return root
+
+
+def start_emulation(bundle_root: Path, **kwargs: Any) -> Emulation:
+    emulation = Emulation(
+        ScriptedFleet(), bundle_root=bundle_root, faults=Faults(), function_timeout_s=3, **kwargs
+    )
+    emulation.start()
+    return emulation
+
+
+@pytest.fixture(scope="module")
+def emulation(bundle_root: Path) -> Iterator[Emulation]:
+    emulation = start_emulation(bundle_root)
+    try:
+        yield emulation
+    finally:
+        emulation.stop()
+
+
+@pytest.fixture
+def emu(emulation: Emulation) -> Iterator[Emulation]:
+    """The module's emulation with a fresh fleet and no pending faults."""
+    assert isinstance(emulation.fleet, ScriptedFleet)
+    emulation.fleet.reset()
+    emulation.faults.lambdas.clear()
+    emulation.faults.throttles.clear()
+    yield emulation
+
+
+def sweep_input(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "rigs": ["torch"],
+        "model": "random:tiny",
+        "boots_per_rig": 1,
+        "budget_usd": 5,
+        "cells": {"concurrency": [1, 4], "requests_per_cell": 4, "output_tokens": 16},
+        "waits": {"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 0},
+        "deadlines": {"ready_s": 20, "bench_s": 20, "instance_s": 600},
+    }
+    base.update(overrides)
+    return base
+
+
+def run_sweep(emu: Emulation, body: dict[str, Any] | str, timeout_s: float = 90) -> dict[str, Any]:
+    arn = emu.start_execution(body)
+    return emu.wait(arn, timeout_s)
+
+
+def sweep_id_of(described: dict[str, Any]) -> str:
+    return str(described["executionArn"].rsplit(":", 1)[1])
+
+
+def plain(item: dict[str, Any]) -> dict[str, Any]:
+    value = {k: _deserializer.deserialize(v) for k, v in item.items()}
+    return json.loads(json.dumps(value, default=lambda d: float(d) if isinstance(d, Decimal) else str(d)))
+
+
+def result_rows(emu: Emulation, sweep_id: str) -> list[dict[str, Any]]:
+    ddb = emu.client("dynamodb")
+    items = ddb.query(
+        TableName=emu.table("ResultsTable"),
+        KeyConditionExpression="sweep_id = :s",
+        ExpressionAttributeValues={":s": {"S": sweep_id}},
+    )["Items"]
+    return [plain(i) for i in items]
+
+
+def ledger_items(emu: Emulation, pk: str) -> dict[str, dict[str, Any]]:
+    ddb = emu.client("dynamodb")
+    items = ddb.query(
+        TableName=emu.table("LedgerTable"),
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": {"S": pk}},
+        ConsistentRead=True,
+    )["Items"]
+    return {i["sk"]["S"]: plain(i) for i in items}
+
+
+def assert_clean(emu: Emulation, sweep_id: str, *, reserved: bool = True) -> None:
+    """Zero instances left running and the sweep's ledger reconciled to actual seconds."""
+    assert emu.running_instances() == []
+    ledger = ledger_items(emu, f"SWEEP#{sweep_id}")
+    if not reserved:
+        assert ledger == {}, "nothing may be reserved when the sweep failed before the budget step"
+        return
+    total = ledger.pop("TOTAL")
+    assert ledger, "every boot has a ledger item"
+    for sk, boot in ledger.items():
+        assert boot["status"] == "reconciled", f"{sk} was never reconciled"
+    assert total["reserved"] == 0, "the reservation is released once every boot ended"
+    assert total["spent"] == sum(b["spent"] for b in ledger.values())
+    month = ledger_items(emu, f"MONTH#{total['month']}")["TOTAL"]
+    assert month["committed"] >= total["spent"]
+
+
+def error_of(described: dict[str, Any]) -> tuple[str, str]:
+    return str(described.get("error", "")), str(described.get("cause", ""))
