@@ -11,3 +11,8 @@ app.add_typer(rig_app, name="rig")
 @app.callback()
 def main() -> None:
     """Benchmark LLM serving runtimes with one shared client-side harness."""
+
+
+from harness.cli import BenchCommand, bench  # noqa: E402
+
+app.command("bench", cls=BenchCommand)(bench)

@@ -1,0 +1,226 @@
+"""How the harness talks to a server: OpenAI-compatible streaming over httpx.AsyncClient.
+
+One request fills one `RequestRecord` with raw client-side timestamps; nothing is derived
+here. A chunk counts as content when it carries generated text (`choices[0].text` for
+completions, `choices[0].delta.content` or a reasoning delta for chat): role-only or empty
+chunks, usage-only chunks and SSE comments never stamp a token time. Every way a request can
+go wrong ends as a failure reason on the record; no exception leaves `generate` except
+cancellation (after the record is marked "interrupted").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from typing import Any
+
+import httpx
+
+from harness.schemas import Endpoint, FailureReason, RequestRecord
+from harness.sse import SSEDecoder
+from harness.transport import StampedStream, stamping_transport
+
+_PATHS: dict[Endpoint, str] = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+}
+
+
+class ServerUnreachableError(Exception):
+    """The server did not answer an HTTP request at all (refused, unresolvable, timed out)."""
+
+
+def build_body(endpoint: Endpoint, model: str, prompt: list[int] | str, output_len: int) -> bytes:
+    """The JSON body of one streaming request that forces exactly `output_len` tokens."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "max_tokens": output_len,
+        "min_tokens": output_len,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if endpoint == "completions":
+        payload["prompt"] = prompt
+    else:
+        payload["messages"] = [{"role": "user", "content": prompt}]
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+class OpenAIBackend:
+    """Clients for one server; `generate` streams one request into a record.
+
+    Each in-flight request gets an httpx.AsyncClient of its own (one keep-alive connection),
+    taken from a free list: httpcore's shared pool scans every connection for every request,
+    which costs more than the request itself at a few dozen connections.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        endpoint: Endpoint,
+        *,
+        request_timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        clock_origin: float = 0.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.endpoint = endpoint
+        self._path = _PATHS[endpoint]
+        self._request_timeout_s = request_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._origin = clock_origin
+        self._ssl = ssl.create_default_context()  # built once: it costs milliseconds
+        self._idle: list[httpx.AsyncClient] = []
+        self._clients: list[httpx.AsyncClient] = []
+
+    def _new_client(self) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(
+            base_url=self.url,
+            transport=stamping_transport(self.url, self._ssl),
+            timeout=httpx.Timeout(
+                connect=self._connect_timeout_s,
+                read=self._request_timeout_s,
+                write=30.0,
+                pool=None,
+            ),
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
+        self._clients.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+        self._clients.clear()
+        self._idle.clear()
+
+    async def __aenter__(self) -> OpenAIBackend:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    def now(self) -> float:
+        return time.perf_counter() - self._origin
+
+    async def check_reachable(self, timeout_s: float = 10.0) -> None:
+        """Raise ServerUnreachableError unless the server answers HTTP at all within timeout."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                client = self._idle.pop() if self._idle else self._new_client()
+                try:
+                    await client.get("/v1/models", timeout=timeout_s)
+                finally:
+                    self._idle.append(client)
+        except TimeoutError as exc:
+            raise ServerUnreachableError(
+                f"cannot reach {self.url} (no answer within {timeout_s:g} s)"
+            ) from exc
+        except httpx.HTTPError as exc:
+            reason = type(exc).__name__
+            if str(exc):
+                reason += f": {exc}"
+            raise ServerUnreachableError(f"cannot reach {self.url} ({reason})") from exc
+
+    async def generate(self, body: bytes, record: RequestRecord) -> None:
+        """Send one streaming request, stamping times and counts into `record`."""
+        client = self._idle.pop() if self._idle else self._new_client()
+        record.send_time = self.now()
+        try:
+            async with asyncio.timeout(self._request_timeout_s):
+                await self._stream(client, body, record)
+        except asyncio.CancelledError:
+            record.error, record.error_detail = "interrupted", "cancelled by the caller"
+            record.end_time = self.now()
+            raise
+        except TimeoutError:
+            _fail(record, "timeout", f"no complete response in {self._request_timeout_s} s")
+        except httpx.ConnectTimeout as exc:
+            _fail(record, "connect_error", f"connect timed out: {exc}")
+        except httpx.TimeoutException as exc:
+            _fail(record, "timeout", f"{type(exc).__name__}: {exc}")
+        except httpx.ConnectError as exc:
+            _fail(record, "connect_error", str(exc))
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            _fail(record, "stream_dropped", f"{type(exc).__name__}: {exc}")
+        except (UnicodeDecodeError, httpx.DecodingError) as exc:
+            _fail(record, "malformed_sse", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # anything else must still end as a counted failure
+            _fail(record, "stream_dropped", f"{type(exc).__name__}: {exc}")
+        finally:
+            self._idle.append(client)
+        if record.error is not None and record.end_time is None:
+            record.end_time = self.now()
+
+    async def _stream(self, client: httpx.AsyncClient, body: bytes, record: RequestRecord) -> None:
+        chat = self.endpoint == "chat"
+        decoder = SSEDecoder()
+        done = False
+        async with client.stream("POST", self._path, content=body) as response:
+            record.http_status = response.status_code
+            if response.status_code >= 400:
+                text = (await response.aread())[:300].decode("utf-8", "replace")
+                _fail(record, "http_error", f"HTTP {response.status_code}: {text}")
+                return
+            # Wire times from the stamping transport; task-resume times if it is not in use.
+            wire = response.extensions.get("network_stream")
+            if not isinstance(wire, StampedStream) or wire.request_sent_at is None:
+                wire = None
+            else:
+                record.send_time = wire.request_sent_at - self._origin
+            times = record.content_times
+            async for raw in response.aiter_bytes():
+                arrival = wire.last_arrival if wire is not None else None
+                now = (arrival if arrival is not None else time.perf_counter()) - self._origin
+                for data in decoder.feed(raw):
+                    if done:
+                        continue  # anything after [DONE] is ignored
+                    if data == "[DONE]":
+                        done = True
+                        continue
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        _fail(record, "malformed_sse", f"not JSON: {data[:120]!r}")
+                        return
+                    if not isinstance(event, dict):
+                        _fail(record, "malformed_sse", f"not a JSON object: {data[:120]!r}")
+                        return
+                    if _has_content(event, chat):
+                        times.append(now)
+                    elif "error" in event and not event.get("choices"):
+                        _fail(record, "error_event", json.dumps(event["error"])[:300])
+                        return
+                    usage = event.get("usage")
+                    if usage:
+                        record.usage_output_tokens = usage.get("completion_tokens")
+                        record.usage_prompt_tokens = usage.get("prompt_tokens")
+        last = wire.last_arrival if wire is not None else None
+        record.end_time = (last - self._origin) if last is not None else self.now()
+        record.content_chunks = len(record.content_times)
+        if times:
+            record.first_content_time = times[0]
+        if not done:
+            _fail(record, "missing_done", "the stream ended without data: [DONE]")
+        elif not times:
+            _fail(record, "empty_output", "the stream carried no generated content")
+
+
+def _has_content(event: dict[str, Any], chat: bool) -> bool:
+    choices = event.get("choices")
+    if not choices:
+        return False
+    choice = choices[0]
+    if not chat:
+        return bool(choice.get("text"))
+    delta = choice.get("delta") or {}
+    return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
+
+
+def _fail(record: RequestRecord, reason: FailureReason, detail: str) -> None:
+    record.error = reason
+    record.error_detail = detail

@@ -1,0 +1,142 @@
+"""`rigbench bench`: the harness's command line (a contract other tooling depends on).
+
+Exit codes: 0 when the run finished (even with failed requests), 1 when the server cannot be
+reached, 2 for an invalid argument, 130 after Ctrl-C (the partial report is written first).
+Every error is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+import typer.core
+from pydantic import ValidationError
+from rich.console import Console
+from typer.exceptions import TyperException
+
+from harness.backend import ServerUnreachableError
+from harness.output import records_path, results_table, write_report
+from harness.runner import run_benchmark
+from harness.schemas import BenchmarkConfig, BenchmarkReport, Endpoint, RequestRecord
+
+EXIT_UNREACHABLE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class BenchCommand(typer.core.TyperCommand):
+    """Reports a usage error as one line instead of Click's usage block."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except TyperException as exc:  # typer's vendored click UsageError derives from it
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            _die(f"invalid argument: {message}", EXIT_USAGE)
+
+
+def _die(message: str, code: int) -> NoReturn:
+    print(f"rigbench bench: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def _numbers(text: str | None, option: str, kind: type[int] | type[float]) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [kind(part) for part in text.split(",")]
+    except ValueError:
+        _die(f"{option} takes comma-separated {kind.__name__}s, got {text!r}", EXIT_USAGE)
+
+
+def _config_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["loc"]:
+        return f"--{str(error['loc'][0]).replace('_', '-')}: {message}"
+    return message
+
+
+def bench(
+    url: Annotated[str | None, typer.Option(help="Server base URL, http://HOST:PORT")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name the server serves")] = None,
+    endpoint: Annotated[str, typer.Option(help="completions or chat")] = "completions",
+    concurrency: Annotated[
+        str | None, typer.Option(help="Fixed-concurrency cells, e.g. 1,4,16")
+    ] = None,
+    rate: Annotated[
+        str | None, typer.Option(help="Poisson-rate cells in req/s, e.g. 2.5,5")
+    ] = None,
+    input_len: Annotated[int, typer.Option(help="Prompt length in tokens")] = 128,
+    output_len: Annotated[int, typer.Option(help="Output length in tokens")] = 64,
+    requests: Annotated[int, typer.Option(help="Measured requests per cell")] = 64,
+    warmup: Annotated[int, typer.Option(help="Warm-up requests before the first cell")] = 4,
+    max_concurrency: Annotated[
+        int | None, typer.Option(help="Cap on in-flight requests in rate cells")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals")] = 0,
+    out: Annotated[Path, typer.Option(help="Report path; records go beside it")] = Path(
+        "report.json"
+    ),
+) -> None:
+    """Benchmark an OpenAI-compatible server: one JSON report plus per-request JSONL."""
+    if url is None or model is None:
+        _die("--url and --model are required", EXIT_USAGE)
+    if endpoint not in ("completions", "chat"):
+        _die(f"--endpoint must be completions or chat, got {endpoint!r}", EXIT_USAGE)
+    chosen: Endpoint = "chat" if endpoint == "chat" else "completions"
+    try:
+        config = BenchmarkConfig(
+            url=url,
+            model=model,
+            endpoint=chosen,
+            concurrency=_numbers(concurrency, "--concurrency", int),
+            rate=_numbers(rate, "--rate", float),
+            input_len=input_len,
+            output_len=output_len,
+            requests=requests,
+            warmup=warmup,
+            max_concurrency=max_concurrency,
+            seed=seed,
+        )
+    except ValidationError as exc:
+        _die(f"invalid argument: {_config_error(exc)}", EXIT_USAGE)
+    if out.is_dir():
+        _die(f"--out {out} is a directory; give a file path", EXIT_USAGE)
+
+    report = run_and_write(config, out)
+    # Piped output would otherwise wrap at 80 columns and squash the table.
+    Console(width=None if sys.stdout.isatty() else 160).print(results_table(report))
+    print(f"report: {out}  records: {records_path(out)}")
+    if report.interrupted:
+        print("interrupted: the partial report above was written", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+def run_and_write(config: BenchmarkConfig, out: Path) -> BenchmarkReport:
+    """Run with Ctrl-C stopping the run gracefully; files written after every cell."""
+
+    records: list[RequestRecord] = []
+
+    def save(report: BenchmarkReport, so_far: list[RequestRecord]) -> None:
+        records[:] = so_far
+        write_report(report, records, out)
+
+    async def main() -> BenchmarkReport:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+        return await run_benchmark(config, stop=stop, on_cell=save)
+
+    try:
+        report = asyncio.run(main())
+    except ServerUnreachableError as exc:
+        _die(str(exc), EXIT_UNREACHABLE)
+    write_report(report, records, out)
+    return report

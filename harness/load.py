@@ -1,0 +1,130 @@
+"""When requests are sent: fixed-concurrency cells, Poisson-rate cells, and warm-up.
+
+A concurrency cell is a closed loop: `c` workers each send their next request as soon as
+their previous one ends, until the cell's requests are used up. A rate cell sends requests at
+seeded Poisson arrival times; with `max_concurrency` set, a request that arrives while every
+slot is busy waits for one. Either way a record's `ready_time` is when the request was due
+and `send_time` when it went out, so queueing is reported apart from latency.
+Records are appended to the caller's list as requests finish, so an interrupted cell still
+leaves every finished request behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from harness.backend import OpenAIBackend
+from harness.schemas import RequestRecord
+
+MakeRecord = Callable[[int, float], RequestRecord]
+
+
+async def run_concurrency(
+    backend: OpenAIBackend,
+    bodies: Sequence[bytes],
+    concurrency: int,
+    make_record: MakeRecord,
+    records: list[RequestRecord],
+) -> None:
+    """Send every body, at most `concurrency` in flight, each slot refilled at once."""
+    pending = iter(enumerate(bodies))
+
+    async def worker() -> None:
+        ready = backend.now()
+        for index, body in pending:
+            record = make_record(index, ready)
+            try:
+                await backend.generate(body, record)
+            finally:
+                records.append(record)
+            ready = backend.now()
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(concurrency, len(bodies))):
+            group.create_task(worker())
+
+
+def poisson_arrivals(count: int, rate: float, seed: int) -> np.ndarray:
+    """Arrival offsets in seconds: the first at 0, then exponential gaps of mean 1/rate."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+async def run_rate(
+    backend: OpenAIBackend,
+    bodies: Sequence[bytes],
+    arrivals: np.ndarray,
+    make_record: MakeRecord,
+    records: list[RequestRecord],
+    max_concurrency: int | None = None,
+) -> None:
+    """Send body i at `arrivals[i]` seconds after the cell starts."""
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+    async def one(index: int, body: bytes, due: float) -> None:
+        record = make_record(index, due)
+        try:
+            if slots is None:
+                await backend.generate(body, record)
+            else:
+                async with slots:
+                    await backend.generate(body, record)
+        finally:
+            if record.end_time is None and record.error is None:  # cancelled in the queue
+                record.send_time = record.end_time = backend.now()
+                record.error, record.error_detail = "interrupted", "cancelled before sending"
+            records.append(record)
+
+    start = backend.now()
+    async with asyncio.TaskGroup() as group:
+        for index, (body, offset) in enumerate(zip(bodies, arrivals, strict=True)):
+            due = start + float(offset)
+            delay = due - backend.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            group.create_task(one(index, body, due))
+
+
+class LoopLagMonitor:
+    """Samples how late the event loop wakes from a short sleep: the harness's own strain."""
+
+    def __init__(self, backend: OpenAIBackend, interval_s: float = 0.01) -> None:
+        self._backend = backend
+        self._interval = interval_s
+        self.samples: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            due = self._backend.now() + self._interval
+            await asyncio.sleep(self._interval)
+            self.samples.append(max(self._backend.now() - due, 0.0))
+
+    def __enter__(self) -> LoopLagMonitor:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+async def cancel_on(event: asyncio.Event, work: asyncio.Task[None]) -> bool:
+    """Wait for `work`; cancel it if `event` is set first. True when it was cancelled."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if work.done():
+        work.result()
+        return False
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return True

@@ -1,0 +1,171 @@
+"""One benchmark run: reachability check, warm-up, the cells in order, the report.
+
+`run_benchmark` is the in-process API; the CLI is a thin shell around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Callable
+
+from harness.backend import OpenAIBackend, build_body
+from harness.load import (
+    LoopLagMonitor,
+    cancel_on,
+    poisson_arrivals,
+    run_concurrency,
+    run_rate,
+)
+from harness.metrics import cell_report
+from harness.prompts import text_prompts, token_id_prompts
+from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord
+from harness.version import harness_version
+
+# Event-loop lag (p99, ms) above which the report says the client itself was strained.
+# asyncio timers wake up to 1 ms late by design (epoll's millisecond timeout), so the
+# baseline on an idle loop is about 1 ms.
+LAG_WARN_MS = 2.0
+
+OnCell = Callable[[BenchmarkReport, list[RequestRecord]], None]
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _bodies(config: BenchmarkConfig, count: int, seed: int) -> list[bytes]:
+    if config.resolved_prompt_kind == "token_ids":
+        prompts: list[list[int]] | list[str] = token_id_prompts(count, config.input_len, seed)
+    else:
+        prompts = text_prompts(count, config.input_len, seed)
+    return [build_body(config.endpoint, config.model, p, config.output_len) for p in prompts]
+
+
+def ceiling_note(cells: list[CellReport]) -> str:
+    worst = max((c.event_loop_lag_ms.p99 or 0.0 for c in cells), default=0.0)
+    if worst > LAG_WARN_MS:
+        return (
+            f"WARNING: the client's event loop lagged up to {worst:.1f} ms (p99) in a cell; "
+            "the harness was near its own ceiling, so latencies there include client delay. "
+            "See benchmarks/harness_ceiling.py."
+        )
+    return (
+        f"client event-loop lag p99 <= {worst:.2f} ms in every cell (warning above "
+        f"{LAG_WARN_MS} ms): the harness stayed below its own ceiling."
+    )
+
+
+async def run_benchmark(
+    config: BenchmarkConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_cell: OnCell | None = None,
+) -> BenchmarkReport:
+    """Run every cell of `config`; when `stop` is set, finish with a partial report.
+
+    Raises `ServerUnreachableError` when the server does not answer within 10 s.
+    `on_cell` is called after the warm-up and after each cell with the report so far and all
+    records so far (the CLI writes files there, so a killed run leaves its finished cells).
+    """
+    stop = stop or asyncio.Event()
+    origin = time.perf_counter()
+    loads: list[tuple[int | None, float | None]] = (
+        [(c, None) for c in config.concurrency]
+        if config.concurrency is not None
+        else [(None, r) for r in config.rate or []]
+    )
+    max_in_flight = max(config.concurrency or [config.max_concurrency or 1024])
+    report = BenchmarkReport(
+        harness_version=harness_version(),
+        url=config.url,
+        model=config.model,
+        started_at=_now_iso(),
+        endpoint=config.endpoint,
+        config=config,
+        cells=[],
+        harness_ceiling_note="",
+    )
+    records: list[RequestRecord] = []
+    next_id = 0
+
+    def record_factory(cell: int) -> Callable[[int, float], RequestRecord]:
+        def make(_: int, ready: float) -> RequestRecord:
+            nonlocal next_id
+            next_id += 1
+            return RequestRecord(
+                request_id=next_id,
+                cell=cell,
+                warmup=cell < 0,
+                input_len=config.input_len,
+                output_len=config.output_len,
+                ready_time=ready,
+                send_time=ready,
+            )
+
+        return make
+
+    async with OpenAIBackend(
+        config.url,
+        config.endpoint,
+        request_timeout_s=config.request_timeout_s,
+        connect_timeout_s=config.connect_timeout_s,
+        clock_origin=origin,
+    ) as backend:
+        await backend.check_reachable()
+
+        if config.warmup:
+            warm_bodies = _bodies(config, config.warmup, seed=config.seed + 10_000)
+            warm = asyncio.ensure_future(
+                run_concurrency(
+                    backend,
+                    warm_bodies,
+                    min(config.warmup, max_in_flight),
+                    record_factory(-1),
+                    records,
+                )
+            )
+            report.interrupted = await cancel_on(stop, warm)
+            if on_cell:
+                on_cell(report, records)
+
+        for index, (concurrency, rate) in enumerate(loads):
+            if report.interrupted:
+                break
+            bodies = _bodies(config, config.requests, seed=config.seed + index)
+            cell_records: list[RequestRecord] = []
+            if concurrency is not None:
+                work = run_concurrency(
+                    backend, bodies, concurrency, record_factory(index), cell_records
+                )
+            else:
+                assert rate is not None
+                arrivals = poisson_arrivals(config.requests, rate, config.seed + index)
+                work = run_rate(
+                    backend,
+                    bodies,
+                    arrivals,
+                    record_factory(index),
+                    cell_records,
+                    config.max_concurrency,
+                )
+            with LoopLagMonitor(backend) as lag:
+                report.interrupted = await cancel_on(stop, asyncio.ensure_future(work))
+            records.extend(cell_records)
+            report.cells.append(
+                cell_report(
+                    cell_records,
+                    concurrency=concurrency,
+                    rate=rate,
+                    loop_lag_s=lag.samples,
+                    complete=not report.interrupted,
+                )
+            )
+            report.harness_ceiling_note = ceiling_note(report.cells)
+            if on_cell:
+                on_cell(report, records)
+
+    report.finished_at = _now_iso()
+    report.harness_ceiling_note = ceiling_note(report.cells)
+    return report

@@ -1,0 +1,205 @@
+"""What the harness records and reports: pydantic models, the report's JSON Schema source.
+
+Raw per-request timestamps live in `RequestRecord` (flat, written as JSONL); every figure in
+`CellReport` is derived from those records afterwards (see `harness.metrics`).
+All times in a record are seconds on the monotonic clock (`time.perf_counter`), relative to
+the run's start, so records from several worker processes share one time base.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Endpoint = Literal["completions", "chat"]
+PromptKind = Literal["token_ids", "text"]
+
+# Failure reasons a request can end with. "interrupted" (Ctrl-C) is kept in the records but is
+# not a server failure, so it is not counted in `requests_failed`.
+FailureReason = Literal[
+    "connect_error",
+    "timeout",
+    "http_error",
+    "stream_dropped",
+    "malformed_sse",
+    "error_event",
+    "missing_done",
+    "empty_output",
+    "interrupted",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BenchmarkConfig(_Model):
+    """Everything that defines a run; the CLI builds one, `run_benchmark` takes one."""
+
+    url: str = Field(
+        pattern=r"^https?://[^/\s]+",
+        description="Base URL of the server, e.g. http://127.0.0.1:8000",
+    )
+    model: str = Field(min_length=1)
+    endpoint: Endpoint = "completions"
+    concurrency: list[int] | None = Field(
+        default=None, description="Fixed-concurrency cells, in order (closed loop)."
+    )
+    rate: list[float] | None = Field(
+        default=None, description="Poisson request-rate cells in requests/s, in order."
+    )
+    input_len: int = Field(default=128, ge=1, description="Prompt length in tokens.")
+    output_len: int = Field(default=64, ge=1, description="Forced output length in tokens.")
+    requests: int = Field(default=64, ge=1, description="Measured requests per cell.")
+    warmup: int = Field(default=4, ge=0, description="Warm-up requests before the first cell.")
+    prompt_kind: PromptKind | None = Field(
+        default=None,
+        description="token_ids (exact length) or text; default token_ids for completions, "
+        "text for chat.",
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, description="Cap on in-flight requests in rate cells (None: no cap)."
+    )
+    seed: int = 0
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_load_kind(self) -> BenchmarkConfig:
+        if self.concurrency is not None and self.rate is not None:
+            raise ValueError("give either concurrency or rate, not both")
+        if self.concurrency is None and self.rate is None:
+            self.concurrency = [1]
+        if self.concurrency is not None and (
+            not self.concurrency or any(c < 1 for c in self.concurrency)
+        ):
+            raise ValueError("concurrency values must be integers >= 1")
+        if self.rate is not None and (not self.rate or any(r <= 0 for r in self.rate)):
+            raise ValueError("rate values must be > 0 requests/s")
+        if self.endpoint == "chat" and self.prompt_kind == "token_ids":
+            raise ValueError("the chat endpoint takes text prompts only")
+        return self
+
+    @property
+    def resolved_prompt_kind(self) -> PromptKind:
+        if self.prompt_kind is not None:
+            return self.prompt_kind
+        return "token_ids" if self.endpoint == "completions" else "text"
+
+
+class RequestRecord(_Model):
+    """Raw timings of one request, as the client saw them (seconds since run start)."""
+
+    request_id: int
+    cell: int = Field(description="Index of the cell; -1 for warm-up requests.")
+    warmup: bool = False
+    input_len: int = Field(description="Requested prompt length in tokens.")
+    output_len: int = Field(description="Requested output length in tokens.")
+    ready_time: float = Field(
+        description="When the request was due: its Poisson arrival, or when its concurrency "
+        "slot became free."
+    )
+    send_time: float = Field(description="When the request was handed to the HTTP client.")
+    first_content_time: float | None = Field(
+        default=None, description="Arrival of the first chunk carrying generated content."
+    )
+    content_times: list[float] = Field(
+        default_factory=list, description="Arrival time of every content-carrying chunk."
+    )
+    end_time: float | None = Field(default=None, description="When the stream completed.")
+    usage_output_tokens: int | None = Field(
+        default=None, description="completion_tokens from the usage chunk, if sent."
+    )
+    usage_prompt_tokens: int | None = None
+    content_chunks: int = Field(default=0, description="Chunks that carried generated content.")
+    http_status: int | None = None
+    error: FailureReason | None = None
+    error_detail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens generated: the usage figure when present, else one per content chunk."""
+        if self.usage_output_tokens is not None:
+            return self.usage_output_tokens
+        return self.content_chunks
+
+    @property
+    def queue_wait(self) -> float:
+        return self.send_time - self.ready_time
+
+
+class MetricSummary(_Model):
+    """Distribution of one metric in milliseconds; None where there was no sample."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    count: int = Field(default=0, description="Number of samples summarised.")
+
+
+class CellReport(_Model):
+    """One load cell: a fixed concurrency or a Poisson rate, `requests` measured requests."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+    requests_ok: int
+    requests_failed: int
+    output_tokens: int = Field(description="Output tokens of the successful requests.")
+    duration_s: float = Field(description="First send to last completion in the cell.")
+    output_tok_s: float = Field(description="output_tokens / duration_s.")
+    ttft_ms: MetricSummary
+    itl_ms: MetricSummary
+    tpot_ms: MetricSummary
+    e2e_ms: MetricSummary
+    queue_wait_ms: MetricSummary = Field(
+        description="Time a request waited for a slot before it was sent; not in any latency."
+    )
+    failure_reasons: dict[str, int] = Field(default_factory=dict)
+    length_mismatches: int = Field(
+        default=0, description="Successful requests whose output token count != output_len."
+    )
+    prompt_length_mismatches: int = Field(
+        default=0, description="Requests whose usage.prompt_tokens != input_len."
+    )
+    requests_without_usage: int = Field(
+        default=0, description="Successful requests whose tokens were counted, not reported."
+    )
+    multi_token_chunk_requests: int = Field(
+        default=0,
+        description="Requests whose chunks carried several tokens; their ITL gaps are spread "
+        "evenly over the tokens (see harness.metrics).",
+    )
+    requests_interrupted: int = Field(default=0, description="In flight when Ctrl-C came.")
+    event_loop_lag_ms: MetricSummary = Field(
+        default_factory=MetricSummary,
+        description="How late the client's event loop woke during the cell; a p99 above "
+        "about 1 ms means the harness itself is near its ceiling.",
+    )
+    complete: bool = Field(default=True, description="False when Ctrl-C cut the cell short.")
+
+
+class BenchmarkReport(_Model):
+    """One run: the JSON report written by `rigbench bench`."""
+
+    harness_version: str
+    url: str
+    model: str
+    started_at: str = Field(description="UTC, ISO 8601.")
+    finished_at: str | None = None
+    endpoint: Endpoint
+    config: BenchmarkConfig
+    cells: list[CellReport]
+    interrupted: bool = False
+    harness_ceiling_note: str = Field(
+        description="How close the client came to its own ceiling during the run."
+    )
+
+
+def report_json_schema() -> dict[str, object]:
+    return BenchmarkReport.model_json_schema()

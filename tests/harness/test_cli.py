@@ -1,0 +1,129 @@
+"""`rigbench bench` as a user runs it: a real process, real exit codes, one-line errors."""
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness.conftest import ROOT, StartServer
+
+
+def rigbench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rigbench", "bench", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("rigbench bench: error: ")
+    return lines[0]
+
+
+def test_run_with_failures_exits_0_and_writes_report_and_records(
+    reference_server: StartServer, tmp_path: Path
+) -> None:
+    url = reference_server("--ttft-ms", "20", "--itl-ms", "5", "--error-rate", "0.5")
+    out = tmp_path / "run" / "report.json"
+    result = rigbench("--url", url, "--model", "reference", "--concurrency", "1,4",
+                      "--requests", "6", "--warmup", "2", "--output-len", "5",
+                      "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert {"cells", "harness_version", "url", "model", "started_at"} <= report.keys()
+    assert report["url"] == url
+    assert report["model"] == "reference"
+    assert [c["concurrency"] for c in report["cells"]] == [1, 4]
+    for cell in report["cells"]:
+        assert cell["requests_ok"] + cell["requests_failed"] == 6
+        assert set(cell["ttft_ms"]) >= {"mean", "p50", "p90", "p99"}
+    assert sum(c["requests_failed"] for c in report["cells"]) > 0
+    records = (tmp_path / "run" / "report.requests.jsonl").read_text().splitlines()
+    assert len(records) == 2 + 6 + 6
+    assert "TTFT p50" in result.stdout  # the results table
+
+
+def test_unreachable_url_fails_fast_with_one_line() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = rigbench("--url", f"http://127.0.0.1:{port}", "--model", "m")
+    assert result.returncode == 1
+    assert "cannot reach" in one_error_line(result)
+
+
+@pytest.mark.slow
+def test_server_that_never_answers_fails_within_10_s() -> None:
+    with socket.socket() as s:  # accepts connections (backlog) but never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        start = time.monotonic()
+        result = rigbench("--url", f"http://127.0.0.1:{s.getsockname()[1]}", "--model", "m")
+        elapsed = time.monotonic() - start
+    assert result.returncode == 1
+    assert "no answer within 10 s" in one_error_line(result)
+    assert elapsed < 14  # 10 s plus interpreter start-up
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--concurrency", "1", "--rate", "2"], "either concurrency or rate"),
+        (["--concurrency", "1,-4"], "concurrency"),
+        (["--concurrency", "one"], "--concurrency takes comma-separated ints"),
+        (["--rate", "0"], "rate"),
+        (["--requests", "-1"], "--requests"),
+        (["--input-len", "0"], "--input-len"),
+        (["--input-len", "abc"], "--input-len"),
+        (["--endpoint", "embeddings"], "--endpoint"),
+        (["--frobnicate"], "No such option"),
+    ],
+)
+def test_invalid_arguments_exit_2_with_one_line(args: list[str], expected: str) -> None:
+    result = rigbench("--url", "http://127.0.0.1:9", "--model", "m", *args)
+    assert result.returncode == 2
+    assert expected in one_error_line(result)
+
+
+def test_missing_url_and_bad_url_are_one_line_errors() -> None:
+    assert "--url and --model are required" in one_error_line(rigbench("--model", "m"))
+    result = rigbench("--url", "localhost:8000", "--model", "m")
+    assert result.returncode == 2
+    assert "--url" in one_error_line(result)
+
+
+def test_ctrl_c_writes_the_partial_report(reference_server: StartServer, tmp_path: Path) -> None:
+    url = reference_server("--ttft-ms", "20", "--itl-ms", "20")
+    out = tmp_path / "report.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rigbench", "bench", "--url", url, "--model", "reference",
+         "--concurrency", "2", "--requests", "200", "--warmup", "1", "--output-len", "10",
+         "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < deadline:  # written after warm-up
+            time.sleep(0.05)
+        time.sleep(1.0)  # well into the cell: about 8 requests done
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    report = json.loads(out.read_text())
+    assert report["interrupted"] is True
+    cell = report["cells"][-1]
+    assert cell["complete"] is False
+    assert 0 < cell["requests_ok"] < 200
+    assert cell["requests_failed"] == 0
+    assert cell["requests_interrupted"] == 2  # the two in flight, not counted as failures
+    records = (tmp_path / "report.requests.jsonl").read_text().splitlines()
+    assert len(records) == 1 + cell["requests_ok"] + 2

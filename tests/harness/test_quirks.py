@@ -1,0 +1,117 @@
+"""Each quirk real servers show, served by the reference server, measured right."""
+
+import asyncio
+
+import pytest
+
+from harness.runner import run_benchmark
+from harness.schemas import BenchmarkConfig, CellReport, Endpoint
+from tests.harness.conftest import StartServer, server_stats
+
+TTFT_MS, ITL_MS = 60.0, 20.0
+SCHEDULE = ("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
+
+
+def bench(
+    url: str, *, endpoint: Endpoint = "completions", requests: int = 8, warmup: int = 4
+) -> CellReport:
+    config = BenchmarkConfig(
+        url=url, model="reference", endpoint=endpoint, concurrency=[4], requests=requests,
+        warmup=warmup, input_len=16, output_len=10,
+    )  # fmt: skip
+    return asyncio.run(run_benchmark(config)).cells[0]
+
+
+def assert_on_schedule(cell: CellReport) -> None:
+    # Loose here (4 streams, quirks on); test_accuracy holds the tight tolerances.
+    assert cell.ttft_ms.p50 == pytest.approx(TTFT_MS, abs=3.0)
+    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_role_only_first_chunk_does_not_start_ttft(
+    reference_server: StartServer, endpoint: Endpoint
+) -> None:
+    cell = bench(reference_server(*SCHEDULE, "--quirk", "role-chunk"), endpoint=endpoint)
+    assert cell.requests_ok == 8
+    assert_on_schedule(cell)
+    assert cell.itl_ms.count == 8 * 9  # the empty chunk is no token and opens no gap
+
+
+def test_sse_comments_are_ignored(reference_server: StartServer) -> None:
+    cell = bench(reference_server(*SCHEDULE, "--quirk", "comments"))
+    assert cell.requests_ok == 8
+    assert cell.output_tokens == 80
+    assert_on_schedule(cell)
+    assert cell.itl_ms.count == 8 * 9
+
+
+def test_usage_only_final_chunk_gives_the_count(reference_server: StartServer) -> None:
+    cell = bench(reference_server(*SCHEDULE, "--quirk", "usage-only-final"))
+    assert cell.requests_ok == 8
+    assert cell.output_tokens == 80
+    assert cell.requests_without_usage == 0
+    assert cell.length_mismatches == 0
+
+
+def test_without_usage_tokens_are_counted(reference_server: StartServer) -> None:
+    cell = bench(reference_server(*SCHEDULE, "--quirk", "no-usage"))
+    assert cell.output_tokens == 80
+    assert cell.requests_without_usage == 8
+    assert cell.length_mismatches == 0
+
+
+def test_several_tokens_per_chunk_are_counted_exactly(reference_server: StartServer) -> None:
+    # First token alone, then 3 per chunk: 1 + 3 + 3 + 3 = 10 tokens in 4 chunks.
+    cell = bench(reference_server(*SCHEDULE, "--tokens-per-chunk", "3"))
+    assert cell.requests_ok == 8
+    assert cell.output_tokens == 80
+    assert cell.multi_token_chunk_requests == 8
+    assert cell.length_mismatches == 0
+    assert_on_schedule(cell)  # per-token ITL, not the 60 ms between chunks
+    assert cell.itl_ms.count == 8 * 9
+    assert cell.tpot_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+
+
+def test_multi_token_chunks_without_usage_are_flagged(reference_server: StartServer) -> None:
+    cell = bench(reference_server(*SCHEDULE, "--tokens-per-chunk", "3", "--quirk", "no-usage"))
+    # Without usage only chunks can be counted: 4 per request, flagged as a length mismatch.
+    assert cell.output_tokens == 8 * 4
+    assert cell.length_mismatches == 8
+
+
+def test_http_500s_are_failures_with_reason_and_kept_out(reference_server: StartServer) -> None:
+    url = reference_server(*SCHEDULE, "--error-rate", "0.3", "--seed", "3")
+    cell = bench(url, requests=40, warmup=0)  # so every injected failure is in the cell
+    injected = server_stats(url)["errors_500"]
+    assert 0 < injected < 40
+    assert cell.requests_failed == injected
+    assert cell.failure_reasons == {"http_error": injected}
+    assert cell.requests_ok == 40 - injected
+    assert cell.ttft_ms.count == cell.requests_ok
+    assert cell.output_tokens == cell.requests_ok * 10
+    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+
+
+def test_cut_streams_are_failures(reference_server: StartServer) -> None:
+    url = reference_server(*SCHEDULE, "--cut-rate", "0.25", "--seed", "1")
+    cell = bench(url, requests=24, warmup=0)
+    cut = server_stats(url)["cut"]
+    assert 0 < cut < 24
+    assert cell.failure_reasons == {"stream_dropped": cut}
+    assert cell.requests_ok == 24 - cut
+    assert cell.output_tokens == cell.requests_ok * 10
+    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+
+
+def test_malformed_sse_is_a_failure(reference_server: StartServer) -> None:
+    cell = bench(reference_server(*SCHEDULE, "--quirk", "malformed"), requests=4, warmup=0)
+    assert cell.requests_ok == 0
+    assert cell.failure_reasons == {"malformed_sse": 4}
+    assert cell.ttft_ms.p50 is None
+
+
+def test_unknown_model_is_an_http_error(reference_server: StartServer) -> None:
+    url = reference_server(*SCHEDULE, "--model", "other")
+    cell = bench(url, requests=2, warmup=0)
+    assert cell.failure_reasons == {"http_error": 2}
