@@ -16,3 +16,8 @@ def main() -> None:
 from harness.cli import BenchCommand, bench  # noqa: E402
 
 app.command("bench", cls=BenchCommand)(bench)
+
+from rigbench.local.cli import demo_command, run_command  # noqa: E402
+
+app.command("run")(run_command)
+app.command("demo")(demo_command)

@@ -19,11 +19,10 @@ from rigbench.emulation.fleet import (
     LaunchRequest,
 )
 from rigbench.local.fleet import LocalFleet, UnknownInstanceError, UnknownInvocationError
+from rigbench.local.home import PRICE_ENV, QUOTA_ENV
 
 RIG_TAG = "rigbench:rig"
 SWEEP_TAG = "rigbench:sweep"
-QUOTA_ENV = "RIGBENCH_LOCAL_QUOTA_VCPUS"
-PRICE_ENV = "RIGBENCH_LOCAL_SPOT_PRICE"
 DEFAULT_QUOTA_VCPUS = 16.0  # two g5g.2xlarge at once: what a 2-core machine can host
 DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0.26-0.41)
 _MODEL_IN_USER_DATA = re.compile(r"--model[= ]+['\"]?([^'\"\s]+)")

@@ -4,7 +4,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-HOME_ENV = "RIGBENCH_HOME"
+# Environment variables local mode reads.
+HOME_ENV = "RIGBENCH_HOME"  # the state directory
+QUOTA_ENV = "RIGBENCH_LOCAL_QUOTA_VCPUS"  # the emulated G/VT vCPU quota
+PRICE_ENV = "RIGBENCH_LOCAL_SPOT_PRICE"  # the emulated spot price, USD/h
 
 
 @dataclass(frozen=True)

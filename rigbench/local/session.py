@@ -37,8 +37,8 @@ from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
 from rigbench.local.progress import SweepProgress
 
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
-# Handlers log JSON and flush metrics to stdout, as in Lambda; locally only warnings show.
-QUIET_HANDLERS = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
+# Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
+QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
 # The bundle is uploaded again by every session; snapshots keep only what sweeps wrote.
 NOT_SAVED_PREFIXES = ("bundle/",)
 # Transient tables: idempotency records only guard retries within one execution.
@@ -94,6 +94,7 @@ class LocalSession:
         self.emulated: Any = None
         self.emulation: Emulation | None = None
         self._saved_env: dict[str, str | None] = {}
+        self._redirected: list[tuple[logging.StreamHandler[Any], Any]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class LocalSession:
         for key, value in QUIET_HANDLERS.items():
             self._saved_env[key] = os.environ.get(key)
             os.environ[key] = value
+        self._redirect_handler_logs()
         self.stale = reap_stale(self.home)
         for record in self.stale:
             self.console.print(
@@ -152,12 +154,28 @@ class LocalSession:
                 if self.emulation is not None:
                     self.emulation.stop()
                 self._fleet = self._groups = self.emulation = None
+                for handler, stream in self._redirected:
+                    handler.setStream(stream).close()  # type: ignore[union-attr]
+                self._redirected.clear()
                 for key, value in self._saved_env.items():
                     if value is None:
                         os.environ.pop(key, None)
                     else:
                         os.environ[key] = value
                 self._saved_env.clear()
+
+    def _redirect_handler_logs(self) -> None:
+        """The handlers' JSON logs (CloudWatch's on AWS) go to lambda.log in the state dir."""
+        from functions.observability import SERVICE
+
+        log = (self.home.root / "lambda.log").open("a")
+        for handler in logging.getLogger(SERVICE).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
+                self._redirected.append((handler, handler.setStream(log)))
+        if not self._redirected:
+            log.close()
 
     # -- results on disk ---------------------------------------------------------------------
 
