@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.compare import compare, render, values_from_reports
+from harness.compare import cell_label, compare, render, values_from_reports
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.session import LocalSession
@@ -83,9 +83,12 @@ def run_sweep(
         described, progress = session.follow(arn, title=title, live=live)
         reports = session.reports(sweep_id)
     status = described["status"]
+    console.print()
     if reports:
         comparison = compare(values_from_reports(reports))
         console.print(render(comparison))
+        for note in failure_notes(reports):
+            console.print(f"[red]{note}[/]")
     else:
         console.print("[red]no reports were stored: nothing to compare[/]")
     if status != "SUCCEEDED":
@@ -97,3 +100,24 @@ def run_sweep(
         f"(see them with: rigbench results --local)"
     )
     return 0
+
+
+def failure_notes(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per cell with failed requests: the harness counts them, never averages them."""
+    notes = []
+    for rig, boots in reports.items():
+        for boot, report in enumerate(boots, start=1):
+            for cell in report.get("cells", []):
+                failed = int(cell.get("requests_failed") or 0)
+                if not failed:
+                    continue
+                total = failed + int(cell.get("requests_ok") or 0)
+                label = cell_label(cell)
+                reasons = ", ".join(
+                    f"{reason}: {count}"
+                    for reason, count in (cell.get("failure_reasons") or {}).items()
+                )
+                notes.append(
+                    f"{rig} boot {boot} {label}: {failed} of {total} requests failed ({reasons})"
+                )
+    return notes
