@@ -264,14 +264,19 @@ async def completions(state: ServerState, request: Request) -> Response:
     job = _plan(state, req, ids, DEFAULT_COMPLETION_MAX_TOKENS)
     if req.stream:
         return sse.response(_stream_completion(state, job))
-    text, count, finish = await _generate_all(state, job)
+    ids_out = await _generate_all(state, job)
+    choice = CompletionChoice(
+        text=state.tokenizer.decode(ids_out),
+        finish_reason=_finish(job, len(ids_out)),
+        token_ids=ids_out if req.return_token_ids else None,
+    )
     return _json(
         CompletionResponse(
             id=new_id("cmpl"),
             created=now(),
             model=job.model,
-            choices=[CompletionChoice(text=text, finish_reason=finish)],
-            usage=_usage(job, count),
+            choices=[choice],
+            usage=_usage(job, len(ids_out)),
         )
     )
 
@@ -288,14 +293,19 @@ async def chat_completions(state: ServerState, request: Request) -> Response:
     job = _plan(state, req, ids, None)
     if req.stream:
         return sse.response(_stream_chat(state, job))
-    text, count, finish = await _generate_all(state, job)
+    ids_out = await _generate_all(state, job)
+    choice = ChatChoice(
+        message=ChatMessageOut(content=state.tokenizer.decode(ids_out)),
+        finish_reason=_finish(job, len(ids_out)),
+        token_ids=ids_out if req.return_token_ids else None,
+    )
     return _json(
         ChatCompletionResponse(
             id=new_id("chatcmpl"),
             created=now(),
             model=job.model,
-            choices=[ChatChoice(message=ChatMessageOut(content=text), finish_reason=finish)],
-            usage=_usage(job, count),
+            choices=[choice],
+            usage=_usage(job, len(ids_out)),
         )
     )
 
@@ -331,13 +341,11 @@ async def _tokens(state: ServerState, job: _Job) -> AsyncIterator[int]:
     state.last_generation_failed = False
 
 
-async def _generate_all(state: ServerState, job: _Job) -> tuple[str, int, FinishReason]:
-    assert state.tokenizer is not None
+async def _generate_all(state: ServerState, job: _Job) -> list[int]:
     try:
-        ids = [t async for t in _tokens(state, job)]
+        return [t async for t in _tokens(state, job)]
     except Exception as err:
         raise APIError(500, f"generation failed: {err}", type="internal_error") from err
-    return state.tokenizer.decode(ids), len(ids), _finish(job, len(ids))
 
 
 async def _text_deltas(state: ServerState, job: _Job) -> AsyncIterator[tuple[str, int]]:

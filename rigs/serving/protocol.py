@@ -39,6 +39,8 @@ class _Sampling(_Request):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     user: str | None = None
+    # As vLLM: also return the generated token ids (non-streaming responses).
+    return_token_ids: bool = False
 
     @field_validator("presence_penalty", "frequency_penalty")
     @classmethod
@@ -134,6 +136,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: None = None
     finish_reason: FinishReason | None
+    token_ids: list[int] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -155,6 +158,7 @@ class ChatChoice(BaseModel):
     message: ChatMessageOut
     logprobs: None = None
     finish_reason: FinishReason | None
+    token_ids: list[int] | None = None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from rigs.sources import ModelSource, resolve_model
+from tests.rigs.rig_process import rig_server
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +21,13 @@ def rig_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def tiny(rig_cache: Path) -> ModelSource:
     return resolve_model("random:tiny", cache_dir=rig_cache)
+
+
+@pytest.fixture(scope="session")
+def torch_rig(
+    tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The torch rig serving random:tiny, started by `rigbench rig serve` as on an instance."""
+    log = tmp_path_factory.mktemp("torch-rig") / "server.log"
+    with rig_server("torch", "random:tiny", cache=rig_cache, log=log) as base:
+        yield base

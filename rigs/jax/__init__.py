@@ -1,0 +1,1 @@
+"""rigbench's own Gemma 4 port to JAX, served behind the rig contract."""

@@ -1,0 +1,384 @@
+"""The JAX rig's engine: continuous batching over a fixed number of slots.
+
+One background thread owns the device. Each turn it admits waiting requests (a prefill
+per request into a free slot, prompt padded to a bucket), then runs one chunk of
+`steps_per_call` decode steps over the occupied slots (width rounded up to a slot
+bucket) while it hands the previous chunk's tokens to the waiting requests: one host
+round trip per chunk, and the device never waits for the host. Compilations are bounded
+by the buckets (prompt buckets + slot widths + 1) and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import importlib.metadata
+import platform
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rigs.jax import compiles, model, steps
+from rigs.serving.engine import SamplingParams
+
+Item = list[int] | BaseException | None  # tokens, a failure, or the end
+
+
+def ladder(top: int, start: int) -> tuple[int, ...]:
+    """Powers of two from `start` up to `top`, and `top` itself."""
+    out = []
+    size = start
+    while size < top:
+        out.append(size)
+        size *= 2
+    return (*out, top)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    max_slots: int = 32
+    max_model_len: int = 4096
+    steps_per_call: int = 8  # decode steps per device program (per host round trip)
+    prompt_buckets: tuple[int, ...] = ()  # empty: powers of two from 32 to max_model_len
+    slot_widths: tuple[int, ...] = ()  # empty: powers of two up to max_slots
+
+    def __post_init__(self) -> None:
+        if self.max_slots < 1 or self.max_model_len < 2 or self.steps_per_call < 1:
+            raise ValueError(f"bad engine options: {self}")
+        for name, values, top in (
+            ("prompt_buckets", self.buckets, self.max_model_len),
+            ("slot_widths", self.widths, self.max_slots),
+        ):
+            if list(values) != sorted(set(values)) or values[-1] != top or values[0] < 1:
+                raise ValueError(f"{name} must rise strictly to {top}, got {values}")
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        return self.prompt_buckets or ladder(self.max_model_len, min(32, self.max_model_len))
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return self.slot_widths or ladder(self.max_slots, 1)
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[Item]
+    cancelled: bool = False
+    finished: bool = False
+    budget: int = 0  # decode steps still needed at most (EOS may end it sooner)
+
+    def send(self, item: Item) -> None:
+        if item is None or isinstance(item, BaseException):
+            self.finished = True
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+@dataclass
+class _Chunk:
+    tokens: jax.Array  # [steps, width]
+    emitted: jax.Array  # [steps, width]
+    active: jax.Array  # [width]
+    owners: list[_Request | None]
+
+
+@dataclass
+class Stats:
+    prefills: int = 0
+    chunks: int = 0
+    decode_steps: int = 0
+    tokens: int = 0
+    warm_up_seconds: float | None = None
+
+
+class JaxEngine:
+    """Serves `Engine` (rigs/serving/engine.py) from a Gemma 4 model in JAX."""
+
+    def __init__(
+        self,
+        params: model.Params,
+        cfg: model.Config,
+        options: EngineOptions,
+        *,
+        model_name: str,
+        eos_token_ids: frozenset[int] | None = None,
+        device: jax.Device | None = None,
+    ) -> None:
+        self.model_name = model_name
+        self.max_model_len = options.max_model_len
+        self.vocab_size = cfg.vocab_size
+        self.eos_token_ids = frozenset(
+            cfg.eos_token_ids if eos_token_ids is None else eos_token_ids
+        )
+        self.options = options
+        self.cfg = cfg
+        self.params = params
+        self.dtype = jnp.dtype(params.embed.dtype)
+        self.device = device or jax.devices()[0]
+        self.compiles = compiles.install()
+        self.stats = Stats()
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None
+        # an id past the vocabulary stands for "no EOS" and is dropped by the scatter
+        eos = sorted(self.eos_token_ids) or [cfg.vocab_size]
+        self._eos = jax.device_put(np.asarray(eos, np.int32), self.device)
+        self._reset_device_state()
+        self._owners: list[_Request | None] = [None] * options.max_slots
+        self._pending: deque[_Request] = deque()
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="jax-engine", daemon=True)
+
+    # --- the Engine protocol -----------------------------------------------------------
+
+    def provenance(self) -> Mapping[str, str]:
+        c = self.compiles.snapshot()
+        return {
+            "runtime": "rigbench-jax",
+            "jax": jax.__version__,
+            "jaxlib": importlib.metadata.version("jaxlib"),
+            "python": platform.python_version(),
+            "device": str(self.device.device_kind),
+            "platform": self.device.platform,
+            "dtype": str(self.dtype),
+            "batching": f"continuous, {self.options.max_slots} slots",
+            "slot_widths": ",".join(map(str, self.options.widths)),
+            "prompt_buckets": ",".join(map(str, self.options.buckets)),
+            "steps_per_call": str(self.options.steps_per_call),
+            "max_model_len": str(self.max_model_len),
+            "compilations": str(c["executables"]),
+            "compile_seconds": str(c["compile_seconds"]),
+            "warm_up_seconds": str(self.stats.warm_up_seconds),
+        }
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
+        self.check(prompt_ids, params)
+        if self.failure is not None:
+            raise RuntimeError(f"JAX engine failed: {self.failure!r}")
+        seed = secrets.randbits(32) if params.seed is None else params.seed % 2**32
+        request = _Request(
+            list(prompt_ids), params, seed, asyncio.get_running_loop(), asyncio.Queue()
+        )
+        with self._wake:
+            self._pending.append(request)
+            self._wake.notify()
+        try:
+            while True:
+                item = await request.queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                for token in item:
+                    yield token
+        finally:
+            if not request.finished:
+                request.cancelled = True
+                with self._wake:
+                    self._wake.notify()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError naming what is wrong with a request."""
+        if not prompt_ids:
+            raise ValueError("prompt is empty")
+        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside [0, {self.vocab_size})")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {params.max_tokens}")
+        if len(prompt_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds"
+                f" max_model_len {self.max_model_len}"
+            )
+        if not 0 <= params.min_tokens <= params.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens], got {params.min_tokens}")
+        if params.temperature < 0 or not 0 < params.top_p <= 1:
+            raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
+
+    def start(self) -> None:
+        """Warm up (compile every bucket) on the device thread, then serve."""
+        self._thread.start()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        if not self.ready.wait(timeout):
+            raise TimeoutError("JAX engine did not finish warming up")
+        if self.failure is not None:
+            raise RuntimeError("JAX engine failed to warm up") from self.failure
+
+    def close(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+
+    # --- the device thread -------------------------------------------------------------
+
+    def _reset_device_state(self) -> None:
+        o = self.options
+        cache = model.init_cache(self.cfg, o.max_slots, o.max_model_len, self.dtype)
+        self._cache = jax.device_put(cache, self.device)
+        self._slots = jax.device_put(steps.empty_slots(o.max_slots), self.device)
+
+    def _run(self) -> None:
+        try:
+            self._warm_up()
+        except BaseException as e:
+            self.failure = e
+            self._fail_everyone(e)
+            return
+        finally:
+            self.ready.set()
+        inflight: _Chunk | None = None
+        while True:
+            with self._wake:
+                if self._stop:
+                    break
+                idle = inflight is None and not self._pending and not any(self._owners)
+                if idle:
+                    self._wake.wait(timeout=0.5)
+                    continue
+            try:
+                self._drop_cancelled()
+                self._admit()
+                nxt = self._dispatch()
+                if inflight is not None:
+                    self._collect(inflight)
+                inflight = nxt
+            except Exception as e:  # a device failure: fail the requests, keep serving
+                inflight = None
+                self._fail_everyone(e)
+                self._owners = [None] * self.options.max_slots
+                self._reset_device_state()
+        self._fail_everyone(RuntimeError("JAX engine stopped"))
+
+    def _fail_everyone(self, error: BaseException) -> None:
+        with self._wake:
+            waiting = list(self._pending)
+            self._pending.clear()
+        for r in [*waiting, *self._owners]:
+            if r is not None and not r.finished:
+                r.send(error)
+
+    def _warm_up(self) -> None:
+        """Compile every program the engine can run, by running each once."""
+        start = time.perf_counter()
+        probe = SamplingParams(max_tokens=1)
+        for bucket in self.options.buckets:
+            jax.block_until_ready(self._prefill([0] * bucket, probe, 0, slot=0))
+        for width in self.options.widths:
+            chunk = self._chunk(width)
+            jax.block_until_ready(chunk.tokens)
+        self._slots = steps.deactivate(self._slots, np.int32(0))
+        jax.block_until_ready(self._slots)
+        self.stats.warm_up_seconds = time.perf_counter() - start
+
+    def _prefill(
+        self, prompt: list[int], p: SamplingParams, seed: int, slot: int
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        n = len(prompt)
+        bucket = self.options.buckets[bisect.bisect_left(self.options.buckets, n)]
+        tokens = np.zeros(bucket, np.int32)
+        tokens[:n] = prompt
+        request = steps.Request(
+            max_tokens=np.int32(p.max_tokens),
+            min_tokens=np.int32(p.min_tokens),
+            ignore_eos=np.bool_(p.ignore_eos),
+            temperature=np.float32(p.temperature),
+            top_p=np.float32(p.top_p),
+            seed=np.uint32(seed),
+        )
+        token, emitted, active, self._cache, self._slots = steps.prefill_slot(
+            self.params,
+            self.cfg,
+            self._cache,
+            self._slots,
+            tokens,
+            np.int32(n),
+            np.int32(slot),
+            request,
+            self._eos,
+        )
+        self.stats.prefills += 1
+        return token, emitted, active
+
+    def _admit(self) -> None:
+        """Prefill waiting requests into free slots (lowest first, keeping widths small)."""
+        batch: list[tuple[_Request, int]] = []
+        free = [s for s, owner in enumerate(self._owners) if owner is None]
+        with self._wake:
+            while free and self._pending:
+                r = self._pending.popleft()
+                if not r.cancelled:
+                    batch.append((r, free.pop(0)))
+        if not batch:
+            return
+        outs = [self._prefill(r.prompt, r.params, r.seed, slot) for r, slot in batch]
+        firsts = jax.device_get(outs)  # one wait for all of them
+        for (r, slot), (token, emitted, active) in zip(batch, firsts, strict=True):
+            if emitted:
+                r.send([int(token)])
+                self.stats.tokens += 1
+            if active:
+                self._owners[slot] = r
+                r.budget = r.params.max_tokens - 1
+            else:
+                r.send(None)
+
+    def _drop_cancelled(self) -> None:
+        for slot, r in enumerate(self._owners):
+            if r is not None and r.cancelled:
+                self._slots = steps.deactivate(self._slots, np.int32(slot))
+                self._owners[slot] = None
+                r.finished = True
+
+    def _dispatch(self) -> _Chunk | None:
+        """Start a decode chunk if some occupied slot may still need tokens."""
+        occupied = [s for s, r in enumerate(self._owners) if r is not None and r.budget > 0]
+        if not occupied:
+            return None
+        widths = self.options.widths
+        width = widths[bisect.bisect_left(widths, max(occupied) + 1)]
+        chunk = self._chunk(width)
+        for s in occupied:
+            r = self._owners[s]
+            assert r is not None
+            r.budget -= self.options.steps_per_call
+        return chunk
+
+    def _chunk(self, width: int) -> _Chunk:
+        k = self.options.steps_per_call
+        tokens, emitted, active, self._cache, self._slots = steps.decode_chunk(
+            self.params, self.cfg, self._cache, self._slots, self._eos, width=width, steps=k
+        )
+        self.stats.chunks += 1
+        self.stats.decode_steps += k
+        return _Chunk(tokens, emitted, active, list(self._owners[:width]))
+
+    def _collect(self, chunk: _Chunk) -> None:
+        tokens, emitted, active = jax.device_get((chunk.tokens, chunk.emitted, chunk.active))
+        for slot, r in enumerate(chunk.owners):
+            if r is None or r.finished:
+                continue
+            out = tokens[emitted[:, slot], slot].tolist()
+            if out:
+                r.send(out)
+                self.stats.tokens += len(out)
+            if not active[slot]:
+                r.send(None)
+                if self._owners[slot] is r:
+                    self._owners[slot] = None

@@ -1,0 +1,155 @@
+"""The JAX engine through the Engine protocol: continuous batching against transformers."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rigs.jax import checkpoint
+from rigs.jax.engine import EngineOptions, JaxEngine
+from rigs.serving.engine import SamplingParams
+from tests.rigs.jax.conftest import torch
+
+OPTIONS = EngineOptions(
+    max_slots=4, max_model_len=128, steps_per_call=4, prompt_buckets=(32, 128), slot_widths=(2, 4)
+)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint: tuple[Path, Any]) -> Iterator[JaxEngine]:
+    directory, _ = tiny_checkpoint
+    cfg = checkpoint.load_config(directory)
+    params = checkpoint.load_params(directory, cfg, jnp.float32)
+    e = JaxEngine(params, cfg, OPTIONS, model_name="tiny")
+    e.start()
+    e.wait_ready(timeout=300)
+    yield e
+    e.close()
+
+
+def greedy_reference(reference: Any, prompt: list[int], n: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = reference.generate(
+        ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+async def collect(engine: JaxEngine, prompt: list[int], params: SamplingParams) -> list[int]:
+    return [t async for t in engine.generate(prompt, params)]
+
+
+def run_all(engine: JaxEngine, jobs: list[tuple[list[int], SamplingParams]]) -> list[list[int]]:
+    async def main() -> list[list[int]]:
+        return list(await asyncio.gather(*(collect(engine, p, s) for p, s in jobs)))
+
+    return asyncio.run(main())
+
+
+PROMPTS = [np.random.default_rng(n).integers(3, 512, size=n).tolist() for n in (3, 9, 17, 30, 40)]
+
+
+def test_concurrent_greedy_matches_transformers(engine: JaxEngine, tiny_checkpoint: Any) -> None:
+    """Five requests on four slots (one waits for a free slot), 64 tokens each."""
+    _, reference = tiny_checkpoint
+    params = SamplingParams(max_tokens=64, ignore_eos=True)
+    compiled = engine.compiles.snapshot()["executables"]
+    got = run_all(engine, [(p, params) for p in PROMPTS])
+    for prompt, tokens in zip(PROMPTS, got, strict=True):
+        assert tokens == greedy_reference(reference, prompt, 64)
+    assert engine.compiles.snapshot()["executables"] == compiled  # warm-up compiled it all
+
+
+def test_eos_stops_unless_min_tokens_or_ignore_eos(engine: JaxEngine, tiny_checkpoint: Any) -> None:
+    _, reference = tiny_checkpoint
+    prompt = PROMPTS[1]
+    ref = greedy_reference(reference, prompt, 40)
+    stop = ref[10]  # pretend this token is EOS
+    first = ref.index(stop)
+    engine.eos_token_ids = frozenset({stop})
+    engine._eos = jax.device_put(np.asarray([stop], np.int32), engine.device)
+    try:
+        [stopped, forced, ignored, short] = run_all(
+            engine,
+            [
+                (prompt, SamplingParams(max_tokens=40)),
+                (prompt, SamplingParams(max_tokens=40, min_tokens=first + 3)),
+                (prompt, SamplingParams(max_tokens=40, ignore_eos=True)),
+                (prompt, SamplingParams(max_tokens=first)),
+            ],
+        )
+    finally:
+        engine.eos_token_ids = frozenset({1})
+        engine._eos = jax.device_put(np.asarray([1], np.int32), engine.device)
+    assert stopped == ref[:first]  # stops at EOS, EOS not yielded
+    assert len(forced) >= first + 3  # EOS masked until min_tokens
+    assert forced[:first] == ref[:first]
+    assert forced[first] != stop
+    assert stop not in forced[: first + 3]
+    assert ignored == ref  # EOS is an ordinary token
+    assert short == ref[:first]  # max_tokens
+
+
+def test_seeded_sampling_is_reproducible_whatever_the_batch(engine: JaxEngine) -> None:
+    hot = SamplingParams(max_tokens=24, temperature=1.0, seed=7, ignore_eos=True)
+    alone = run_all(engine, [(PROMPTS[2], hot)])[0]
+    crowd = run_all(
+        engine,
+        [
+            (PROMPTS[0], SamplingParams(max_tokens=30, ignore_eos=True)),
+            (PROMPTS[2], hot),
+            (PROMPTS[3], SamplingParams(max_tokens=10, temperature=0.7, top_p=0.9, seed=1)),
+        ],
+    )
+    other = run_all(engine, [(PROMPTS[2], SamplingParams(**{**hot.__dict__, "seed": 8}))])[0]
+    assert crowd[1] == alone
+    assert other != alone
+    assert len(crowd[2]) == 10
+
+
+def test_cancelled_request_frees_its_slot(engine: JaxEngine, tiny_checkpoint: Any) -> None:
+    _, reference = tiny_checkpoint
+
+    async def main() -> list[int]:
+        stream = engine.generate(PROMPTS[0], SamplingParams(max_tokens=100, ignore_eos=True))
+        got = [await anext(stream) for _ in range(3)]
+        await stream.aclose()
+        assert len(got) == 3
+        jobs = [
+            collect(engine, p, SamplingParams(max_tokens=8, ignore_eos=True)) for p in PROMPTS[:4]
+        ]
+        outs = await asyncio.gather(*jobs)
+        return outs[3]
+
+    assert asyncio.run(main()) == greedy_reference(reference, PROMPTS[3], 8)
+    assert not any(engine._owners)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "params", "message"),
+    [
+        ([], SamplingParams(max_tokens=4), "prompt is empty"),
+        ([5, 512], SamplingParams(max_tokens=4), r"outside \[0, 512\)"),
+        ([5] * 100, SamplingParams(max_tokens=29), "exceeds max_model_len 128"),
+        ([5], SamplingParams(max_tokens=0), "max_tokens must be at least 1"),
+        ([5], SamplingParams(max_tokens=4, min_tokens=5), "min_tokens"),
+    ],
+)
+def test_bad_requests_are_refused(
+    engine: JaxEngine, prompt: list[int], params: SamplingParams, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        run_all(engine, [(prompt, params)])
+
+
+def test_provenance_counts_compilations(engine: JaxEngine) -> None:
+    p = engine.provenance()
+    assert p["batching"] == "continuous, 4 slots"
+    # 2 prompt buckets + 2 slot widths + deactivate, at least
+    assert int(p["compilations"]) >= 5
+    assert float(p["warm_up_seconds"]) > 0

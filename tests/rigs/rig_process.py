@@ -1,0 +1,64 @@
+"""Start a real rig server process for tests and stop it (and its children) afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def rig_server(
+    rig: str, model: str, *, cache: Path, log: Path, timeout_s: float = 120.0
+) -> Iterator[str]:
+    """`rigbench rig serve RIG --model MODEL` on a free loopback port; yields its base URL."""
+    port = free_port()
+    env = {**os.environ, "RIGBENCH_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, "-m", "rigbench", "rig", "serve", rig, "--model", model]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, base, timeout_s, log)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str, timeout_s: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rig exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"rig not healthy after {timeout_s} s:\n{log.read_text()[-4000:]}")

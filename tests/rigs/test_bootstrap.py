@@ -1,0 +1,199 @@
+"""The instance bootstrap: rendered user data, run against fake instance tools."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from rigs.bootstrap.status import read_status
+from rigs.bootstrap.user_data import (
+    USER_DATA_LIMIT,
+    BootstrapSpec,
+    InstancePaths,
+    ready_check_command,
+    render_user_data,
+)
+from rigs.contract import RigDefinitionError
+from rigs.readiness import check_ready
+from tests.rigs.test_vllm_rig import shellcheck
+
+SECRET_ID = "rigbench/hf-token"
+
+
+def spec(**changes: object) -> BootstrapSpec:
+    fields: dict[str, object] = {
+        "rig": "vllm",
+        "model": "google/gemma-4-E2B-it",
+        "deadline_epoch": int(time.time()) + 3600,
+        "bundle_s3_uri": "s3://rigbench-bundles/sweep-1/bundle.tar.gz",
+        "region": "us-east-1",
+        "hf_token_secret_id": SECRET_ID,
+        **changes,
+    }
+    return BootstrapSpec.model_validate(fields)
+
+
+@pytest.mark.parametrize("rig", ["vllm", "torch"])
+def test_user_data_passes_shellcheck_and_fits(rig: str) -> None:
+    text = render_user_data(spec(rig=rig, settings={"max_model_len": 2048}))
+    shellcheck(text)
+    assert len(text.encode()) < USER_DATA_LIMIT
+    assert "set -x" not in text
+
+
+def test_steps_run_in_the_safe_order() -> None:
+    text = render_user_data(spec())
+    order = [
+        'shutdown -h "+$minutes"',
+        "nvidia-smi -L",
+        'aws s3 cp --region "$REGION"',
+        "aws secretsmanager get-secret-value",
+        'bash "$ROOT/install-vllm.sh"',
+        'systemctl enable --now "$UNIT"',
+    ]
+    positions = [text.index(marker) for marker in order]
+    assert positions == sorted(positions)
+
+
+def test_token_goes_to_a_root_only_file_and_the_unit_restarts() -> None:
+    text = render_user_data(spec())
+    assert 'install -d -m 700 "$(dirname "$TOKEN_FILE")"' in text
+    assert "umask 077" in text
+    assert '--query SecretString --output text > "$TOKEN_FILE"' in text
+    assert "Restart=on-failure" in text
+    assert "StartLimitBurst=3" in text
+    assert (
+        "ExecStart=/opt/rigbench/venv/bin/python -m rigbench rig serve vllm "
+        "--model google/gemma-4-E2B-it --port 8000" in text
+    )
+
+
+def test_no_token_step_for_models_without_one() -> None:
+    text = render_user_data(spec(model="random:e2b", hf_token_secret_id=None))
+    assert "readonly TOKEN_SECRET_ID=''" in text
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"rig": "nope"}, RigDefinitionError),
+        ({"settings": {"no_such": 1}}, RigDefinitionError),
+        ({"model": "x; rm -rf /"}, ValidationError),
+        ({"bundle_s3_uri": "https://example.com/b.tgz"}, ValidationError),
+        ({"region": "mars"}, ValidationError),
+        ({"deadline_epoch": 5}, ValidationError),
+    ],
+)
+def test_bad_specs_are_refused(changes: dict[str, object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        render_user_data(spec(**changes))
+
+
+def _fake_instance(tmp_path: Path, **behaviour: str) -> tuple[Path, Path, Path]:
+    """Fake nvidia-smi, aws, shutdown, systemctl recording their calls; returns bin, calls, root."""
+    bin_dir, calls, root = tmp_path / "bin", tmp_path / "calls", tmp_path / "instance"
+    bin_dir.mkdir()
+    tools = {
+        "nvidia-smi": (
+            'if [[ "$1" == -L ]]; then [[ "${FAKE_GPU:-1}" == 1 ]] || exit 9;'
+            ' echo "GPU 0: NVIDIA T4G"; else echo "${FAKE_CC:-7.5}"; fi'
+        ),
+        "aws": 'exit "${FAKE_AWS_EXIT:-0}"',
+        "shutdown": "exit 0",
+        "systemctl": "exit 0",
+    }
+    for name, body in tools.items():
+        path = bin_dir / name
+        path.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >> "{calls}"\n{body}\n')
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return bin_dir, calls, root
+
+
+def _boot(
+    tmp_path: Path, bootstrap: BootstrapSpec, **env: str
+) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
+    bin_dir, calls, root = _fake_instance(tmp_path)
+    paths = InstancePaths(
+        status_file=str(root / "status.json"),
+        token_file=str(root / "etc" / "hf_token"),
+        log_file=str(root / "bootstrap.log"),
+        unit_dir=str(root / "units"),
+    )
+    text = render_user_data(bootstrap.model_copy(update={"root": str(root)}), paths)
+    result = subprocess.run(
+        ["bash", "-c", text],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", **env},
+    )
+    recorded = calls.read_text().splitlines() if calls.exists() else []
+    return result, Path(paths.status_file), recorded
+
+
+def test_no_gpu_fails_fast_before_any_download(tmp_path: Path) -> None:
+    result, status_file, calls = _boot(tmp_path, spec(), FAKE_GPU="0")
+    assert result.returncode != 0
+    status = read_status(status_file)
+    assert status is not None
+    assert (status.phase, status.step) == ("failed", "gpu")
+    assert status.error is not None
+    assert "no NVIDIA GPU" in status.error
+    assert calls[0].startswith("shutdown -h +")  # the dead-man timer came first
+    assert not any(call.startswith("aws") for call in calls)
+    ready = check_ready("http://127.0.0.1:9", status_file=status_file)
+    assert (ready.phase, ready.terminal) == ("failed", True)
+    assert "no NVIDIA GPU" in ready.detail
+
+
+def test_wrong_gpu_fails_fast(tmp_path: Path) -> None:
+    _, status_file, calls = _boot(tmp_path, spec(), FAKE_CC="8.6")
+    status = read_status(status_file)
+    assert status is not None
+    assert status.phase == "failed"
+    assert "compute capability 8.6, expected 7.5" in (status.error or "")
+    assert not any(call.startswith("aws") for call in calls)
+
+
+def test_a_failed_download_is_reported_with_its_command(tmp_path: Path) -> None:
+    _, status_file, calls = _boot(tmp_path, spec(), FAKE_AWS_EXIT="1")
+    status = read_status(status_file)
+    assert status is not None
+    assert (status.phase, status.step) == ("failed", "bundle")
+    assert "aws s3 cp" in (status.error or "")
+    assert "exited with 1" in (status.error or "")
+    assert any(call.startswith("aws s3 cp --region us-east-1") for call in calls)
+
+
+def test_a_passed_deadline_powers_off_at_once(tmp_path: Path) -> None:
+    # Validation allows any epoch after 2020, so a stale deadline reaches the instance.
+    result, status_file, calls = _boot(tmp_path, spec(deadline_epoch=1_700_000_000))
+    assert result.returncode == 1
+    assert calls == ["shutdown -h now"]
+    status = read_status(status_file)
+    assert status is not None
+    assert "already passed" in (status.error or "")
+
+
+def test_ready_check_command_reports_a_failed_install_before_rigbench_exists(
+    tmp_path: Path,
+) -> None:
+    status_file = tmp_path / "status.json"
+    status_file.write_text(
+        json.dumps({"phase": "failed", "step": "gpu", "error": "x", "updated": 1})
+    )
+    command = ready_check_command(spec(root=str(tmp_path / "nothing")))
+    command = command.replace("/var/lib/rigbench/status.json", str(status_file))
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["phase"] == "failed"
+    status_file.write_text(json.dumps({"phase": "installing", "updated": 1}))
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    assert result.returncode == 1

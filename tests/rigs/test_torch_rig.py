@@ -1,0 +1,197 @@
+"""The torch rig over HTTP (a real server process on random:tiny) against transformers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rigs.sources import ModelSource
+from tests.rigs.sse_client import stream_events
+
+# Longer than the tiny config's sliding window (16), so generation crosses it.
+PROMPT_IDS = [2, *range(300, 330)]
+NEW_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def reference(tiny: ModelSource) -> Any:
+    model = AutoModelForCausalLM.from_pretrained(tiny.path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny.path)
+
+    def generate(prompt_ids: list[int], new_tokens: int) -> list[int]:
+        with torch.inference_mode():
+            out = model.generate(
+                torch.tensor([prompt_ids]), max_new_tokens=new_tokens, do_sample=False
+            )
+        return [int(t) for t in out[0, len(prompt_ids) :]]
+
+    generate.tokenizer = tokenizer  # type: ignore[attr-defined]
+    return generate
+
+
+def _complete(base: str, **body: Any) -> dict[str, Any]:
+    response = httpx.post(f"{base}/v1/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_greedy_matches_generate_token_for_token(torch_rig: str, reference: Any) -> None:
+    expected = reference(PROMPT_IDS, NEW_TOKENS)
+    assert len(expected) == NEW_TOKENS  # no EOS in the reference, so lengths must agree
+    body = _complete(
+        torch_rig,
+        prompt=PROMPT_IDS,
+        max_tokens=NEW_TOKENS,
+        temperature=0,
+        return_token_ids=True,
+    )
+    choice = body["choices"][0]
+    assert choice["token_ids"] == expected
+    assert choice["text"] == reference.tokenizer.decode(expected, skip_special_tokens=True)
+    assert choice["finish_reason"] == "length"
+    assert body["usage"] == {
+        "prompt_tokens": len(PROMPT_IDS),
+        "completion_tokens": NEW_TOKENS,
+        "total_tokens": len(PROMPT_IDS) + NEW_TOKENS,
+    }
+
+
+def test_text_prompt_is_tokenised_like_transformers(torch_rig: str, reference: Any) -> None:
+    prompt = "The quick brown fox jumps over the lazy dog"
+    prompt_ids = reference.tokenizer(prompt)["input_ids"]
+    body = _complete(torch_rig, prompt=prompt, max_tokens=12, temperature=0, return_token_ids=True)
+    assert body["usage"]["prompt_tokens"] == len(prompt_ids)
+    assert body["choices"][0]["token_ids"] == reference(prompt_ids, 12)
+
+
+def test_stream_concatenates_to_the_full_text(torch_rig: str) -> None:
+    request = {"prompt": PROMPT_IDS, "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+    full = _complete(torch_rig, **request)["choices"][0]["text"]
+    events, done = stream_events(
+        torch_rig,
+        "/v1/completions",
+        {**request, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    assert done
+    *chunks, last_choice, usage = events
+    assert all(c["choices"][0]["text"] for c in chunks), "empty content chunk"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == full
+    assert last_choice["choices"][0]["finish_reason"] == "length"
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] == 24
+    assert len({e["id"] for e in events}) == 1
+
+
+def test_stream_without_usage_has_no_usage_chunk(torch_rig: str) -> None:
+    events, done = stream_events(
+        torch_rig,
+        "/v1/completions",
+        {"prompt": "hi", "max_tokens": 3, "temperature": 0, "stream": True},
+    )
+    assert done
+    assert all(e["usage"] is None for e in events)
+    assert events[-1]["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_chat_completion_streaming_and_not(torch_rig: str, reference: Any) -> None:
+    messages = [{"role": "user", "content": "Say something"}]
+    response = httpx.post(
+        f"{torch_rig}/v1/chat/completions",
+        json={
+            "messages": messages,
+            "max_tokens": 10,
+            "temperature": 0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        },
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "chat.completion"
+    prompt_ids = reference.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
+    prompt_ids = reference.tokenizer(prompt_ids, add_special_tokens=False)["input_ids"]
+    assert body["usage"]["prompt_tokens"] == len(prompt_ids)
+    assert body["choices"][0]["token_ids"] == reference(prompt_ids, 10)
+
+    events, done = stream_events(
+        torch_rig,
+        "/v1/chat/completions",
+        {
+            "messages": messages,
+            "max_completion_tokens": 10,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    assert done
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == body["choices"][0]["message"]["content"]
+    assert events[-1]["usage"]["completion_tokens"] == 10
+
+
+def test_concurrent_requests_each_get_their_own_output(torch_rig: str, reference: Any) -> None:
+    prompts = [[2, *range(400 + 7 * i, 420 + 7 * i)] for i in range(4)]
+
+    async def one(client: httpx.AsyncClient, prompt: list[int]) -> list[int]:
+        response = await client.post(
+            "/v1/completions",
+            json={
+                "prompt": prompt,
+                "max_tokens": 8,
+                "temperature": 0,
+                "ignore_eos": True,
+                "return_token_ids": True,
+            },
+        )
+        assert response.status_code == 200, response.text
+        ids: list[int] = response.json()["choices"][0]["token_ids"]
+        return ids
+
+    async def all_at_once() -> list[list[int]]:
+        async with httpx.AsyncClient(base_url=torch_rig, timeout=120) as client:
+            return list(await asyncio.gather(*(one(client, p) for p in prompts)))
+
+    assert asyncio.run(all_at_once()) == [reference(p, 8) for p in prompts]
+
+
+def test_sampling_with_a_seed_is_reproducible(torch_rig: str) -> None:
+    request = {"prompt": PROMPT_IDS, "max_tokens": 16, "temperature": 1.0, "ignore_eos": True}
+    first = _complete(torch_rig, **request, seed=7, return_token_ids=True)
+    again = _complete(torch_rig, **request, seed=7, return_token_ids=True)
+    other = _complete(torch_rig, **request, seed=8, return_token_ids=True)
+    assert first["choices"][0]["token_ids"] == again["choices"][0]["token_ids"]
+    assert first["choices"][0]["token_ids"] != other["choices"][0]["token_ids"]
+
+
+def test_models_health_and_provenance(torch_rig: str) -> None:
+    assert httpx.get(f"{torch_rig}/health").json() == {"status": "ok"}
+    models = httpx.get(f"{torch_rig}/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["random:tiny"]
+    assert models["data"][0]["max_model_len"] == 1024
+    provenance = httpx.get(f"{torch_rig}/provenance").json()
+    assert provenance["rig"] == "torch"
+    assert provenance["batching"] == "serial"
+    assert provenance["model_revision"] == "seed0-float32"
+
+
+def test_client_disconnect_mid_stream_leaves_the_rig_serving(torch_rig: str) -> None:
+    body = {"prompt": PROMPT_IDS, "max_tokens": 500, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{torch_rig}/v1/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+    # The abandoned request is cancelled, so this one is not stuck behind 500 tokens.
+    result = _complete(torch_rig, prompt="again", max_tokens=2, temperature=0, ignore_eos=True)
+    assert result["usage"]["completion_tokens"] == 2

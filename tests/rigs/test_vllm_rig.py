@@ -1,0 +1,293 @@
+"""The vLLM rig: its definition, rendered scripts and readiness against recorded responses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from rigs.contract import RigDefinition, RigDefinitionError
+from rigs.launch import launch_plan
+from rigs.readiness import probe_ready
+from rigs.registry import get_rig
+from rigs.sources import ModelSource
+from tests.rigs.replay_server import Replay, replay_server
+from tests.rigs.rig_process import REPO, free_port
+
+SERVE_VLLM_TINY = [
+    sys.executable,
+    "-m",
+    "rigbench",
+    "rig",
+    "serve",
+    "vllm",
+    "--model",
+    "random:tiny",
+]
+SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+
+
+def shellcheck(script: str) -> None:
+    result = subprocess.run(
+        [SHELLCHECK, "--shell=bash", "--severity=style", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def vllm() -> RigDefinition:
+    return get_rig("vllm")
+
+
+def test_version_is_pinned_at_or_after_the_first_one_with_gemma4(vllm: RigDefinition) -> None:
+    assert Version(vllm.version) >= Version("0.27.2rc0")
+    assert vllm.runtime == "vllm"
+    assert vllm.accelerators == ["cuda"]
+
+
+def test_serve_command_on_a_turing_gpu(vllm: RigDefinition, tiny: ModelSource) -> None:
+    argv, env = launch_plan(
+        vllm,
+        model="random:tiny",
+        rig_venv=Path("/opt/rigbench/venvs/vllm"),
+        gpu_compute_capability="7.5",
+    )
+    assert argv == [
+        "/opt/rigbench/venvs/vllm/bin/vllm",
+        "serve",
+        str(tiny.path),
+        "--served-model-name",
+        "random:tiny",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--dtype",
+        "float16",
+        "--max-model-len",
+        "4096",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--max-num-seqs",
+        "8",
+        "--enable-prefix-caching",
+        "--generation-config",
+        "vllm",
+    ]
+    assert env["VLLM_NO_USAGE_STATS"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+
+
+def test_dtype_and_settings_overrides(vllm: RigDefinition, tiny: ModelSource) -> None:
+    argv, _ = launch_plan(
+        vllm,
+        model="random:tiny",
+        dtype="bfloat16",
+        settings={"max_num_seqs": 32, "max_model_len": 2048},
+        gpu_compute_capability="9.0",
+    )
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    assert argv[argv.index("--max-num-seqs") + 1] == "32"
+    assert argv[argv.index("--max-model-len") + 1] == "2048"
+    # On a GPU with bfloat16, "auto" is left to vLLM.
+    argv, _ = launch_plan(vllm, model="random:tiny", gpu_compute_capability="9.0")
+    assert argv[argv.index("--dtype") + 1] == "auto"
+    with pytest.raises(RigDefinitionError, match="no setting"):
+        launch_plan(vllm, model="random:tiny", settings={"tensor_parallel": 2})
+    with pytest.raises(RigDefinitionError, match="not 'int8'"):
+        launch_plan(vllm, model="random:tiny", dtype="int8")
+
+
+def test_cli_dry_run_prints_the_command(tiny: ModelSource) -> None:
+    out = subprocess.run(
+        [*SERVE_VLLM_TINY, "--port", "8123", "--dry-run", "--set", "max_num_seqs=4"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={**os.environ, "RIGBENCH_CACHE": str(tiny.path.parents[1])},
+    )
+    plan = json.loads(out.stdout)
+    assert plan["argv"][1:3] == ["serve", str(tiny.path)]
+    assert plan["argv"][plan["argv"].index("--port") + 1] == "8123"
+    assert plan["argv"][plan["argv"].index("--max-num-seqs") + 1] == "4"
+
+
+def test_serving_without_vllm_installed_says_so(tiny: ModelSource, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*SERVE_VLLM_TINY, "--rig-venv", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, "RIGBENCH_CACHE": str(tiny.path.parents[1])},
+    )
+    assert out.returncode == 2
+    assert f"{tmp_path}/bin/vllm is not installed here" in out.stderr
+
+
+def _install_script(vllm: RigDefinition) -> str:
+    return vllm.render_install(
+        rig_venv="/opt/rigbench/venvs/vllm",
+        bundle_dir="/opt/rigbench/bundle",
+        python_version="3.12",
+    )
+
+
+def test_install_script_passes_shellcheck(vllm: RigDefinition) -> None:
+    script = _install_script(vllm)
+    shellcheck(script)
+    assert 'readonly VERSION="0.27.2rc0"' in script
+    assert 'export TORCH_CUDA_ARCH_LIST="$compute_cap"' in script
+    assert "nvidia-smi --query-gpu=compute_cap --format=csv,noheader" in script
+    assert 'git clone --depth 1 --branch "v$VERSION"' in script
+    assert 'uv pip install --python "$VENV/bin/python" "vllm==$VERSION"' in script
+
+
+def test_render_install_without_context_names_the_missing_variable(vllm: RigDefinition) -> None:
+    with pytest.raises(RigDefinitionError, match="'rig_venv' is undefined"):
+        vllm.render_install()
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path) -> tuple[Path, Path]:
+    """Commands the install script calls, each recording its argv instead of acting."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool in ("uv", "git", "nvidia-smi", "uname", "nproc"):
+        script = bin_dir / tool
+        script.write_text(
+            "#!/usr/bin/env bash\n"
+            f'echo "{tool} $*" >> "{calls}"\n'
+            f'case "{tool}" in\n'
+            '  nvidia-smi) echo "${FAKE_COMPUTE_CAP:-7.5}" ;;\n'
+            '  uname) echo "${FAKE_ARCH:-aarch64}" ;;\n'
+            "  nproc) echo 8 ;;\n"
+            '  git) mkdir -p "${@: -1}" ;;\n'
+            "  uv) if [[ $1 == venv ]]; then\n"
+            '        mkdir -p "${@: -1}/bin"\n'
+            f"        printf '#!/usr/bin/env bash\\necho \"python $*\" >> {calls}\\n'"
+            ' > "${@: -1}/bin/python"\n'
+            '        chmod +x "${@: -1}/bin/python"\n'
+            "      fi ;;\n"
+            "esac\n"
+        )
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return bin_dir, calls
+
+
+def _run_install(
+    vllm: RigDefinition, tmp_path: Path, bin_dir: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    script = vllm.render_install(
+        rig_venv=str(tmp_path / "venv"), bundle_dir="/unused", python_version="3.12"
+    )
+    return subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", **env},
+    )
+
+
+def test_install_fails_before_downloading_without_a_gpu_reading(
+    vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
+) -> None:
+    bin_dir, calls = fake_tools
+    result = _run_install(vllm, tmp_path, bin_dir, FAKE_COMPUTE_CAP="No devices were found")
+    assert result.returncode == 1
+    assert "cannot read the GPU compute capability" in result.stderr
+    assert calls.read_text().splitlines() == [
+        "nvidia-smi --query-gpu=compute_cap --format=csv,noheader"
+    ]
+
+
+def test_aarch64_install_builds_for_the_gpu_present(
+    vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
+) -> None:
+    bin_dir, calls = fake_tools
+    result = _run_install(vllm, tmp_path, bin_dir, FAKE_ARCH="aarch64")
+    # Nothing really builds vllm here, so the final `vllm --version` fails after the steps ran.
+    assert "bin/vllm: No such file" in result.stderr
+    lines = calls.read_text().splitlines()
+    assert lines[1:4] == [f"uv venv --python 3.12 {tmp_path}/venv", "uname -m", "nproc "]
+    assert lines[4].startswith("git clone --depth 1 --branch v0.27.2rc0 ")
+    assert "torch==2.9.0" in lines[5]
+    assert "python use_existing_torch.py" in lines
+    assert any("--no-build-isolation ." in line for line in lines)
+
+
+def test_x86_64_install_uses_the_released_wheel(
+    vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
+) -> None:
+    bin_dir, calls = fake_tools
+    _run_install(vllm, tmp_path, bin_dir, FAKE_ARCH="x86_64")
+    lines = calls.read_text().splitlines()
+    assert f"uv pip install --python {tmp_path}/venv/bin/python vllm==0.27.2rc0" in lines
+    assert not any(line.startswith("git") for line in lines)
+
+
+def test_install_is_skipped_when_the_prebuilt_marker_exists(
+    vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
+) -> None:
+    bin_dir, calls = fake_tools
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / ".rigbench-installed-vllm-0.27.2rc0").touch()
+    result = _run_install(vllm, tmp_path, bin_dir)
+    assert result.returncode == 0
+    assert "already installed" in result.stdout
+    assert not calls.exists()
+
+
+@pytest.fixture(scope="module")
+def replay() -> Iterator[tuple[str, Replay]]:
+    with replay_server() as server:
+        yield server
+
+
+def test_ready_on_a_real_completion(replay: tuple[str, Replay]) -> None:
+    base, server = replay
+    server.scenario = "ready"
+    state = probe_ready(base)
+    assert state.ready
+    assert (state.model, state.text) == ("google/gemma-4-E2B-it", " Sarah and I am")
+    sent = server.requests[-1]
+    assert sent["model"] == "google/gemma-4-E2B-it"
+    assert sent["temperature"] == 0
+
+
+@pytest.mark.parametrize(
+    ("scenario", "phase", "detail"),
+    [
+        ("engine_dead_old_health", "unhealthy", "completion 500"),
+        ("engine_dead", "loading", "/health 503"),
+        ("empty_text", "unhealthy", "empty text"),
+    ],
+)
+def test_not_ready_unless_a_completion_has_text(
+    replay: tuple[str, Replay], scenario: str, phase: str, detail: str
+) -> None:
+    base, server = replay
+    server.scenario = scenario
+    state = probe_ready(base)
+    assert not state.ready
+    assert state.phase == phase
+    assert detail in state.detail
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    state = probe_ready(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    assert (state.ready, state.phase) == (False, "unreachable")
