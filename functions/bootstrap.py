@@ -32,7 +32,7 @@ def render_user_data(plan: InstancePlan) -> str:
         from rigs.bootstrap import render_user_data as render_rig_user_data
     except ImportError:
         return _without_rig_bootstrap(plan)
-    spec = BootstrapSpec(  # type: ignore[call-arg]
+    spec = BootstrapSpec(
         rig=plan.rig,
         model=plan.model,
         model_revision=plan.model_revision,

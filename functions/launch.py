@@ -166,4 +166,7 @@ def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     def launch_once(state: BootState) -> Instance:
         return launch_instance(state, clients, settings)
 
-    return launch_once(state=event).model_dump(mode="json")
+    instance = launch_once(state=event)
+    return event.model_copy(update={"instance": instance}).model_dump(
+        mode="json", exclude_none=True
+    )

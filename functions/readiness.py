@@ -77,9 +77,12 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
     checks = previous.checks + 1
     phase, detail = previous.phase, previous.detail
     if previous.probe_command_id:
+        invocation: dict[str, Any]
         try:
-            invocation = clients.ssm.get_command_invocation(
-                CommandId=previous.probe_command_id, InstanceId=instance.instance_id
+            invocation = dict(
+                clients.ssm.get_command_invocation(
+                    CommandId=previous.probe_command_id, InstanceId=instance.instance_id
+                )
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
@@ -123,7 +126,8 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
 @metrics.log_metrics
 @event_parser(model=BootState)
 def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return check_agent(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    agent = check_agent(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"agent": agent}).model_dump(mode="json", exclude_none=True)
 
 
 @logger.inject_lambda_context
@@ -131,4 +135,5 @@ def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
 @metrics.log_metrics
 @event_parser(model=BootState)
 def ready_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return check_ready(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    ready = check_ready(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"ready": ready}).model_dump(mode="json", exclude_none=True)

@@ -85,9 +85,26 @@ def shared_session() -> boto3.session.Session:
 
 
 class Clients:
-    """boto3 clients built on first use, from the environment at call time (not import time)."""
+    """boto3 clients built on first use, from the environment at call time (not import time).
+
+    `Clients()` hands back one instance per AWS endpoint, so that warm invocations reuse their
+    clients as Lambda's guidance asks; pass a session for a private set (tests, the CLI).
+    """
+
+    _shared: dict[str, "Clients"] = {}  # noqa: RUF012 - a per-process cache
+
+    def __new__(cls, session: boto3.session.Session | None = None) -> "Clients":
+        if session is not None:
+            return super().__new__(cls)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+        with _SESSION_LOCK:
+            if endpoint not in cls._shared:
+                cls._shared[endpoint] = super().__new__(cls)
+            return cls._shared[endpoint]
 
     def __init__(self, session: boto3.session.Session | None = None) -> None:
+        if getattr(self, "_session", None) is not None and session is None:
+            return  # a shared instance, already set up
         self._session = session or shared_session()
 
     @cached_property

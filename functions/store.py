@@ -110,4 +110,5 @@ def store_results(state: BootState, clients: Clients, settings: Settings) -> Sto
 @metrics.log_metrics
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return store_results(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    stored = store_results(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"stored": stored}).model_dump(mode="json", exclude_none=True)

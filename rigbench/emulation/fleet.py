@@ -200,6 +200,7 @@ class ScriptedFleet:
         with self._lock:
             self.probes[instance_id] = self.probes.get(instance_id, 0) + 1
             count = self.probes[instance_id]
+        out: dict[str, Any]
         if self.install_error is not None:
             out = {"phase": "failed", "error": self.install_error}
         elif self.ready_after is not None and count > self.ready_after:
@@ -251,20 +252,19 @@ def scripted_report(commands: list[str]) -> dict[str, Any]:
         def summary(base: float, c: int = c) -> dict[str, float]:
             return {"mean": base * c, "p50": base * c, "p90": base * c * 1.2, "p99": base * c * 1.5}
 
-        cells.append(
-            {
-                "concurrency": c,
-                "requests_ok": requests,
-                "requests_failed": 0,
-                "output_tokens": tokens,
-                "duration_s": duration,
-                "output_tok_s": tokens / duration,
-                "ttft_ms": summary(40.0),
-                "itl_ms": summary(10.0),
-                "tpot_ms": summary(10.0),
-                "e2e_ms": summary(40.0 + 10.0 * output_len),
-            }
-        )
+        cell: dict[str, Any] = {
+            "concurrency": c,
+            "requests_ok": requests,
+            "requests_failed": 0,
+            "output_tokens": tokens,
+            "duration_s": duration,
+            "output_tok_s": tokens / duration,
+            "ttft_ms": summary(40.0),
+            "itl_ms": summary(10.0),
+            "tpot_ms": summary(10.0),
+            "e2e_ms": summary(40.0 + 10.0 * output_len),
+        }
+        cells.append(cell)
     return {
         "harness_version": "0.1.0+scripted",
         "url": "http://127.0.0.1:8000",

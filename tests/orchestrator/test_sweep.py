@@ -1,8 +1,13 @@
 """The real state machine and handlers on the emulated account: sweeps that succeed."""
 
 from rigbench.emulation import Emulation, ScriptedFleet
-
-from tests.orchestrator.conftest import assert_clean, result_rows, run_sweep, sweep_id_of, sweep_input
+from tests.orchestrator.conftest import (
+    assert_clean,
+    result_rows,
+    run_sweep,
+    sweep_id_of,
+    sweep_input,
+)
 
 
 def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> None:
