@@ -47,9 +47,11 @@ def ceiling_note(cells: list[CellReport]) -> str:
     worst = max((c.event_loop_lag_ms.p99 or 0.0 for c in cells), default=0.0)
     if worst > LAG_WARN_MS:
         return (
-            f"WARNING: the client's event loop lagged up to {worst:.1f} ms (p99) in a cell; "
-            "the harness was near its own ceiling, so latencies there include client delay. "
-            "See benchmarks/harness_ceiling.py."
+            f"WARNING: the client's event loop lagged up to {worst:.1f} ms (p99) in a cell "
+            "(the harness near its own ceiling, or other processes taking the CPU). Bytes are "
+            "stamped by the kernel on arrival, but a socket read late can hand over several "
+            "chunks at once under the stamp of the last (see ITL p99), and requests leave "
+            "late (see queue wait). See benchmarks/harness_ceiling.py."
         )
     return (
         f"client event-loop lag p99 <= {worst:.2f} ms in every cell (warning above "

@@ -14,8 +14,11 @@ def main() -> None:
 
 
 from harness.cli import BenchCommand, bench  # noqa: E402
+from harness.demo import demo  # noqa: E402
 
 app.command("bench", cls=BenchCommand)(bench)
+# The harness alone against its reference server; `demo` is the local sweep (make sweep).
+app.command("bench-demo")(demo)
 
 from rigbench.local.cli import demo_command, run_command  # noqa: E402
 
