@@ -91,6 +91,13 @@ def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     assert saved is not None
     assert saved.tables["rigbench-ResultsTable"] == 2  # one row per cell
     assert any(n.startswith("rigbench-") for n in saved.objects)
+    # The harness measured the real rig: every request of every cell succeeded.
+    reports = list((home / "data" / "s3").glob("*/reports*report.json"))
+    assert len(reports) == 1
+    cells = json.loads(reports[0].read_text())["cells"]
+    assert [c["concurrency"] for c in cells] == [1, 2]
+    assert all(c["requests_ok"] == 2 and c["requests_failed"] == 0 for c in cells), cells
+    assert all(c["output_tok_s"] > 0 for c in cells)
 
     # A new process restores the tables and queries them as on AWS (a Query by sweep id).
     read = subprocess.run(
