@@ -147,13 +147,17 @@ class OpenAIBackend:
     def now(self) -> float:
         return time.perf_counter() - self._origin
 
-    async def check_reachable(self, timeout_s: float = 10.0) -> None:
-        """Raise ServerUnreachableError unless the server answers HTTP at all within timeout."""
+    async def check_reachable(self, timeout_s: float = 10.0) -> int | None:
+        """Raise ServerUnreachableError unless the server answers HTTP at all within timeout.
+
+        Returns the vocabulary size the server advertises in /v1/models (rigbench rigs do;
+        an OpenAI server need not), so token-id prompts stay inside the model's vocabulary.
+        """
         try:
             async with asyncio.timeout(timeout_s):
                 client = self._idle.pop() if self._idle else self._new_client()
                 try:
-                    await client.get("/v1/models", timeout=timeout_s)
+                    response = await client.get("/v1/models", timeout=timeout_s)
                 finally:
                     self._idle.append(client)
         except TimeoutError as exc:
@@ -165,6 +169,7 @@ class OpenAIBackend:
             if str(exc):
                 reason += f": {exc}"
             raise ServerUnreachableError(f"cannot reach {self.url} ({reason})") from exc
+        return _advertised_vocab_size(response)
 
     async def generate(self, body: bytes, record: RequestRecord) -> None:
         """Send one streaming request, stamping times and counts into `record`."""
@@ -274,3 +279,11 @@ def _has_content(event: dict[str, Any], chat: bool) -> bool:
 def _fail(record: RequestRecord, reason: FailureReason, detail: str) -> None:
     record.error = reason
     record.error_detail = detail
+
+
+def _advertised_vocab_size(response: httpx.Response) -> int | None:
+    try:
+        size = response.json()["data"][0].get("vocab_size")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return size if isinstance(size, int) and size > 0 else None

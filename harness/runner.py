@@ -38,9 +38,13 @@ def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def _bodies(config: BenchmarkConfig, count: int, seed: int) -> list[bytes]:
+def _bodies(
+    config: BenchmarkConfig, count: int, seed: int, vocab_size: int | None = None
+) -> list[bytes]:
     if config.resolved_prompt_kind == "token_ids":
-        prompts: list[list[int]] | list[str] = token_id_prompts(count, config.input_len, seed)
+        prompts: list[list[int]] | list[str] = token_id_prompts(
+            count, config.input_len, seed, vocab_size
+        )
     else:
         prompts = text_prompts(count, config.input_len, seed)
     return [build_body(config.endpoint, config.model, p, config.output_len) for p in prompts]
@@ -120,10 +124,10 @@ async def run_benchmark(
         connect_timeout_s=config.connect_timeout_s,
         clock_origin=origin,
     ) as backend:
-        await backend.check_reachable()
+        vocab_size = await backend.check_reachable()
 
         if config.warmup:
-            warm_bodies = _bodies(config, config.warmup, seed=config.seed + 10_000)
+            warm_bodies = _bodies(config, config.warmup, config.seed + 10_000, vocab_size)
             warm = asyncio.ensure_future(
                 run_concurrency(
                     backend,
@@ -143,7 +147,7 @@ async def run_benchmark(
         for index, (concurrency, rate) in enumerate(loads):
             if report.interrupted:
                 break
-            bodies = _bodies(config, config.requests, seed=config.seed + index)
+            bodies = _bodies(config, config.requests, config.seed + index, vocab_size)
             cell_records: list[RequestRecord] = []
             if pool is not None:
                 shares = _shares(config, index, concurrency, rate, bodies, origin, next_id + 1)

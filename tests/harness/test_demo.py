@@ -12,7 +12,7 @@ from tests.harness.conftest import ROOT
 def test_demo_benchmarks_the_reference_server_and_stops_it(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
     result = subprocess.run(
-        [sys.executable, "-m", "rigbench", "demo", "--out", str(out)],
+        [sys.executable, "-m", "rigbench", "bench-demo", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
