@@ -152,7 +152,13 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
     bandwidth = 2 * x.nbytes * 5 / (time.perf_counter() - t)  # read + write
     del x, y
     step_bytes = streamed + kv_per_slot
+    gemv_ms = gemv_stream_ms(params)
+    hlo = engine._decode_programs[engine.options.widths[0]].as_text()
+    kernels = sum(1 for line in hlo.splitlines() if " fusion(" in line or "custom-call(" in line)
     return {
+        "gemv_only_ms_per_step": round(gemv_ms, 3),
+        "gemv_only_GBps": round(streamed / gemv_ms / 1e6, 1),
+        "kernels_in_decode_program_width1": kernels,
         "params": int(sum(x.size for x in leaves)),
         "param_bytes": int(total),
         "gathered_ple_table_bytes": int(gathered),
@@ -161,6 +167,31 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
         "measured_copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
         "batch1_ceiling_tok_s": round(bandwidth / step_bytes, 1),
     }
+
+
+def gemv_stream_ms(params: Any) -> float:
+    """One matrix-vector product per streamed weight matrix, nothing else: the time a
+    batch-1 step would take if it were only its weight reads (shapes as in the model)."""
+    import jax
+    import jax.numpy as jnp
+
+    mats = [x for x in jax.tree.leaves(params) if x.ndim == 2 and x is not params.ple_embed]
+
+    @jax.jit
+    def stream(mats: list[jax.Array]) -> jax.Array:
+        total = jnp.zeros((), jnp.float32)
+        for m in mats:
+            v = jnp.ones((m.shape[1],), m.dtype)
+            total += jnp.sum(m @ v, dtype=jnp.float32)
+        return total
+
+    jax.block_until_ready(stream(mats))
+    reps = 10
+    t = time.perf_counter()
+    for _ in range(reps):
+        out = stream(mats)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) * 1000 / reps
 
 
 async def run_cell(
