@@ -2,7 +2,8 @@
 
 A model spec is one of
 - ``random:tiny`` / ``random:e2b``: seeded random weights from a config in ``rigs/configs/``,
-  materialised once into the cache as a real checkpoint (no download);
+  materialised once into the cache as a real checkpoint (no download), in
+  ``$RIGBENCH_CACHE/models/<name>-seed<N>-<dtype>-<config digest>/``;
 - a local directory holding a transformers checkpoint (config.json, safetensors, tokenizer);
 - a Hugging Face repo id, optionally ``@revision`` (``google/gemma-4-E2B-it``), downloaded with
   ``huggingface_hub``; the token comes from ``HF_TOKEN`` or the root-only file the instance
@@ -14,6 +15,7 @@ Every rig (torch, JAX, ...) then loads ``ModelSource.path`` the same way.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -48,7 +50,7 @@ class ModelSource(BaseModel):
     spec: str  # as given, e.g. "random:tiny"
     name: str  # the served model name, e.g. "random:tiny" or "google/gemma-4-E2B-it"
     path: Path  # checkpoint directory: config.json, *.safetensors, tokenizer files
-    revision: str  # hub commit, "seed<N>-<dtype>" for random weights, "local" for a directory
+    revision: str  # hub commit; "seed<N>-<dtype>-<config digest>" if random; "local"
     kind: str  # "random", "local" or "hub"
 
 
@@ -177,7 +179,9 @@ def materialize_random(
     """
     config = random_config(name)
     dtype = dtype or default_random_dtype(name)
-    revision = f"seed{seed}-{dtype}"
+    # The config's digest is part of the name, so editing a config never reuses stale weights.
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+    revision = f"seed{seed}-{dtype}-{digest}"
     models = (cache_dir or cache_root()) / "models"
     target = models / f"{name}-{revision}"
     source = ModelSource(
