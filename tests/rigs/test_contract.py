@@ -86,3 +86,22 @@ def test_torch_rig_picks_float16_on_turing() -> None:
     assert torch_rig.pick_dtype(None, "7.5") == "float16"
     assert torch_rig.pick_dtype(None, "9.0") == "auto"
     assert torch_rig.pick_dtype("bfloat16", "7.5") == "bfloat16"  # an explicit choice wins
+
+
+def test_prebuilt_ami_must_be_an_ami_id_or_ssm_parameter(tmp_path: Path) -> None:
+    folder = _copy_rig(tmp_path)
+    toml = folder / "rig.toml"
+    base = toml.read_text()
+    good = base.replace(
+        'script = "install.sh.j2"',
+        'script = "install.sh.j2"\nprebuilt_ami = "ami-0123456789abcdef0"',
+    )
+    toml.write_text(good)
+    assert load_definition(folder).install.prebuilt_ami == "ami-0123456789abcdef0"
+    toml.write_text(
+        base.replace(
+            'script = "install.sh.j2"', 'script = "install.sh.j2"\nprebuilt_ami = "my image"'
+        )
+    )
+    with pytest.raises(RigDefinitionError, match="prebuilt_ami"):
+        load_definition(folder)
