@@ -28,8 +28,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rigs.random_tokenizer import build_tokenizer
-
 CONFIGS_DIR = Path(__file__).parent / "configs"
 RANDOM_PREFIX = "random:"
 DEFAULT_TOKEN_FILE = Path("/etc/rigbench/hf_token")
@@ -218,8 +216,18 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _write_random_checkpoint(out: Path, config: dict[str, Any], *, seed: int, dtype: str) -> None:
-    import torch
-    from transformers import Gemma4ForCausalLM, Gemma4TextConfig, GenerationConfig
+    # Heavy imports stay here: resolving a directory or hub id needs neither torch nor
+    # transformers (the vllm rig's launcher runs without them).
+    try:
+        import torch
+        from transformers import Gemma4ForCausalLM, Gemma4TextConfig, GenerationConfig
+
+        from rigs.random_tokenizer import build_tokenizer
+    except ImportError as err:
+        raise ModelSourceError(
+            f"random models are built with torch and transformers ({err}); "
+            "install the project's torch extra"
+        ) from err
 
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
