@@ -128,7 +128,7 @@ def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> R
         )
     now = datetime.now(UTC).isoformat(timespec="seconds")
     table = settings.ledger_table
-    writes: list[dict[str, Any]] = [
+    writes: list[Any] = [
         {
             "Update": {
                 "TableName": table,
@@ -261,4 +261,7 @@ def reconcile_boot(
 @metrics.log_metrics
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
-    return reserve_budget(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    reservation = reserve_budget(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"reservation": reservation}).model_dump(
+        mode="json", exclude_none=True
+    )

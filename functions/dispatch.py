@@ -33,7 +33,6 @@ def dispatch_bench(state: BootState, clients: Clients, settings: Settings) -> Co
         sweep_id=sweep.sweep_id,
         rig=state.rig,
         boot=state.boot,
-        model=sweep.model,
         cells=sweep.cells,
         bucket=settings.bucket,
     )
@@ -59,11 +58,14 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
     ensure_alive(
         clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "the benchmark"
     )
+    invocation: dict[str, Any]
     try:
-        invocation = clients.ssm.get_command_invocation(
-            CommandId=command.command_id, InstanceId=instance.instance_id
+        invocation = dict(
+            clients.ssm.get_command_invocation(
+                CommandId=command.command_id, InstanceId=instance.instance_id
+            )
         )
-        status = invocation["Status"]
+        status = str(invocation["Status"])
     except ClientError as exc:
         # Right after SendCommand the invocation may not exist yet: poll again.
         if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
@@ -99,7 +101,8 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
 @metrics.log_metrics
 @event_parser(model=BootState)
 def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return dispatch_bench(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    command = dispatch_bench(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
 
 
 @logger.inject_lambda_context
@@ -107,4 +110,5 @@ def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]
 @metrics.log_metrics
 @event_parser(model=BootState)
 def poll_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return poll_bench(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    command = poll_bench(event, Clients(), Settings.from_env())
+    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)

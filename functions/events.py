@@ -1,5 +1,8 @@
 """Pydantic models of the state each Task hands its Lambda (powertools Parser parses them).
 
+Each step's handler returns the state it was given with its own field added (the Task's
+OutputPath unwraps the Lambda Payload), so the state grows step by step and a Catch keeps it.
+
 Top level: ValidateEvent -> SweepState (sweep, items) -> + quota -> + reservation -> Map.
 Per rig x boot the Map iteration carries one BootState that each step adds a field to.
 """
@@ -92,7 +95,6 @@ class ReadyCheck(_Model):
     phase: str = "unknown"
     detail: str = ""
     checks: int = 0
-    provenance: dict[str, str] = {}
 
 
 class CommandState(_Model):

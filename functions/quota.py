@@ -83,4 +83,5 @@ def check_quota(state: SweepState, clients: Clients) -> Quota:
 @metrics.log_metrics
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
-    return check_quota(event, Clients()).model_dump(mode="json")
+    quota = check_quota(event, Clients())
+    return event.model_copy(update={"quota": quota}).model_dump(mode="json", exclude_none=True)

@@ -48,6 +48,7 @@ class Settings(BaseModel):
     sweep_budget_usd: float
     monthly_cap_usd: float
     token_secret_arn: str
+    region: str
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -67,6 +68,7 @@ class Settings(BaseModel):
             sweep_budget_usd=float(env.get("SWEEP_BUDGET_USD", "0")),
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),
             token_secret_arn=env.get("TOKEN_SECRET_ARN", ""),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 
 
@@ -85,9 +87,26 @@ def shared_session() -> boto3.session.Session:
 
 
 class Clients:
-    """boto3 clients built on first use, from the environment at call time (not import time)."""
+    """boto3 clients built on first use, from the environment at call time (not import time).
+
+    `Clients()` hands back one instance per AWS endpoint, so that warm invocations reuse their
+    clients as Lambda's guidance asks; pass a session for a private set (tests, the CLI).
+    """
+
+    _shared: dict[str, "Clients"] = {}  # noqa: RUF012 - a per-process cache
+
+    def __new__(cls, session: boto3.session.Session | None = None) -> "Clients":
+        if session is not None:
+            return super().__new__(cls)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+        with _SESSION_LOCK:
+            if endpoint not in cls._shared:
+                cls._shared[endpoint] = super().__new__(cls)
+            return cls._shared[endpoint]
 
     def __init__(self, session: boto3.session.Session | None = None) -> None:
+        if getattr(self, "_session", None) is not None and session is None:
+            return  # a shared instance, already set up
         self._session = session or shared_session()
 
     @cached_property

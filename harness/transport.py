@@ -5,8 +5,8 @@ httpx reads a stream through several layers and a task only sees a chunk when th
 loop gets round to resuming it; with dozens of streams delivering at once, or other
 processes taking the CPU, a chunk stamped then would be stamped milliseconds late. Instead,
 every socket asks the kernel for receive timestamps (SO_TIMESTAMPNS), and `recvmsg` returns
-the time the bytes reached the socket, however late the harness reads them. The first write
-of each request is stamped just before the bytes are handed to the kernel. The backend reads
+the time the bytes reached the socket, however late the harness reads them. A request goes
+to the kernel in one send, stamped just before it. The backend reads
 these stamps from `response.extensions["network_stream"]`, so TTFT and ITL measure the wire,
 not the client's own scheduling. HTTP/1.1, pooling and errors stay httpx's and httpcore's.
 
@@ -31,6 +31,7 @@ import httpx
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@ll")
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+_FLUSH_AT = 256 * 1024  # bytes of request gathered before they must go out
 
 
 def _realtime_minus_perf() -> float:
@@ -64,6 +65,7 @@ class StampedStream(httpcore.AsyncNetworkStream):
         self.request_sent_at: float | None = None
         self.last_arrival: float | None = None
         self._between_requests = True
+        self._pending = bytearray()
 
     async def _wait(
         self,
@@ -85,6 +87,8 @@ class StampedStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         loop = asyncio.get_running_loop()
+        if self._pending:
+            await self._flush(timeout)
         while True:
             try:
                 data, ancillary, _, _ = self._sock.recvmsg(max_bytes, _ANC_SIZE)
@@ -103,22 +107,34 @@ class StampedStream(httpcore.AsyncNetworkStream):
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # httpcore writes a request as head, body and end in turn; they are gathered and
+        # sent in one piece when the response is first read, so the server gets the whole
+        # request at once and the send is stamped exactly once.
+        self._pending += buffer
+        if len(self._pending) >= _FLUSH_AT:
+            await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
         loop = asyncio.get_running_loop()
-        view = memoryview(buffer)
-        if view and self._between_requests:  # HTTP/1.1 alternates: a write after a read
+        view = memoryview(self._pending)
+        if self._between_requests:  # HTTP/1.1 alternates: a write after a read
             self.request_sent_at = time.perf_counter()  # starts the next request
             self._between_requests = False
-        while view:
-            try:
-                sent = self._sock.send(view)
-            except BlockingIOError:
-                await self._wait(
-                    loop.add_writer, loop.remove_writer, timeout, httpcore.WriteTimeout
-                )
-                continue
-            except OSError as exc:
-                raise httpcore.WriteError(str(exc)) from exc
-            view = view[sent:]
+        try:
+            while view:
+                try:
+                    sent = self._sock.send(view)
+                except BlockingIOError:
+                    await self._wait(
+                        loop.add_writer, loop.remove_writer, timeout, httpcore.WriteTimeout
+                    )
+                    continue
+                except OSError as exc:
+                    raise httpcore.WriteError(str(exc)) from exc
+                view = view[sent:]
+        finally:
+            view.release()
+            self._pending = bytearray()
 
     async def aclose(self) -> None:
         self._sock.close()

@@ -250,6 +250,8 @@ def _write_random_checkpoint(out: Path, config: dict[str, Any], *, seed: int, dt
     )
     model.save_pretrained(out, safe_serialization=True, max_shard_size="2GB")
     del model
+    from rigs.random_tokenizer import build_tokenizer  # transformers: heavy, import on use
+
     build_tokenizer(
         vocab_size=text_config.vocab_size,
         pad_id=_single_id(text_config.pad_token_id, "pad_token_id"),

@@ -40,6 +40,9 @@ class Faults:
 
     lambdas: dict[str, list[LambdaFault]] = field(default_factory=dict)
     throttles: dict[str, int] = field(default_factory=dict)
+    # How long an injected "timeout" hangs before Lambda reports Sandbox.Timedout; the state
+    # machine sees the same error whatever the function's configured timeout is.
+    hang_s: float = 1.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -237,13 +240,10 @@ class Seams:
                     LaunchedInstance(
                         instance_id=instance.id,
                         instance_type=instance.instance_type,
-                        availability_zone=instance.placement,
+                        availability_zone=instance.availability_zone or zone,
                         market=market,
                         user_data=text,
-                        tags={
-                            t["key"]: t["value"]
-                            for t in backend.describe_tags(filters={"resource-id": [instance.id]})
-                        },  # type: ignore[attr-defined]
+                        tags={t["key"]: t["value"] for t in instance.get_tags()},
                     )
                 )
             return reservation
@@ -309,7 +309,7 @@ class Seams:
             )
         payload: bytes
         if fault == "timeout":
-            time.sleep(timeout)
+            time.sleep(self.faults.hang_s)
             payload = _error_payload(
                 "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds"
             )
@@ -317,7 +317,7 @@ class Seams:
             response_headers["Content-Length"] = str(len(payload))
             return payload
         os.environ.update({k: str(v) for k, v in (fn.environment_vars or {}).items()})
-        module_name, _, attr = fn.handler.rpartition(".")
+        module_name, _, attr = str(fn.handler).rpartition(".")
         context = LambdaContext(
             function_name=fn.function_name,
             invoked_function_arn=fn.function_arn,

@@ -46,6 +46,10 @@ def free_port() -> int:
 
 
 class Emulation:
+    """One at a time per process: moto's backends are process-wide."""
+
+    _running: "Emulation | None" = None
+
     def __init__(
         self,
         fleet: Fleet,
@@ -106,6 +110,9 @@ class Emulation:
         self.stop()
 
     def start(self) -> None:
+        if Emulation._running is not None:
+            raise RuntimeError("an emulation is already running in this process; stop it first")
+        Emulation._running = self
         self.port = free_port()
         env = {**self.aws_env(), "MOTO_PORT": str(self.port), **_LAMBDA_RUNTIME_ENV}
         for key, value in env.items():
@@ -145,6 +152,8 @@ class Emulation:
             else:
                 os.environ[key] = value
         self._saved_env.clear()
+        if Emulation._running is self:
+            Emulation._running = None
 
     def _stop_executions(self) -> None:
         if not self.state_machine_arn:
@@ -269,23 +278,20 @@ class Emulation:
                     InstanceProfileName=profile["InstanceProfileName"], RoleName=role
                 )
             self._ref(resolver, logical_id, profile["InstanceProfileName"], Arn=profile["Arn"])
+        self._lambda_role = self._service_role(iam, "LambdaRole", "lambda.amazonaws.com")
+        self._states_role = self._service_role(iam, "StatesRole", "states.amazonaws.com")
+
+    def _service_role(self, iam: Any, logical_id: str, service: str) -> str:
         trust = {
             "Version": "2012-10-17",
             "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": "lambda.amazonaws.com"},
-                    "Action": "sts:AssumeRole",
-                }
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
             ],
         }
-        self._lambda_role = iam.create_role(
-            RoleName=self._name("LambdaRole"), AssumeRolePolicyDocument=json.dumps(trust)
-        )["Role"]["Arn"]
-        trust["Statement"][0]["Principal"] = {"Service": "states.amazonaws.com"}
-        self._states_role = iam.create_role(
-            RoleName=self._name("StatesRole"), AssumeRolePolicyDocument=json.dumps(trust)
-        )["Role"]["Arn"]
+        role = iam.create_role(
+            RoleName=self._name(logical_id), AssumeRolePolicyDocument=json.dumps(trust)
+        )
+        return str(role["Role"]["Arn"])
 
     def _create_security_groups(self, resolver: Resolver) -> None:
         ec2 = self.client("ec2")
@@ -423,7 +429,7 @@ class Emulation:
 
     def running_instances(self) -> list[str]:
         ec2 = self.client("ec2")
-        found = []
+        found: list[str] = []
         for reservation in ec2.describe_instances(
             Filters=[
                 {

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cfn_tools import load_yaml  # type: ignore[import-untyped]
+from cfn_tools import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "template.yaml"

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import bisect
 import importlib.metadata
+import os
 import platform
 import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -134,6 +137,8 @@ class JaxEngine:
         eos = sorted(self.eos_token_ids) or [cfg.vocab_size]
         self._eos = jax.device_put(np.asarray(eos, np.int32), self.device)
         self._reset_device_state()
+        self._prefill_programs: dict[int, Any] = {}
+        self._decode_programs: dict[int, Any] = {}
         self._owners: list[_Request | None] = [None] * options.max_slots
         self._pending: deque[_Request] = deque()
         self._wake = threading.Condition()
@@ -275,17 +280,62 @@ class JaxEngine:
                 r.send(error)
 
     def _warm_up(self) -> None:
-        """Compile every program the engine can run, by running each once."""
+        """Compile every program the engine can run, in parallel, then run each once.
+
+        The engine calls only these compiled executables: a shape they were not built for
+        is an error, never a silent recompilation."""
         start = time.perf_counter()
-        probe = SamplingParams(max_tokens=1)
-        for bucket in self.options.buckets:
-            jax.block_until_ready(self._prefill([0] * bucket, probe, 0, slot=0))
-        for width in self.options.widths:
-            chunk = self._chunk(width)
-            jax.block_until_ready(chunk.tokens)
+        o = self.options
+        probe = self._request_arrays(SamplingParams(max_tokens=1), seed=0)
+        one = np.int32(0)
+
+        def prefill_program(bucket: int) -> Any:
+            return steps.prefill_slot.lower(
+                self.params,
+                cfg=self.cfg,
+                cache=self._cache,
+                slots=self._slots,
+                tokens=np.zeros(bucket, np.int32),
+                length=one,
+                slot=one,
+                request=probe,
+                eos_ids=self._eos,
+            ).compile()
+
+        def decode_program(width: int) -> Any:
+            return steps.decode_chunk.lower(
+                self.params,
+                cfg=self.cfg,
+                cache=self._cache,
+                slots=self._slots,
+                eos_ids=self._eos,
+                width=width,
+                steps=o.steps_per_call,
+            ).compile()
+
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            prefills = pool.map(prefill_program, o.buckets)
+            decodes = pool.map(decode_program, o.widths)
+            self._prefill_programs = dict(zip(o.buckets, prefills, strict=True))
+            self._decode_programs = dict(zip(o.widths, decodes, strict=True))
+        for bucket in o.buckets:
+            jax.block_until_ready(self._prefill([0] * bucket, SamplingParams(max_tokens=1), 0, 0))
+        for width in o.widths:
+            jax.block_until_ready(self._chunk(width).tokens)
         self._slots = steps.deactivate(self._slots, np.int32(0))
         jax.block_until_ready(self._slots)
         self.stats.warm_up_seconds = time.perf_counter() - start
+
+    @staticmethod
+    def _request_arrays(p: SamplingParams, seed: int) -> steps.Request:
+        return steps.Request(
+            max_tokens=np.int32(p.max_tokens),
+            min_tokens=np.int32(p.min_tokens),
+            ignore_eos=np.bool_(p.ignore_eos),
+            temperature=np.float32(p.temperature),
+            top_p=np.float32(p.top_p),
+            seed=np.uint32(seed),
+        )
 
     def _prefill(
         self, prompt: list[int], p: SamplingParams, seed: int, slot: int
@@ -294,24 +344,16 @@ class JaxEngine:
         bucket = self.options.buckets[bisect.bisect_left(self.options.buckets, n)]
         tokens = np.zeros(bucket, np.int32)
         tokens[:n] = prompt
-        request = steps.Request(
-            max_tokens=np.int32(p.max_tokens),
-            min_tokens=np.int32(p.min_tokens),
-            ignore_eos=np.bool_(p.ignore_eos),
-            temperature=np.float32(p.temperature),
-            top_p=np.float32(p.top_p),
-            seed=np.uint32(seed),
-        )
-        token, emitted, active, self._cache, self._slots = steps.prefill_slot(
+        program = self._prefill_programs[bucket]
+        token, emitted, active, self._cache, self._slots = program(
             self.params,
-            self.cfg,
-            self._cache,
-            self._slots,
-            tokens,
-            np.int32(n),
-            np.int32(slot),
-            request,
-            self._eos,
+            cache=self._cache,
+            slots=self._slots,
+            tokens=tokens,
+            length=np.int32(n),
+            slot=np.int32(slot),
+            request=self._request_arrays(p, seed),
+            eos_ids=self._eos,
         )
         self.stats.prefills += 1
         return token, emitted, active
@@ -362,8 +404,9 @@ class JaxEngine:
 
     def _chunk(self, width: int) -> _Chunk:
         k = self.options.steps_per_call
-        tokens, emitted, active, self._cache, self._slots = steps.decode_chunk(
-            self.params, self.cfg, self._cache, self._slots, self._eos, width=width, steps=k
+        program = self._decode_programs[width]
+        tokens, emitted, active, self._cache, self._slots = program(
+            self.params, cache=self._cache, slots=self._slots, eos_ids=self._eos
         )
         self.stats.chunks += 1
         self.stats.decode_steps += k

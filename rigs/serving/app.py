@@ -182,7 +182,11 @@ async def models(state: ServerState, request: Request) -> Response:
     engine = _require_engine(state)
     cards = [
         ModelCard(
-            id=name, created=now(), root=engine.model_name, max_model_len=engine.max_model_len
+            id=name,
+            created=now(),
+            root=engine.model_name,
+            max_model_len=engine.max_model_len,
+            vocab_size=engine.vocab_size,
         )
         for name in state.served_names
     ]

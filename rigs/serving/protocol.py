@@ -207,6 +207,7 @@ class ModelCard(BaseModel):
     owned_by: str = "rigbench"
     root: str
     max_model_len: int
+    vocab_size: int  # an extension: the harness keeps token-id prompts inside it
 
 
 class ModelList(BaseModel):

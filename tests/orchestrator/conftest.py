@@ -30,7 +30,7 @@ def bundle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def start_emulation(bundle_root: Path, **kwargs: Any) -> Emulation:
     emulation = Emulation(
-        ScriptedFleet(), bundle_root=bundle_root, faults=Faults(), function_timeout_s=3, **kwargs
+        ScriptedFleet(), bundle_root=bundle_root, faults=Faults(hang_s=0.5), **kwargs
     )
     emulation.start()
     return emulation
@@ -46,13 +46,13 @@ def emulation(bundle_root: Path) -> Iterator[Emulation]:
 
 
 @pytest.fixture
-def emu(emulation: Emulation) -> Iterator[Emulation]:
+def emu(emulation: Emulation) -> Emulation:
     """The module's emulation with a fresh fleet and no pending faults."""
     assert isinstance(emulation.fleet, ScriptedFleet)
     emulation.fleet.reset()
     emulation.faults.lambdas.clear()
     emulation.faults.throttles.clear()
-    yield emulation
+    return emulation
 
 
 def sweep_input(**overrides: Any) -> dict[str, Any]:
@@ -80,7 +80,9 @@ def sweep_id_of(described: dict[str, Any]) -> str:
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:
     value = {k: _deserializer.deserialize(v) for k, v in item.items()}
-    return json.loads(json.dumps(value, default=lambda d: float(d) if isinstance(d, Decimal) else str(d)))
+    return json.loads(
+        json.dumps(value, default=lambda d: float(d) if isinstance(d, Decimal) else str(d))
+    )
 
 
 def result_rows(emu: Emulation, sweep_id: str) -> list[dict[str, Any]]:

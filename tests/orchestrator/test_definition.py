@@ -1,0 +1,125 @@
+"""statemachine/sweep.asl.json as a graph: whatever happens after launch ends in Finish."""
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFINITION = json.loads((ROOT / "statemachine" / "sweep.asl.json").read_text())
+BOOT = DEFINITION["States"]["RunBoots"]["ItemProcessor"]
+RECOMMENDED_LAMBDA_RETRY = {
+    "ErrorEquals": [
+        "Lambda.ServiceException",
+        "Lambda.AWSLambdaException",
+        "Lambda.SdkClientException",
+        "Lambda.ClientExecutionTimeoutException",
+    ],
+    "IntervalSeconds": 2,
+    "MaxAttempts": 6,
+    "BackoffRate": 2,
+}
+TERMINATE = "Finish"
+
+
+def successors(state: dict[str, Any], *, with_errors: bool = True) -> list[str]:
+    found = [state["Next"]] if "Next" in state else []
+    found += [choice["Next"] for choice in state.get("Choices", [])]
+    found += [state["Default"]] if "Default" in state else []
+    if with_errors:
+        found += [catch["Next"] for catch in state.get("Catch", [])]
+    return found
+
+
+def all_states(states: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = dict(states)
+    for state in states.values():
+        if "ItemProcessor" in state:
+            found.update(all_states(state["ItemProcessor"]["States"]))
+    return found
+
+
+def reachable(states: dict[str, Any], start: str, stop: str) -> set[str]:
+    seen, queue = set(), deque([start])
+    while queue:
+        name = queue.popleft()
+        if name in seen or name == stop:
+            continue
+        seen.add(name)
+        queue.extend(successors(states[name]))
+    return seen
+
+
+def test_every_path_from_launch_reaches_terminate() -> None:
+    states = BOOT["States"]
+    assert BOOT["StartAt"] == "Launch"
+    before_terminate = reachable(states, "Launch", TERMINATE)
+    assert "Launch" in before_terminate
+    for name in before_terminate:
+        state = states[name]
+        # No way out of a boot except through Finish...
+        assert not state.get("End"), f"{name} ends the boot without terminating"
+        assert state["Type"] not in ("Succeed", "Fail"), name
+        # ...and every Task's failures are caught into Finish.
+        if state["Type"] == "Task":
+            catchers = state.get("Catch", [])
+            assert any(
+                c["ErrorEquals"] == ["States.ALL"] and c["Next"] == TERMINATE for c in catchers
+            ), f"{name} has no Catch reaching {TERMINATE}"
+        # From every state, terminate stays reachable on the normal path (no trap loops).
+        assert TERMINATE in {s for s in _normal_closure(states, name)}, (
+            f"{TERMINATE} unreachable from {name}"
+        )
+
+
+def _normal_closure(states: dict[str, Any], start: str) -> set[str]:
+    seen, queue = set(), deque([start])
+    while queue:
+        name = queue.popleft()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name != TERMINATE:
+            queue.extend(successors(states[name], with_errors=False))
+    return seen
+
+
+def test_terminate_retries_then_hands_over_to_the_reaper() -> None:
+    finish = BOOT["States"][TERMINATE]
+    assert any(r["ErrorEquals"] == ["States.ALL"] for r in finish["Retry"])
+    fallback = BOOT["States"][finish["Catch"][0]["Next"]]
+    assert fallback["Type"] == "Pass"
+    assert fallback.get("End")
+
+
+def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
+    for name, state in all_states(DEFINITION["States"]).items():
+        if state["Type"] != "Task":
+            continue
+        assert 0 < state["TimeoutSeconds"] <= 300, name
+        assert state["Retry"][0] == RECOMMENDED_LAMBDA_RETRY, name
+        assert state["Resource"] == "arn:aws:states:::lambda:invoke", name
+        assert state["Parameters"]["FunctionName"].startswith("${"), name
+
+
+def test_every_wait_comes_from_the_input() -> None:
+    waits = [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Wait"]
+    assert len(waits) == 3
+    for state in waits:
+        assert "Seconds" not in state
+        assert state["SecondsPath"].startswith("$.sweep.waits.")
+
+
+def test_map_concurrency_comes_from_the_quota_room() -> None:
+    run_boots = DEFINITION["States"]["RunBoots"]
+    assert run_boots["MaxConcurrencyPath"] == "$.quota.max_concurrency"
+    assert run_boots["ItemsPath"] == "$.items"
+
+
+def test_nothing_is_spent_before_validation_quota_and_budget() -> None:
+    order, name = [], DEFINITION["StartAt"]
+    while DEFINITION["States"][name]["Type"] == "Task":
+        order.append(name)
+        name = DEFINITION["States"][name]["Next"]
+    assert order == ["ValidateInput", "CheckQuota", "ReserveBudget"]
+    assert name == "RunBoots"

@@ -1,0 +1,80 @@
+"""The execution input: one model, its schema in the repo, errors that name the field."""
+
+import json
+
+import pytest
+
+from functions.errors import InvalidInput
+from functions.execution_input import SCHEMA_PATH, parse_sweep_input, render_schema
+
+CONTEXT = {
+    "rigs": {"torch", "vllm"},
+    "allowed_instance_types": ["g5g.2xlarge"],
+    "max_sweep_budget_usd": 10.0,
+}
+GOOD = {"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1}
+
+
+def test_exported_schema_is_current() -> None:
+    assert SCHEMA_PATH.read_text() == render_schema(), "run: python -m functions.execution_input"
+
+
+def test_defaults_fill_a_minimal_input() -> None:
+    sweep = parse_sweep_input(GOOD, CONTEXT)
+    assert sweep.instance_type == "g5g.2xlarge"
+    assert sweep.market == "spot"
+    assert sweep.boots_per_rig == 2
+    assert sweep.deadlines.instance_s >= sweep.deadlines.ready_s
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"rigs": ["torch", "tgi"]}, "rigs", "unknown rig 'tgi'"),
+        ({"rigs": []}, "rigs", "at least 1"),
+        ({"budget_usd": 0}, "budget_usd", "greater than 0"),
+        ({"budget_usd": -3}, "budget_usd", "greater than 0"),
+        ({"budget_usd": 50}, "budget_usd", "above the stack's per-sweep budget"),
+        ({"boots_per_rig": 0}, "boots_per_rig", "greater than or equal to 1"),
+        ({"boots_per_rig": 11}, "boots_per_rig", "less than or equal to 10"),
+        ({"instance_type": "p5.48xlarge"}, "instance_type", "not allowed"),
+        ({"market": "reserved"}, "market", "'spot' or 'on-demand'"),
+        ({"subnets": ["sub-1"]}, "subnets", "not a subnet id"),
+        ({"waits": {"agent_poll_s": -1}}, "waits.agent_poll_s", "greater than or equal to 0"),
+        ({"cells": {"concurrency": [1], "rates": [2.0]}}, "cells.rates", "not both"),
+        ({"colour": "red"}, "colour", "Extra inputs"),
+    ],
+)
+def test_bad_input_names_the_field(change: dict, field: str, words: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_sweep_input({**GOOD, **change}, CONTEXT)
+    message = str(caught.value)
+    assert f"{field}" in message
+    assert words in message
+
+
+def test_missing_required_fields_are_each_named() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_sweep_input({"budget_usd": 1}, CONTEXT)
+    assert "rigs: Field required" in str(caught.value)
+    assert "model: Field required" in str(caught.value)
+
+
+@pytest.mark.parametrize("raw", ['{"rigs": ["torch"', "[1, 2]", '"text"'])
+def test_malformed_or_non_object_json(raw: str) -> None:
+    with pytest.raises(InvalidInput, match="invalid sweep input"):
+        parse_sweep_input(raw, CONTEXT)
+
+
+def test_too_many_boots_in_one_sweep() -> None:
+    rigs = [f"r{i}" for i in range(5)]
+    with pytest.raises(InvalidInput, match="boots_per_rig: 5 rigs x 10 boots = 50"):
+        parse_sweep_input(
+            {**GOOD, "rigs": rigs, "boots_per_rig": 10}, {**CONTEXT, "rigs": set(rigs)}
+        )
+
+
+def test_schema_describes_the_model() -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert set(schema["required"]) == {"rigs", "model", "budget_usd"}
+    assert schema["properties"]["market"]["enum"] == ["spot", "on-demand"]

@@ -1,0 +1,193 @@
+"""Steps around the happy path, on the emulated account: bad input, budget and monthly cap,
+on-demand, the reaper, idempotent launch, the spot interruption rule."""
+
+import json
+import time
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from functions.quota import ON_DEMAND_G_VT_QUOTA
+from rigbench.emulation import Emulation, ScriptedFleet
+from tests.orchestrator.conftest import (
+    assert_clean,
+    error_of,
+    ledger_items,
+    run_sweep,
+    sweep_id_of,
+    sweep_input,
+)
+
+
+def fleet_of(emu: Emulation) -> ScriptedFleet:
+    assert isinstance(emu.fleet, ScriptedFleet)
+    return emu.fleet
+
+
+def first_state_failure(emu: Emulation, described: dict[str, Any]) -> tuple[str, str]:
+    """The execution failed in ValidateInput and nothing was reserved or launched."""
+    assert described["status"] == "FAILED"
+    history = emu.client("stepfunctions").get_execution_history(
+        executionArn=described["executionArn"]
+    )["events"]
+    entered = [
+        e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e
+    ]
+    assert entered == ["ValidateInput"]
+    assert fleet_of(emu).launch_requests == []
+    assert emu.running_instances() == []
+    assert ledger_items(emu, f"SWEEP#{sweep_id_of(described)}") == {}
+    error, cause = error_of(described)
+    return error, json.loads(cause)["errorMessage"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"rigs": ["tgi"]}, "rigs: unknown rig 'tgi' (the bundle has: torch, vllm)"),
+        ({"budget_usd": 0}, "budget_usd: Input should be greater than 0"),
+        ({"boots_per_rig": 11}, "boots_per_rig: Input should be less than or equal to 10"),
+        (
+            {"instance_type": "p5.48xlarge"},
+            "instance_type: instance type 'p5.48xlarge' is not allowed",
+        ),
+    ],
+)
+def test_bad_input_fails_in_the_first_state(
+    emu: Emulation, change: dict[str, Any], words: str
+) -> None:
+    described = run_sweep(emu, sweep_input(**change))
+    error, message = first_state_failure(emu, described)
+    assert error == "InvalidInput"
+    assert words in message
+
+
+def test_input_that_is_not_an_object_fails_in_the_first_state(emu: Emulation) -> None:
+    described = run_sweep(emu, "[1, 2]")
+    error, message = first_state_failure(emu, described)
+    assert error == "InvalidInput"
+    assert "expected a JSON object" in message
+
+
+def test_malformed_json_is_refused_before_any_state(emu: Emulation) -> None:
+    sfn = emu.client("stepfunctions")
+    before = sfn.list_executions(stateMachineArn=emu.state_machine_arn)["executions"]
+    # AWS answers InvalidExecutionInput; moto answers 400 with the JSON error as the message.
+    with pytest.raises(ClientError) as caught:
+        emu.start_execution('{"rigs": ["torch"')
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert "delimiter" in caught.value.response["Error"]["Message"]
+    assert sfn.list_executions(stateMachineArn=emu.state_machine_arn)["executions"] == before
+    assert fleet_of(emu).launch_requests == []
+
+
+def test_over_budget_fails_before_launch_saying_by_how_much(emu: Emulation) -> None:
+    fleet_of(emu).price_usd_per_hour = 0.40
+    body = sweep_input(
+        budget_usd=0.5,
+        boots_per_rig=2,
+        deadlines={"ready_s": 20, "bench_s": 20, "instance_s": 3600},
+    )
+    described = run_sweep(emu, body)
+    assert described["status"] == "FAILED"
+    error, cause = error_of(described)
+    assert error == "OverBudget"
+    # 2 boots x $0.40/h x 1 h = $0.80 against $0.50
+    assert "estimate $0.80" in cause
+    assert "over the sweep budget $0.50 by $0.30" in cause
+    assert fleet_of(emu).launch_requests == []
+    assert ledger_items(emu, f"SWEEP#{sweep_id_of(described)}") == {}
+
+
+def test_on_demand_only_when_asked(emu: Emulation) -> None:
+    fleet = fleet_of(emu)
+    fleet.quotas[ON_DEMAND_G_VT_QUOTA] = 8
+    described = run_sweep(emu, sweep_input(market="on-demand"))
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    assert [r.market for r in fleet.launch_requests] == ["on-demand"]
+    sweep_id = sweep_id_of(described)
+    boot = ledger_items(emu, f"SWEEP#{sweep_id}")["BOOT#torch#01"]
+    assert boot["price"] == 556_000  # the on-demand list price, in micro-dollars per hour
+    assert_clean(emu, sweep_id)
+
+
+def test_spot_refused_does_not_fall_back_to_on_demand(emu: Emulation) -> None:
+    fleet = fleet_of(emu)
+    fleet.refuse_markets = {"spot": "InsufficientInstanceCapacity"}
+    described = run_sweep(emu, sweep_input())
+    assert error_of(described)[0] == "CapacityUnavailable"
+    assert {r.market for r in fleet.launch_requests} == {"spot"}
+    assert_clean(emu, sweep_id_of(described))
+
+
+def test_reaper_ends_project_instances_past_their_deadline(emu: Emulation) -> None:
+    ec2 = emu.client("ec2")
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+
+    def launch(project: str, deadline: float) -> str:
+        tags = [
+            {"Key": "rigbench:project", "Value": project},
+            {"Key": "rigbench:deadline", "Value": str(int(deadline))},
+        ]
+        return str(
+            ec2.run_instances(
+                ImageId="ami-0e1a7ed0000000000",
+                MinCount=1,
+                MaxCount=1,
+                SubnetId=subnet,
+                InstanceType="g5g.2xlarge",
+                TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+            )["Instances"][0]["InstanceId"]
+        )
+
+    overdue = launch(emu.stack_name, time.time() - 60)
+    in_time = launch(emu.stack_name, time.time() + 3600)
+    not_ours = launch("someone-else", time.time() - 60)
+    try:
+        assert emu.run_scheduled("ReaperFunction") == {"reaped": [overdue]}
+        assert set(emu.running_instances()) == {in_time, not_ours}
+    finally:
+        ec2.terminate_instances(InstanceIds=[in_time, not_ours])
+
+
+def test_launch_is_idempotent_per_sweep_rig_and_boot(emu: Emulation) -> None:
+    described = run_sweep(emu, sweep_input())
+    assert described["status"] == "SUCCEEDED"
+    history = emu.client("stepfunctions").get_execution_history(
+        executionArn=described["executionArn"]
+    )["events"]
+    launches = [
+        json.loads(e["taskScheduledEventDetails"]["parameters"])
+        for e in history
+        if e["type"] == "TaskScheduled"
+        and "LaunchFunction" in e["taskScheduledEventDetails"]["parameters"]
+    ]
+    assert len(launches) == 1
+    payload = json.dumps(launches[0]["Payload"]).encode()
+    before = set(fleet_of(emu).instances)
+    lam = emu.client("lambda")
+    replies = [
+        json.loads(
+            lam.invoke(FunctionName=emu.physical["LaunchFunction"], Payload=payload)[
+                "Payload"
+            ].read()
+        )
+        for _ in range(2)
+    ]
+    assert set(fleet_of(emu).instances) == before, "a retried launch started another instance"
+    assert replies[0]["instance"] == replies[1]["instance"]
+    assert replies[0]["instance"]["instance_id"] in before
+
+
+def test_interruption_warning_for_someone_elses_instance_is_ignored(emu: Emulation) -> None:
+    ec2 = emu.client("ec2")
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    instance = ec2.run_instances(
+        ImageId="ami-0e1a7ed0000000000", MinCount=1, MaxCount=1, SubnetId=subnet
+    )["Instances"][0]["InstanceId"]
+    try:
+        assert emu.interrupt_spot(instance) == [{"recorded": False}]
+        assert ledger_items(emu, f"INSTANCE#{instance}") == {}
+    finally:
+        ec2.terminate_instances(InstanceIds=[instance])
