@@ -16,3 +16,7 @@ def main() -> None:
 from harness.cli import BenchCommand, bench  # noqa: E402
 
 app.command("bench", cls=BenchCommand)(bench)
+
+from rigbench import cloud  # noqa: E402
+
+cloud.register(app)
