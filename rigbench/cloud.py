@@ -244,6 +244,11 @@ def executions_table(sfn: Any, refs: StackRefs, limit: int = 20) -> Table:
 Format = Literal["table", "json", "csv"]
 RESULT_COLUMNS = ("sweep_id", "rig", "boot", "model", "instance_type", "cell", "started_at")
 METRIC_COLUMNS = ("output_tok_s", "ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50")
+TABLE_COLUMNS = (
+    ("sweep", "sweep_id"), ("rig", "rig"), ("boot", "boot"), ("cell", "cell"),
+    ("tok/s", "output_tok_s"), ("ttft p50", "ttft_ms.p50"), ("itl p50", "itl_ms.p50"),
+    ("e2e p50", "e2e_ms.p50"),
+)  # fmt: skip
 
 
 def _number(value: Any) -> Any:
@@ -357,12 +362,11 @@ def render_results(rows: list[dict[str, Any]], fmt: Format) -> str | Table:
         writer.writeheader()
         writer.writerows(flat)
         return out.getvalue()
-    table = Table(title=f"{len(rows)} result rows")
-    columns = [*RESULT_COLUMNS[:6], *METRIC_COLUMNS]
-    for column in columns:
-        table.add_column(column, justify="right" if column in METRIC_COLUMNS else "left")
+    table = Table(title=f"{len(rows)} result rows (--format csv or json for every field)")
+    for header, _ in TABLE_COLUMNS:
+        table.add_column(header, overflow="fold")
     for row in flat:
-        table.add_row(*[_fmt(row[c]) for c in columns])
+        table.add_row(*[_fmt(row[key]) for _, key in TABLE_COLUMNS])
     return table
 
 
