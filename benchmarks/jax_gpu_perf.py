@@ -80,7 +80,9 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     widths: dict[str, Any] = {}
     rng = np.random.default_rng(0)
     k = options.steps_per_call
-    for width in options.widths:
+    runs = [(w, True) for w in options.widths]
+    runs += [(options.widths[0], False), (options.widths[-1], False)]
+    for width, greedy in runs:
         s = options.max_slots
         slots = steps.Slots(
             token=rng.integers(3, cfg.vocab_size, s).astype(np.int32),
@@ -90,21 +92,22 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             max_tokens=np.full(s, 1 << 30, np.int32),
             min_tokens=np.zeros(s, np.int32),
             ignore_eos=np.ones(s, bool),
-            temperature=np.zeros(s, np.float32),
+            temperature=np.full(s, 0.0 if greedy else 1.0, np.float32),
             top_p=np.ones(s, np.float32),
             seed=np.zeros(s, np.uint32),
         )
         engine._slots = jax.device_put(slots, device)
-        chunk = engine._chunk(width)
+        chunk = engine._chunk(width, greedy)
         jax.block_until_ready(chunk.tokens)
         reps = 4
         t = time.perf_counter()
         for _ in range(reps):
-            chunk = engine._chunk(width)
+            chunk = engine._chunk(width, greedy)
         jax.block_until_ready(chunk.tokens)
         ms = (time.perf_counter() - t) * 1000 / (reps * k)
-        widths[str(width)] = {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
-        print(f"width {width:3d}: {ms:.3f} ms/step, {width * 1000 / ms:.0f} tok/s", flush=True)
+        name = f"{width}" if greedy else f"{width}-sampling"
+        widths[name] = {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
+        print(f"width {name}: {ms:.3f} ms/step, {width * 1000 / ms:.0f} tok/s", flush=True)
     engine._slots = jax.device_put(steps.empty_slots(options.max_slots), device)
     result["decode_width_microbench"] = widths
 
@@ -152,7 +155,13 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
     bandwidth = 2 * x.nbytes * 5 / (time.perf_counter() - t)  # read + write
     del x, y
     step_bytes = streamed + kv_per_slot
+    gemv_ms = gemv_stream_ms(params)
+    hlo = engine._decode_programs[(engine.options.widths[0], True)].as_text()
+    kernels = sum(1 for line in hlo.splitlines() if " fusion(" in line or "custom-call(" in line)
     return {
+        "gemv_only_ms_per_step": round(gemv_ms, 3),
+        "gemv_only_GBps": round(streamed / gemv_ms / 1e6, 1),
+        "kernels_in_decode_program_width1": kernels,
         "params": int(sum(x.size for x in leaves)),
         "param_bytes": int(total),
         "gathered_ple_table_bytes": int(gathered),
@@ -161,6 +170,31 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
         "measured_copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
         "batch1_ceiling_tok_s": round(bandwidth / step_bytes, 1),
     }
+
+
+def gemv_stream_ms(params: Any) -> float:
+    """One matrix-vector product per streamed weight matrix, nothing else: the time a
+    batch-1 step would take if it were only its weight reads (shapes as in the model)."""
+    import jax
+    import jax.numpy as jnp
+
+    mats = [x for x in jax.tree.leaves(params) if x.ndim == 2 and x is not params.ple_embed]
+
+    @jax.jit
+    def stream(mats: list[jax.Array]) -> jax.Array:
+        total = jnp.zeros((), jnp.float32)
+        for m in mats:
+            v = jnp.ones((m.shape[1],), m.dtype)
+            total += jnp.sum(m @ v, dtype=jnp.float32)
+        return total
+
+    jax.block_until_ready(stream(mats))
+    reps = 10
+    t = time.perf_counter()
+    for _ in range(reps):
+        out = stream(mats)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) * 1000 / reps
 
 
 async def run_cell(
