@@ -104,7 +104,9 @@ def main() -> None:
         print(json.dumps(row))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "precision.json").write_text(json.dumps({"model": args.model, "results": results}, indent=1))
+    (out / "precision.json").write_text(
+        json.dumps({"model": args.model, "results": results}, indent=1)
+    )
 
 
 if __name__ == "__main__":
