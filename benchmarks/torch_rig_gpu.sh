@@ -9,10 +9,11 @@
 # Run from the repository root with its dependencies importable (torch with CUDA,
 # transformers, the harness). Environment knobs:
 #   RIGBENCH_CACHE   where random:e2b is written (default .rigbench/cache, kept between runs)
-#   REQUESTS         measured requests per cell, one per concurrency (default 8,16,32)
+#   REQUESTS         measured requests per cell (default: 8 at c=1, 16 at c=8, c above that)
 #   WARMUP           warm-up requests before each cell (default 2)
-#   BATCHING         torch rig setting: serial (default) or batched
+#   BATCHING         torch rig setting: serial (default) or batched (static batches)
 #   PORT             default 8000
+#   MODEL, DTYPE     default random:e2b, bfloat16
 # Each cell is its own harness run, so one cell fits a short time limit:
 #   benchmarks/torch_rig_gpu.sh run runs/torch-gpu 1; ... run runs/torch-gpu 8; ...
 set -euo pipefail
@@ -24,12 +25,13 @@ PYTHON="${PYTHON:-python}"
 PORT="${PORT:-8000}"
 WARMUP="${WARMUP:-2}"
 BATCHING="${BATCHING:-serial}"
-MODEL=random:e2b
+MODEL="${MODEL:-random:e2b}"  # MODEL=random:tiny DTYPE=float32 rehearses this on a CPU
+DTYPE="${DTYPE:-bfloat16}"
 
 prepare() {
   local start=$SECONDS
   "$PYTHON" -c "from rigs.sources import resolve_model; print(resolve_model('$MODEL').path)"
-  echo "random:e2b ready in $((SECONDS - start)) s"
+  echo "$MODEL ready in $((SECONDS - start)) s"
 }
 
 run() {
@@ -37,13 +39,11 @@ run() {
   shift || true
   local concurrency=("$@")
   if ((${#concurrency[@]} == 0)); then concurrency=(1 8 32); fi
-  local requests
-  IFS=, read -r -a requests <<<"${REQUESTS:-8,16,32}"
   mkdir -p "$out"
   prepare
 
   local start=$SECONDS
-  "$PYTHON" -m rigbench rig serve torch --model "$MODEL" --dtype bfloat16 \
+  "$PYTHON" -m rigbench rig serve torch --model "$MODEL" --dtype "$DTYPE" \
     --host 127.0.0.1 --port "$PORT" --set "batching=$BATCHING" >"$out/server.log" 2>&1 &
   local server=$!
   # shellcheck disable=SC2064  # expand $server now: the trap must stop this server
@@ -62,10 +62,10 @@ run() {
   curl -sf "http://127.0.0.1:$PORT/provenance" >"$out/provenance.json"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.csv" || true
 
-  local i c n
-  for i in "${!concurrency[@]}"; do
-    c=${concurrency[$i]}
-    n=${requests[$i]:-$((c > 8 ? c : 8))}
+  local c n
+  for c in "${concurrency[@]}"; do
+    if ((c >= 16)); then n=$c; else n=$((c * 2 > 8 ? c * 2 : 8)); fi
+    n=${REQUESTS:-$n}
     echo "== concurrency $c, $n requests"
     "$PYTHON" -m rigbench bench --url "http://127.0.0.1:$PORT" --model "$MODEL" \
       --concurrency "$c" --input-len 512 --output-len 128 --requests "$n" --warmup "$WARMUP" \
