@@ -227,7 +227,6 @@ class OpenAIBackend:
             async for raw in response.aiter_bytes():
                 arrival = wire.last_arrival if wire is not None else None
                 now = (arrival if arrival is not None else time.perf_counter()) - self._origin
-                read_had_content = False
                 for data in decoder.feed(raw):
                     if done:
                         continue  # anything after [DONE] is ignored
@@ -243,9 +242,9 @@ class OpenAIBackend:
                         _fail(record, "malformed_sse", f"not a JSON object: {data[:120]!r}")
                         return
                     if _has_content(event, chat):
-                        if read_had_content:  # read late: the earlier chunk's stamp is lost
+                        if wire is not None and times and times[-1] == now:
+                            # Read late, together with the previous chunk: one stamp for both.
                             record.shared_read_chunks += 1
-                        read_had_content = True
                         times.append(now)
                     elif "error" in event and not event.get("choices"):
                         _fail(record, "error_event", json.dumps(event["error"])[:300])

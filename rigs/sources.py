@@ -179,7 +179,9 @@ def materialize_random(
     dtype = dtype or default_random_dtype(name)
     # The config's digest is part of the name, so editing a config never reuses stale weights.
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
-    revision = f"seed{seed}-{dtype}-{digest}"
+    device = _init_device()
+    # Weights drawn on a GPU differ from the CPU's for the same seed: the revision says which.
+    revision = f"seed{seed}-{dtype}-{digest}" + ("" if device == "cpu" else f"-{device}")
     models = (cache_dir or cache_root()) / "models"
     target = models / f"{name}-{revision}"
     source = ModelSource(
@@ -197,7 +199,7 @@ def materialize_random(
             return source
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=models))
         try:
-            _write_random_checkpoint(tmp, config, seed=seed, dtype=dtype)
+            _write_random_checkpoint(tmp, config, seed=seed, dtype=dtype, device=device)
             tmp.rename(target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -215,7 +217,20 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _write_random_checkpoint(out: Path, config: dict[str, Any], *, seed: int, dtype: str) -> None:
+def _init_device() -> str:
+    """Where random weights are drawn: a GPU when there is one (e2b takes minutes on a CPU)."""
+    if os.environ.get("RIGBENCH_RANDOM_INIT_DEVICE"):
+        return os.environ["RIGBENCH_RANDOM_INIT_DEVICE"]
+    try:
+        import torch
+    except ImportError:
+        return "cpu"  # _write_random_checkpoint says what is missing
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _write_random_checkpoint(
+    out: Path, config: dict[str, Any], *, seed: int, dtype: str, device: str
+) -> None:
     # Heavy imports stay here: resolving a directory or hub id needs neither torch nor
     # transformers (the vllm rig's launcher runs without them).
     try:
@@ -233,13 +248,13 @@ def _write_random_checkpoint(out: Path, config: dict[str, Any], *, seed: int, dt
     if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
         raise ModelSourceError(f"unknown floating dtype {dtype!r}")
     text_config = Gemma4TextConfig(**config)
-    # Built directly in the target dtype (e2b in bf16 is ~9 GB; float32 would double it),
-    # on CPU so the same seed gives the same weights in every process and machine.
+    # Built directly in the target dtype (e2b in bf16 is ~9 GB; float32 would double it).
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:
         torch.manual_seed(seed)
-        model = Gemma4ForCausalLM(text_config).eval()
+        with torch.device(device):
+            model = Gemma4ForCausalLM(text_config).eval()
     finally:
         torch.set_default_dtype(previous)
     model.generation_config = GenerationConfig(

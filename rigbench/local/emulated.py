@@ -23,7 +23,9 @@ from rigbench.local.home import PRICE_ENV, QUOTA_ENV
 
 RIG_TAG = "rigbench:rig"
 SWEEP_TAG = "rigbench:sweep"
-DEFAULT_QUOTA_VCPUS = 16.0  # two g5g.2xlarge at once: what a 2-core machine can host
+# One g5g.2xlarge (8 vCPU) at a time per 4 cores here: rigs measured side by side on a small
+# machine would measure each other.
+DEFAULT_QUOTA_VCPUS = 8.0 * max(1, (os.cpu_count() or 1) // 4)
 DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0.26-0.41)
 _MODEL_IN_USER_DATA = re.compile(r"--model[= ]+['\"]?([^'\"\s]+)")
 
@@ -69,6 +71,8 @@ class LocalEmulatedFleet:
         self.account = account
         self.default_model = default_model
         self.models: dict[str, str] = {}  # sweep id -> model spec (the runner knows its input)
+        # (sweep id, rig) -> rig settings sized to this host
+        self.settings: dict[tuple[str, str], dict[str, str]] = {}
         self.launched_ids: list[str] = []
         self._lock = threading.Lock()
 
@@ -95,7 +99,8 @@ class LocalEmulatedFleet:
         rig = instance.tags.get(RIG_TAG)
         if rig is None:
             return  # not a rig instance: nothing to play
-        self.fleet.launch(instance.instance_id, rig, self.model_for(instance))
+        settings = self.settings.get((instance.tags.get(SWEEP_TAG, ""), rig), {})
+        self.fleet.launch(instance.instance_id, rig, self.model_for(instance), settings)
         with self._lock:
             self.launched_ids.append(instance.instance_id)
 

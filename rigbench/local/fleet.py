@@ -56,8 +56,8 @@ class RigLaunch(BaseModel):
     port: int
 
 
-# Given (rig name, model spec, port), the argv of the process that serves that rig.
-RigCommand = Callable[[str, str, int], list[str]]
+# Given (rig name, model spec, port, rig settings), the argv of the process serving that rig.
+RigCommand = Callable[[str, str, int, Mapping[str, str]], list[str]]
 
 
 class Invocation(BaseModel):
@@ -174,7 +174,9 @@ class LocalFleet:
 
     # -- instances ---------------------------------------------------------------------------
 
-    def launch(self, instance_id: str, rig: str, model: str) -> LocalInstance:
+    def launch(
+        self, instance_id: str, rig: str, model: str, settings: Mapping[str, str] | None = None
+    ) -> LocalInstance:
         """Boot an instance: a workspace and a rig process serving `model` on a free port."""
         workspace = self._home.instances / instance_id
         workspace.mkdir(parents=True, exist_ok=True)
@@ -182,7 +184,7 @@ class LocalFleet:
         if not bundle.exists():
             bundle.symlink_to(REPO_ROOT, target_is_directory=True)
         port = free_port()
-        argv = self._rig_command(rig, model, port)
+        argv = self._rig_command(rig, model, port, settings or {})
         write_status(workspace, "starting", provenance=local_provenance(rig, port))
         proc = self._groups.spawn(
             argv,

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -31,7 +31,7 @@ from rich.live import Live
 from rigbench.emulation import Emulation
 from rigbench.local import persist
 from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
-from rigbench.local.fleet import LocalFleet
+from rigbench.local.fleet import LocalFleet, RigCommand
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
 from rigbench.local.progress import SweepProgress
@@ -45,12 +45,38 @@ NOT_SAVED_PREFIXES = ("bundle/",)
 NOT_RESTORED_TABLE_SUFFIXES = ("IdempotencyTable",)
 
 
-def rig_serve_command(rig: str, model: str, port: int) -> list[str]:
+def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
     """What an instance's systemd unit runs, on a loopback port of this machine."""
-    return [
+    argv = [
         sys.executable, "-m", "rigbench", "rig", "serve", rig,
         "--model", model, "--port", str(port), "--host", "127.0.0.1",
     ]  # fmt: skip
+    for key, value in sorted(settings.items()):
+        argv += ["--set", f"{key}={value}"]
+    return argv
+
+
+def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
+    """Rig settings sized to what the sweep asks of a CPU-only local process.
+
+    A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
+    each extra length bucket or slot width is minutes of compilation for nothing this sweep
+    uses. Only settings the rig declares are passed, the same values to every rig.
+    """
+    from rigs.registry import get_rig
+
+    cells = sweep_input.get("cells") or {}
+    need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
+    wanted = {
+        "max_model_len": max(64, 1 << (need - 1).bit_length()),
+        "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
+    }
+    declared = get_rig(rig).serve.settings
+    return {
+        key: str(min(int(value), int(declared[key])))
+        for key, value in wanted.items()
+        if key in declared and isinstance(declared[key], int)
+    }
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -78,7 +104,7 @@ class LocalSession:
         *,
         console: Console | None = None,
         keep_results: bool = True,
-        rig_command: Callable[[str, str, int], list[str]] = rig_serve_command,
+        rig_command: RigCommand = rig_serve_command,
         fleet_factory: Callable[[LocalFleet, EmulatedAccount], Any] | None = None,
     ) -> None:
         self.home = home.ensure()
@@ -214,6 +240,9 @@ class LocalSession:
         body = {**sweep_input, "sweep_id": sweep_input.get("sweep_id") or name}
         if isinstance(self.emulated, LocalEmulatedFleet) and isinstance(body.get("model"), str):
             self.emulated.models[body["sweep_id"]] = body["model"]
+            for rig in body.get("rigs") or []:
+                with contextlib.suppress(Exception):  # an unknown rig fails validation anyway
+                    self.emulated.settings[(body["sweep_id"], rig)] = host_settings(rig, body)
         return self._emu().start_execution(json.dumps(body), name=name)
 
     def history(self, arn: str) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -35,7 +35,7 @@ def processes_under(root: Path) -> list[str]:
     return found
 
 
-def http_rig(rig: str, model: str, port: int) -> list[str]:
+def http_rig(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
     """A stand-in rig for fleet tests: a real HTTP server on the given port."""
     return [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
 
