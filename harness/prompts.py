@@ -117,9 +117,15 @@ _WORDS = [
 ]
 
 
-def token_id_prompts(count: int, length: int, seed: int) -> list[list[int]]:
+def token_id_prompts(
+    count: int, length: int, seed: int, vocab_size: int | None = None
+) -> list[list[int]]:
+    """Random ids in TOKEN_ID_RANGE, or in the top three quarters of a smaller vocabulary."""
+    low, high = TOKEN_ID_RANGE
+    if vocab_size is not None and vocab_size < high:
+        low, high = min(low, vocab_size // 4), vocab_size
     rng = np.random.default_rng(seed)
-    ids = rng.integers(TOKEN_ID_RANGE[0], TOKEN_ID_RANGE[1], size=(count, length))
+    ids = rng.integers(low, high, size=(count, length))
     return [row.tolist() for row in ids]
 
 

@@ -14,9 +14,16 @@ def main() -> None:
 
 
 from harness.cli import BenchCommand, bench  # noqa: E402
+from harness.demo import demo  # noqa: E402
 
 app.command("bench", cls=BenchCommand)(bench)
+# The harness alone against its reference server; `demo` is the local sweep (make sweep).
+app.command("bench-demo")(demo)
 
 from rigbench import cloud  # noqa: E402
+from rigbench.local.cli import demo_command, run_command  # noqa: E402
 
 cloud.register(app)
+# Registered after the cloud commands: `run` goes local with --local or without credentials.
+app.command("run")(run_command)
+app.command("demo")(demo_command)

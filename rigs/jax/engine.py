@@ -5,7 +5,9 @@ per request into a free slot, prompt padded to a bucket), then runs one chunk of
 `steps_per_call` decode steps over the occupied slots (width rounded up to a slot
 bucket) while it hands the previous chunk's tokens to the waiting requests: one host
 round trip per chunk, and the device never waits for the host. Compilations are bounded
-by the buckets (prompt buckets + slot widths + 1) and counted.
+by the buckets (prompt buckets + 2 x slot widths + 1) and counted. Each width has two
+decode programs: one for chunks where every slot is greedy (no sampling code, no branch)
+and one for chunks where some slot samples.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from __future__ import annotations
 import asyncio
 import bisect
 import importlib.metadata
+import os
 import platform
 import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -134,6 +139,8 @@ class JaxEngine:
         eos = sorted(self.eos_token_ids) or [cfg.vocab_size]
         self._eos = jax.device_put(np.asarray(eos, np.int32), self.device)
         self._reset_device_state()
+        self._prefill_programs: dict[int, Any] = {}
+        self._decode_programs: dict[tuple[int, bool], Any] = {}
         self._owners: list[_Request | None] = [None] * options.max_slots
         self._pending: deque[_Request] = deque()
         self._wake = threading.Condition()
@@ -275,17 +282,66 @@ class JaxEngine:
                 r.send(error)
 
     def _warm_up(self) -> None:
-        """Compile every program the engine can run, by running each once."""
+        """Compile every program the engine can run, in parallel, then run each once.
+
+        The engine calls only these compiled executables: a shape they were not built for
+        is an error, never a silent recompilation."""
         start = time.perf_counter()
-        probe = SamplingParams(max_tokens=1)
-        for bucket in self.options.buckets:
-            jax.block_until_ready(self._prefill([0] * bucket, probe, 0, slot=0))
-        for width in self.options.widths:
-            chunk = self._chunk(width)
-            jax.block_until_ready(chunk.tokens)
+        o = self.options
+        probe = self._request_arrays(SamplingParams(max_tokens=1), seed=0)
+        one = np.int32(0)
+
+        def prefill_program(bucket: int) -> Any:
+            return steps.prefill_slot.lower(
+                self.params,
+                cfg=self.cfg,
+                cache=self._cache,
+                slots=self._slots,
+                tokens=np.zeros(bucket, np.int32),
+                length=one,
+                slot=one,
+                request=probe,
+                eos_ids=self._eos,
+            ).compile()
+
+        def decode_program(key: tuple[int, bool]) -> Any:
+            width, greedy = key
+            return steps.decode_chunk.lower(
+                self.params,
+                cfg=self.cfg,
+                cache=self._cache,
+                slots=self._slots,
+                eos_ids=self._eos,
+                width=width,
+                steps=o.steps_per_call,
+                greedy=greedy,
+            ).compile()
+
+        decode_keys = [(w, g) for g in (True, False) for w in o.widths]
+
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            prefills = pool.map(prefill_program, o.buckets)
+            decodes = pool.map(decode_program, decode_keys)
+            self._prefill_programs = dict(zip(o.buckets, prefills, strict=True))
+            self._decode_programs = dict(zip(decode_keys, decodes, strict=True))
+        for bucket in o.buckets:
+            jax.block_until_ready(self._prefill([0] * bucket, SamplingParams(max_tokens=1), 0, 0))
+        for width, greedy in decode_keys:
+            jax.block_until_ready(self._chunk(width, greedy).tokens)
         self._slots = steps.deactivate(self._slots, np.int32(0))
         jax.block_until_ready(self._slots)
         self.stats.warm_up_seconds = time.perf_counter() - start
+
+    @staticmethod
+    def _request_arrays(p: SamplingParams, seed: int) -> steps.Request:
+        return steps.Request(
+            max_tokens=np.int32(p.max_tokens),
+            min_tokens=np.int32(p.min_tokens),
+            ignore_eos=np.bool_(p.ignore_eos),
+            temperature=np.float32(p.temperature),
+            top_p=np.float32(p.top_p),
+            seed=np.uint32(seed),
+        )
 
     def _prefill(
         self, prompt: list[int], p: SamplingParams, seed: int, slot: int
@@ -294,24 +350,16 @@ class JaxEngine:
         bucket = self.options.buckets[bisect.bisect_left(self.options.buckets, n)]
         tokens = np.zeros(bucket, np.int32)
         tokens[:n] = prompt
-        request = steps.Request(
-            max_tokens=np.int32(p.max_tokens),
-            min_tokens=np.int32(p.min_tokens),
-            ignore_eos=np.bool_(p.ignore_eos),
-            temperature=np.float32(p.temperature),
-            top_p=np.float32(p.top_p),
-            seed=np.uint32(seed),
-        )
-        token, emitted, active, self._cache, self._slots = steps.prefill_slot(
+        program = self._prefill_programs[bucket]
+        token, emitted, active, self._cache, self._slots = program(
             self.params,
-            self.cfg,
-            self._cache,
-            self._slots,
-            tokens,
-            np.int32(n),
-            np.int32(slot),
-            request,
-            self._eos,
+            cache=self._cache,
+            slots=self._slots,
+            tokens=tokens,
+            length=np.int32(n),
+            slot=np.int32(slot),
+            request=self._request_arrays(p, seed),
+            eos_ids=self._eos,
         )
         self.stats.prefills += 1
         return token, emitted, active
@@ -353,17 +401,19 @@ class JaxEngine:
             return None
         widths = self.options.widths
         width = widths[bisect.bisect_left(widths, max(occupied) + 1)]
-        chunk = self._chunk(width)
+        owners = [r for r in self._owners[:width] if r is not None]
+        chunk = self._chunk(width, greedy=all(r.params.temperature == 0 for r in owners))
         for s in occupied:
             r = self._owners[s]
             assert r is not None
             r.budget -= self.options.steps_per_call
         return chunk
 
-    def _chunk(self, width: int) -> _Chunk:
+    def _chunk(self, width: int, greedy: bool) -> _Chunk:
         k = self.options.steps_per_call
-        tokens, emitted, active, self._cache, self._slots = steps.decode_chunk(
-            self.params, self.cfg, self._cache, self._slots, self._eos, width=width, steps=k
+        program = self._decode_programs[(width, greedy)]
+        tokens, emitted, active, self._cache, self._slots = program(
+            self.params, cache=self._cache, slots=self._slots, eos_ids=self._eos
         )
         self.stats.chunks += 1
         self.stats.decode_steps += k

@@ -4,20 +4,25 @@ The server below is a bare asyncio HTTP/1.1 server written for this test: chat c
 only, SSE with CRLF line ends and no space after `data:`, a role-only first chunk, the
 body delimited by closing the connection (no chunked encoding, no keep-alive), usage in its
 own final chunk, every 4th POST answered 503, and at most 40 tokens per answer. Its token
-schedule: first token 80 ms after the request, then one every 25 ms.
+schedule: first token 80 ms after the request, then one every 25 ms. `GET /observed` gives
+the median delay it actually achieved before each first token, so that a run where other
+processes on a shared box made it miss its schedule can be told apart and repeated.
 Run as a script it serves on a free port and prints the port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 TTFT_S, ITL_S, MAX_TOKENS = 0.080, 0.025, 40
@@ -25,7 +30,7 @@ FAIL_EVERY = 4
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    state = handle.__dict__.setdefault("state", {"posts": 0})
+    state = handle.__dict__.setdefault("state", {"posts": 0, "ttft": []})
     try:
         head = await reader.readuntil(b"\r\n\r\n")
         start = time.monotonic()
@@ -37,7 +42,13 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 length = int(line.split(":", 1)[1])
         body = json.loads(await reader.readexactly(length)) if length else {}
         if method == "GET":
-            payload = json.dumps({"object": "list", "data": [{"id": "indie"}]}).encode()
+            ttfts = sorted(state["ttft"]) or [0.0]
+            answer = (
+                {"ttft_p50": ttfts[len(ttfts) // 2]}
+                if path == "/observed"
+                else {"object": "list", "data": [{"id": "indie"}]}
+            )
+            payload = json.dumps(answer).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
                          % (len(payload), payload))  # fmt: skip
@@ -55,6 +66,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         await writer.drain()
         for i in range(tokens):
             await asyncio.sleep(max(0.0, start + TTFT_S + i * ITL_S - time.monotonic()))
+            if i == 0:
+                state["ttft"].append(time.monotonic() - start)
             chunk = {"choices": [{"index": 0, "delta": {"content": f" w{i}"}}]}
             writer.write(b"data:" + json.dumps(chunk).encode() + b"\r\n\r\n")
             await writer.drain()
@@ -73,15 +86,28 @@ async def main() -> None:
         await server.serve_forever()
 
 
-@pytest.fixture
-def indie_url() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, __file__], stdout=subprocess.PIPE, text=True)
+def _raise_priority() -> None:
+    with contextlib.suppress(OSError):  # as for the reference server: see conftest.py
+        os.nice(-10)
+
+
+@contextlib.contextmanager
+def indie_server() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__], stdout=subprocess.PIPE, text=True, preexec_fn=_raise_priority
+    )
     assert proc.stdout is not None
     try:
         yield f"http://127.0.0.1:{proc.stdout.readline().strip()}"
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+@pytest.fixture
+def indie_url() -> Iterator[str]:
+    with indie_server() as url:
+        yield url
 
 
 def bench(url: str, out: Path, output_len: int) -> dict:  # type: ignore[type-arg]
@@ -96,10 +122,19 @@ def bench(url: str, out: Path, output_len: int) -> dict:  # type: ignore[type-ar
     return dict(json.loads(out.read_text())["cells"][0])
 
 
+def observed_ttft_ms(url: str) -> float:
+    return float(httpx.get(f"{url}/observed").json()["ttft_p50"]) * 1e3
+
+
 def test_figures_counts_and_failures_match_the_independent_server(
     indie_url: str, tmp_path: Path
 ) -> None:
     cell = bench(indie_url, tmp_path / "r.json", output_len=12)
+    if abs(observed_ttft_ms(indie_url) - TTFT_S * 1e3) > 1.0:
+        # The server itself was late (a busy shared box): measure again on a fresh one, so
+        # that its failure count starts over.
+        with indie_server() as url:
+            cell = bench(url, tmp_path / "r2.json", output_len=12)
     # POSTs 1-2 are the warm-up; of POSTs 3..26, those divisible by 4 fail: 6 of 24.
     assert cell["requests_failed"] == 6
     assert cell["requests_ok"] == 18

@@ -22,9 +22,18 @@ def bench(
     return asyncio.run(run_benchmark(config)).cells[0]
 
 
-def assert_on_schedule(cell: CellReport) -> None:
-    # Loose here (4 streams, quirks on); test_accuracy holds the tight tolerances.
-    assert cell.ttft_ms.p50 == pytest.approx(TTFT_MS, abs=3.0)
+def assert_on_schedule(cell: CellReport, url: str, tokens_per_chunk: int = 1) -> None:
+    """The harness agrees with what the server saw itself do, which is near the schedule.
+
+    The tight tolerances against the schedule itself are test_accuracy's; here other
+    processes on a shared box may delay the server, so the server's own record is the truth.
+    """
+    stats = server_stats(url)
+    server_ttft = stats["observed_ttft_ms"]["p50"]
+    server_itl = stats["observed_chunk_gap_ms"]["p50"] / tokens_per_chunk
+    assert server_ttft == pytest.approx(TTFT_MS, abs=10.0)
+    assert cell.ttft_ms.p50 == pytest.approx(server_ttft, abs=2.0)
+    assert cell.itl_ms.p50 == pytest.approx(server_itl, abs=0.5)
     assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
 
 
@@ -32,17 +41,19 @@ def assert_on_schedule(cell: CellReport) -> None:
 def test_role_only_first_chunk_does_not_start_ttft(
     reference_server: StartServer, endpoint: Endpoint
 ) -> None:
-    cell = bench(reference_server(*SCHEDULE, "--quirk", "role-chunk"), endpoint=endpoint)
+    url = reference_server(*SCHEDULE, "--quirk", "role-chunk")
+    cell = bench(url, endpoint=endpoint)
     assert cell.requests_ok == 8
-    assert_on_schedule(cell)
+    assert_on_schedule(cell, url)
     assert cell.itl_ms.count == 8 * 9  # the empty chunk is no token and opens no gap
 
 
 def test_sse_comments_are_ignored(reference_server: StartServer) -> None:
-    cell = bench(reference_server(*SCHEDULE, "--quirk", "comments"))
+    url = reference_server(*SCHEDULE, "--quirk", "comments")
+    cell = bench(url)
     assert cell.requests_ok == 8
     assert cell.output_tokens == 80
-    assert_on_schedule(cell)
+    assert_on_schedule(cell, url)
     assert cell.itl_ms.count == 8 * 9
 
 
@@ -63,12 +74,13 @@ def test_without_usage_tokens_are_counted(reference_server: StartServer) -> None
 
 def test_several_tokens_per_chunk_are_counted_exactly(reference_server: StartServer) -> None:
     # First token alone, then 3 per chunk: 1 + 3 + 3 + 3 = 10 tokens in 4 chunks.
-    cell = bench(reference_server(*SCHEDULE, "--tokens-per-chunk", "3"))
+    url = reference_server(*SCHEDULE, "--tokens-per-chunk", "3")
+    cell = bench(url)
     assert cell.requests_ok == 8
     assert cell.output_tokens == 80
     assert cell.multi_token_chunk_requests == 8
     assert cell.length_mismatches == 0
-    assert_on_schedule(cell)  # per-token ITL, not the 60 ms between chunks
+    assert_on_schedule(cell, url, tokens_per_chunk=3)  # per-token ITL, not 60 ms per chunk
     assert cell.itl_ms.count == 8 * 9
     assert cell.tpot_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
 
@@ -115,3 +127,11 @@ def test_unknown_model_is_an_http_error(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE, "--model", "other")
     cell = bench(url, requests=2, warmup=0)
     assert cell.failure_reasons == {"http_error": 2}
+
+
+def test_chunks_read_together_are_counted(reference_server: StartServer) -> None:
+    # With no gap between tokens, the server's writes pile up before the client reads them.
+    url = reference_server("--ttft-ms", "20", "--itl-ms", "0")
+    cell = bench(url, requests=4)
+    assert cell.requests_ok == 4
+    assert cell.shared_read_fraction > 0.5

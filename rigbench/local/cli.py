@@ -1,0 +1,206 @@
+"""`rigbench run --local`, `rigbench demo`: the sweep on this machine, no AWS account needed.
+
+`run_local` is what `rigbench run` calls when given `--local`, or when no AWS credentials
+are configured (after saying so in one line).
+"""
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import boto3
+import typer
+from rich.console import Console
+
+from rigbench.local.home import HOME_ENV, PRICE_ENV, QUOTA_ENV, LocalHome
+
+# The emulation, moto and the handlers load only when a local command runs (seconds).
+if TYPE_CHECKING:
+    from rigbench.local.emulated import EmulatedAccount
+    from rigbench.local.session import LocalSession
+
+QuotaOption = Annotated[
+    float | None,
+    typer.Option(
+        "--quota-vcpus",
+        help=f"Emulated G/VT vCPU quota (env {QUOTA_ENV}; default 16: two g5g.2xlarge)",
+        min=0,
+    ),
+]
+PriceOption = Annotated[
+    float | None,
+    typer.Option(
+        "--spot-price",
+        help=f"Emulated spot price in USD/h (env {PRICE_ENV}; default 0.30)",
+        min=0.000001,
+    ),
+]
+HomeOption = Annotated[
+    Path | None,
+    typer.Option("--home", help=f"Local state directory (env {HOME_ENV}; default ./.rigbench)"),
+]
+
+
+def has_aws_credentials() -> bool:
+    """Whether boto3 finds credentials (environment, profile, SSO, instance role...)."""
+    try:
+        return boto3.session.Session().get_credentials() is not None
+    except Exception:  # a broken profile is as good as none for this question
+        return False
+
+
+LOCAL_FALLBACK_NOTICE = (
+    "no AWS credentials found: running locally on an embedded AWS emulation "
+    "(rigbench run --local; configure credentials to run on AWS)"
+)
+
+
+def _account(quota_vcpus: float | None, spot_price: float | None) -> "EmulatedAccount":
+    from rigbench.local.emulated import EmulatedAccount
+
+    try:
+        return EmulatedAccount.from_env(quota_vcpus, spot_price)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def run_local(
+    input_path: Path | None = None,
+    *,
+    dry_run: bool = False,
+    quota_vcpus: float | None = None,
+    spot_price: float | None = None,
+    home: Path | None = None,
+    console: Console | None = None,
+) -> int:
+    """The local sweep (the demo when no input is given) or, with `dry_run`, its rehearsal.
+
+    Returns the exit code: 0 when the sweep succeeded (or the plan is valid), 1 when not,
+    2 for bad input, 130 when interrupted.
+    """
+    from functions.errors import InvalidInput
+    from functions.execution_input import parse_sweep_input
+    from rigbench.local.session import interrupts_as_keyboard_interrupt
+    from rigbench.local.sweep import demo_input, local_rigs, read_input, run_sweep
+
+    console = console or Console()
+    account = _account(quota_vcpus, spot_price)
+    local_home = LocalHome.resolve(home)
+    if dry_run and input_path is None:
+        console.print(
+            "[red]error:[/] --dry-run needs a sweep input file: "
+            "rigbench run --local --dry-run INPUT.json"
+        )
+        return 2
+    if input_path is None:
+        rigs = local_rigs()
+        if not rigs:
+            console.print("[red]error:[/] no rig supports this machine (see rigbench rig list)")
+            return 2
+        sweep_input: dict[str, Any] = demo_input(rigs)
+        console.print(
+            f"local sweep: {', '.join(rigs)} with {sweep_input['model']}, "
+            f"{sweep_input['boots_per_rig']} boots each, concurrency "
+            f"{','.join(map(str, sweep_input['cells']['concurrency']))}"
+        )
+    else:
+        try:
+            sweep_input = read_input(input_path)
+            parse_sweep_input(sweep_input)  # fail fast, before starting anything
+        except (ValueError, InvalidInput) as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
+    try:
+        with interrupts_as_keyboard_interrupt():
+            if dry_run:
+                return _dry_run(sweep_input, local_home, account, console)
+            return run_sweep(sweep_input, home=local_home, account=account, console=console)
+    except KeyboardInterrupt:
+        console.print(
+            "[yellow]interrupted:[/] the sweep was stopped, its local instances terminated, "
+            f"and what it stored so far saved in {local_home.data}"
+        )
+        return 130
+
+
+def _dry_run(
+    sweep_input: dict[str, Any], home: LocalHome, account: "EmulatedAccount", console: Console
+) -> int:
+    from rigbench.local.dryrun import DryRunFleet, plan_from, print_plan
+    from rigbench.local.session import LocalSession
+
+    fleets: list[DryRunFleet] = []
+
+    def factory(fleet: Any, acct: "EmulatedAccount") -> DryRunFleet:
+        fleets.append(DryRunFleet(fleet, acct))
+        return fleets[-1]
+
+    with LocalSession(
+        home, account, console=console, keep_results=False, fleet_factory=factory
+    ) as session:
+        name = sweep_input.get("sweep_id") or None
+        arn = session.start({**sweep_input, "sweep_id": name} if name else sweep_input)
+        session._emu().wait(arn, timeout_s=300)
+        events = session.history(arn)
+        zones = {
+            s["SubnetId"]: s["AvailabilityZone"]
+            for s in session._emu().client("ec2").describe_subnets()["Subnets"]
+        }
+        launched = session._emu().running_instances()
+    plan = plan_from(events, fleets[0].requests)
+    print_plan(console, plan, account, zones)
+    if launched:  # the seam refuses every launch; anything else is a bug worth shouting about
+        console.print(f"[red]BUG: the dry run launched {launched}[/]")
+        return 1
+    return 0 if plan.valid else 1
+
+
+def run_command(
+    input_file: Annotated[
+        Path | None,
+        typer.Argument(help="Sweep input JSON (see statemachine/sweep-input.schema.json)"),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Run on this machine (embedded AWS)")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --local: validate and price, launch nothing")
+    ] = False,
+    quota_vcpus: QuotaOption = None,
+    spot_price: PriceOption = None,
+    home: HomeOption = None,
+) -> None:
+    """Run a sweep. Without AWS credentials (or with --local) it runs on this machine."""
+    if not local:
+        if has_aws_credentials():
+            raise typer.BadParameter(
+                "this build runs sweeps locally only: pass --local (cloud runs start from "
+                "the orchestrator's `rigbench run`)"
+            )
+        Console(stderr=True).print(LOCAL_FALLBACK_NOTICE)
+    raise typer.Exit(
+        run_local(
+            input_file, dry_run=dry_run, quota_vcpus=quota_vcpus, spot_price=spot_price, home=home
+        )
+    )
+
+
+def demo_command(
+    quota_vcpus: QuotaOption = None, spot_price: PriceOption = None, home: HomeOption = None
+) -> None:
+    """The local sweep: every rig this machine can run, random:tiny, two boots, a table."""
+    raise typer.Exit(run_local(None, quota_vcpus=quota_vcpus, spot_price=spot_price, home=home))
+
+
+@contextlib.contextmanager
+def local_account(home: Path | None = None) -> Iterator["LocalSession"]:
+    """The emulated account with the saved results restored and no fleet processes: what
+    `rigbench results` queries when running locally (`session.emulation.client("dynamodb")`,
+    `session.emulation.table("ResultsTable")`)."""
+    from rigbench.local.emulated import EmulatedAccount
+    from rigbench.local.session import LocalSession
+
+    with LocalSession(LocalHome.resolve(home), EmulatedAccount(), keep_results=False) as session:
+        session.restored = session._restore()
+        yield session

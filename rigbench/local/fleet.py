@@ -1,0 +1,394 @@
+"""The local fleet: emulated instances played by workspaces and processes on this machine.
+
+Each launched instance id gets a workspace under `instances/<id>/` and a rig process that
+serves on a free loopback port (an instance's rig serves on 8000; here many share one host).
+Commands sent to an instance over SSM run in its workspace as `bash` subprocesses, the same
+script text an instance runs with three translations, which are the only differences between
+an instance and a workspace:
+- `/var/lib/rigbench` (the instance's home) becomes the workspace,
+- `127.0.0.1:8000` / `localhost:8000` becomes the rig's own port,
+- `python3`, `python`, `rigbench` resolve to this interpreter (a shim directory on PATH).
+Output and status are reported as SSM reports them (Pending, InProgress, Success, Failed,
+TimedOut; stdout capped at 24,000 characters, stderr at 8,000). Terminating an instance
+ends its rig's and its commands' process groups.
+"""
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from rigbench.local.home import LocalHome
+from rigbench.local.ports import free_port
+from rigbench.local.procs import ProcessGroups
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INSTANCE_HOME = "/var/lib/rigbench"
+INSTANCE_PORT = 8000
+STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
+STDERR_LIMIT = 8_000
+
+CommandStatus = Literal["Pending", "InProgress", "Success", "Failed", "TimedOut", "Cancelled"]
+
+
+class UnknownInstanceError(LookupError):
+    """An instance id the local fleet never launched, or one already terminated."""
+
+
+class UnknownInvocationError(LookupError):
+    """No command with that id was sent to that instance."""
+
+
+class RigLaunch(BaseModel):
+    """What starts an instance's rig: the argv and the port it will serve on."""
+
+    argv: list[str]
+    port: int
+
+
+# Given (rig name, model spec, port, rig settings), the argv of the process serving that rig.
+RigCommand = Callable[[str, str, int, Mapping[str, str]], list[str]]
+
+
+class Invocation(BaseModel):
+    """One command on one instance, shaped like ssm:GetCommandInvocation's answer."""
+
+    CommandId: str
+    InstanceId: str
+    Status: CommandStatus
+    StatusDetails: str
+    ResponseCode: int
+    StandardOutputContent: str
+    StandardErrorContent: str
+    ExecutionStartDateTime: str = ""
+    ExecutionEndDateTime: str = ""
+
+
+@dataclass
+class _Command:
+    command_id: str
+    instance_id: str
+    directory: Path
+    timeout_s: float
+    status: CommandStatus = "Pending"
+    details: str = "Pending"
+    response_code: int = -1
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    pgid: int | None = None
+
+
+@dataclass
+class LocalInstance:
+    instance_id: str
+    rig: str
+    model: str
+    workspace: Path
+    port: int
+    rig_pgid: int
+    launched_at: float
+    terminated: bool = False
+    commands: dict[str, _Command] = field(default_factory=dict)
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+def _tail_end(path: Path, limit: int, lines: int = 6) -> str:
+    """The last whole lines of a log (at most `lines` of them, `limit` characters)."""
+    try:
+        tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    except FileNotFoundError:
+        return ""
+    while tail and len("\n".join(tail)) > limit:
+        tail.pop(0)
+    return "\n".join(tail)
+
+
+def write_status(
+    workspace: Path, phase: str, *, error: str | None = None, provenance: dict[str, str]
+) -> None:
+    """The instance's status.json (what the readiness probe reads), written atomically."""
+    body = {"phase": phase, "error": error, "provenance": provenance}
+    tmp = workspace / ".status.json.tmp"
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, workspace / "status.json")
+
+
+def local_provenance(rig: str, port: int) -> dict[str, str]:
+    """What a results row says about the machine when the instance was a local process."""
+    return {
+        "instance": "local process",
+        "host": platform.node(),
+        "machine": platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "gpu": "none (local mode)",
+        "driver": "none",
+        "ami": "none (local mode)",
+        "rig_port": str(port),
+    }
+
+
+def _tail(path: Path, limit: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return text[:limit]
+
+
+class LocalFleet:
+    """Instances as workspaces + process groups; thread-safe (Map iterations run in threads)."""
+
+    def __init__(
+        self,
+        home: LocalHome,
+        groups: ProcessGroups,
+        rig_command: RigCommand,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._home = home.ensure()
+        self._groups = groups
+        self._rig_command = rig_command
+        self._env = dict(env or {})
+        self._lock = threading.Lock()
+        self._instances: dict[str, LocalInstance] = {}
+        self._shims = self._write_shims()
+
+    def set_env(self, env: Mapping[str, str]) -> None:
+        """Extra environment for instance processes (how an instance reaches AWS)."""
+        self._env.update(env)
+
+    # -- instances ---------------------------------------------------------------------------
+
+    def launch(
+        self, instance_id: str, rig: str, model: str, settings: Mapping[str, str] | None = None
+    ) -> LocalInstance:
+        """Boot an instance: a workspace and a rig process serving `model` on a free port."""
+        workspace = self._home.instances / instance_id
+        workspace.mkdir(parents=True, exist_ok=True)
+        bundle = workspace / "bundle"  # an instance runs the harness from the fetched bundle
+        if not bundle.exists():
+            bundle.symlink_to(REPO_ROOT, target_is_directory=True)
+        port = free_port()
+        argv = self._rig_command(rig, model, port, settings or {})
+        write_status(workspace, "starting", provenance=local_provenance(rig, port))
+        proc = self._groups.spawn(
+            argv,
+            label=f"rig {rig} on {instance_id}",
+            cwd=workspace,
+            log_path=workspace / "rig.log",
+            env=self._instance_env(workspace, port),
+        )
+        instance = LocalInstance(
+            instance_id=instance_id,
+            rig=rig,
+            model=model,
+            workspace=workspace,
+            port=port,
+            rig_pgid=proc.pid,
+            launched_at=time.time(),
+        )
+        (workspace / "instance.json").write_text(
+            RigLaunch(argv=argv, port=port).model_dump_json(indent=2)
+        )
+        with self._lock:
+            self._instances[instance_id] = instance
+        threading.Thread(
+            target=self._watch_rig, args=(instance, proc), name=f"rig-{instance_id}", daemon=True
+        ).start()
+        return instance
+
+    def _watch_rig(self, instance: LocalInstance, proc: subprocess.Popen[bytes]) -> None:
+        """A rig that exits on its own is a failed install/start, as status.json tells it."""
+        code = proc.wait()
+        if instance.terminated:
+            return
+        log = _tail_end(instance.workspace / "rig.log", 600)
+        write_status(
+            instance.workspace,
+            "failed",
+            error=f"rig {instance.rig} exited with code {code}: {log or 'no output'}",
+            provenance=local_provenance(instance.rig, instance.port),
+        )
+
+    def get(self, instance_id: str) -> LocalInstance:
+        with self._lock:
+            instance = self._instances.get(instance_id)
+        if instance is None:
+            raise UnknownInstanceError(f"no local instance {instance_id}")
+        return instance
+
+    def instances(self) -> list[LocalInstance]:
+        with self._lock:
+            return list(self._instances.values())
+
+    def agent_online(self, instance_id: str) -> bool:
+        """Online from launch to termination, as an instance's SSM agent is, whatever its rig
+        does: a rig that dies is reported through status.json, so the readiness probe fails
+        fast with the rig's own error instead of waiting out the deadline."""
+        try:
+            instance = self.get(instance_id)
+        except UnknownInstanceError:
+            return False
+        return not instance.terminated
+
+    def rig_alive(self, instance_id: str) -> bool:
+        instance = self.get(instance_id)
+        return not instance.terminated and self._groups.alive(instance.rig_pgid)
+
+    def online_instances(self) -> list[str]:
+        return [i.instance_id for i in self.instances() if self.agent_online(i.instance_id)]
+
+    def terminate(self, instance_id: str) -> bool:
+        """End the rig and every command still running there; False if it was not running."""
+        try:
+            instance = self.get(instance_id)
+        except UnknownInstanceError:
+            return False
+        with self._lock:
+            if instance.terminated:
+                return False
+            instance.terminated = True
+            running = [c for c in instance.commands.values() if c.pgid is not None]
+        for command in running:
+            if command.pgid is not None:
+                self._groups.stop(command.pgid, grace_s=2.0)
+        self._groups.stop(instance.rig_pgid)
+        return True
+
+    def close(self) -> None:
+        for instance in self.instances():
+            self.terminate(instance.instance_id)
+
+    # -- commands (ssm:SendCommand with AWS-RunShellScript) -----------------------------------
+
+    def send_command(
+        self, command_id: str, instance_id: str, commands: list[str], timeout_s: float
+    ) -> None:
+        """Run `commands` (shell lines) in the instance's workspace, in the background."""
+        instance = self.get(instance_id)
+        if not self.agent_online(instance_id):
+            raise UnknownInstanceError(f"instance {instance_id} is not online")
+        directory = instance.workspace / "commands" / command_id
+        directory.mkdir(parents=True, exist_ok=True)
+        script = self.translate("\n".join(commands), instance)
+        (directory / "script.sh").write_text(script + "\n")
+        command = _Command(command_id, instance_id, directory, timeout_s)
+        with self._lock:
+            instance.commands[command_id] = command
+        threading.Thread(
+            target=self._run, args=(instance, command), name=f"ssm-{command_id}", daemon=True
+        ).start()
+
+    def invocation(self, command_id: str, instance_id: str) -> Invocation:
+        instance = self.get(instance_id)
+        with self._lock:
+            command = instance.commands.get(command_id)
+        if command is None:
+            raise UnknownInvocationError(f"no command {command_id} on {instance_id}")
+        return Invocation(
+            CommandId=command_id,
+            InstanceId=instance_id,
+            Status=command.status,
+            StatusDetails=command.details,
+            ResponseCode=command.response_code,
+            StandardOutputContent=_tail(command.directory / "stdout", STDOUT_LIMIT),
+            StandardErrorContent=_tail(command.directory / "stderr", STDERR_LIMIT),
+            ExecutionStartDateTime=_iso(command.started_at) if command.started_at else "",
+            ExecutionEndDateTime=_iso(command.ended_at) if command.ended_at else "",
+        )
+
+    def translate(self, script: str, instance: LocalInstance) -> str:
+        """The instance script as it runs here: home and port pointed at this workspace."""
+        for host in ("127.0.0.1", "localhost"):
+            script = script.replace(f"{host}:{INSTANCE_PORT}", f"127.0.0.1:{instance.port}")
+        return script.replace(INSTANCE_HOME, str(instance.workspace))
+
+    def _run(self, instance: LocalInstance, command: _Command) -> None:
+        stdout = (command.directory / "stdout").open("wb")
+        stderr = (command.directory / "stderr").open("wb")
+        try:
+            proc = self._groups.spawn_split(
+                ["bash", str(command.directory / "script.sh")],
+                label=f"command {command.command_id} on {instance.instance_id}",
+                cwd=instance.workspace,
+                stdout=stdout,
+                stderr=stderr,
+                env=self._instance_env(instance.workspace, instance.port),
+            )
+        except (OSError, RuntimeError) as exc:
+            stderr.write(f"failed to start: {exc}\n".encode())
+            command.status, command.details, command.ended_at = "Failed", "Failed", time.time()
+            return
+        finally:
+            stdout.close()
+            stderr.close()
+        with self._lock:
+            command.pgid = proc.pid
+            command.started_at = time.time()
+            command.status, command.details = "InProgress", "InProgress"
+            late = instance.terminated  # terminate() ran while this was starting
+        if late:
+            self._groups.stop(proc.pid, grace_s=1.0)
+        try:
+            code = proc.wait(timeout=command.timeout_s)
+        except subprocess.TimeoutExpired:
+            self._groups.stop(proc.pid, grace_s=2.0)
+            command.response_code = -1
+            command.status, command.details = "TimedOut", "ExecutionTimedOut"
+        else:
+            self._groups.stop(proc.pid, grace_s=1.0)  # anything it left in its group
+            command.response_code = code
+            if instance.terminated and code != 0:
+                command.status, command.details = "Failed", "Terminated"
+            elif code == 0:
+                command.status, command.details = "Success", "Success"
+            else:
+                command.status, command.details = "Failed", "Failed"
+        command.pgid = None
+        command.ended_at = time.time()
+
+    # -- environment -------------------------------------------------------------------------
+
+    def _write_shims(self) -> Path:
+        shims = self._home.root / "bin"
+        shims.mkdir(parents=True, exist_ok=True)
+        python = shlex.quote(sys.executable)
+        scripts = {
+            "python3": f'exec {python} "$@"',
+            "python": f'exec {python} "$@"',
+            "rigbench": f'exec {python} -m rigbench "$@"',
+        }
+        for name, body in scripts.items():
+            path = shims / name
+            path.write_text(f"#!/bin/sh\n{body}\n")
+            path.chmod(0o755)
+        return shims
+
+    def _instance_env(self, workspace: Path, port: int) -> dict[str, str]:
+        repo = str(REPO_ROOT)
+        env = {**os.environ, **self._env}
+        pythonpath = env.get("PYTHONPATH")
+        env.update(
+            PATH=f"{self._shims}{os.pathsep}{env.get('PATH', '')}",
+            PYTHONPATH=f"{repo}{os.pathsep}{pythonpath}" if pythonpath else repo,
+            RIGBENCH_HOME=str(workspace),
+            RIGBENCH_URL=f"http://127.0.0.1:{port}",
+            RIGBENCH_PYTHON=sys.executable,
+            RIG_PORT=str(port),
+        )
+        return env

@@ -1,0 +1,295 @@
+"""One local session: the embedded AWS account, the local fleet, and the state on disk.
+
+    with LocalSession(home, account) as session:
+        arn = session.start(sweep_input)
+        session.follow(arn)
+
+Entering reaps what an earlier run left (processes of a dead owner), starts the process
+groups and their watchdog, starts the emulation with the local fleet (resources from
+template.yaml), and restores the saved tables and reports. Leaving stops running executions,
+saves the tables and reports, terminates every local instance and stops the emulation,
+whether the run ended, failed, or was interrupted.
+"""
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from rigbench.emulation import Emulation
+from rigbench.local import persist
+from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
+from rigbench.local.fleet import LocalFleet, RigCommand
+from rigbench.local.home import LocalHome
+from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
+from rigbench.local.progress import SweepProgress
+
+DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+# Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
+QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
+# The bundle is uploaded again by every session; snapshots keep only what sweeps wrote.
+NOT_SAVED_PREFIXES = ("bundle/",)
+# Transient tables: idempotency records only guard retries within one execution.
+NOT_RESTORED_TABLE_SUFFIXES = ("IdempotencyTable",)
+
+
+def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
+    """What an instance's systemd unit runs, on a loopback port of this machine."""
+    argv = [
+        sys.executable, "-m", "rigbench", "rig", "serve", rig,
+        "--model", model, "--port", str(port), "--host", "127.0.0.1",
+    ]  # fmt: skip
+    for key, value in sorted(settings.items()):
+        argv += ["--set", f"{key}={value}"]
+    return argv
+
+
+def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
+    """Rig settings sized to what the sweep asks of a CPU-only local process.
+
+    A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
+    each extra length bucket or slot width is minutes of compilation for nothing this sweep
+    uses. Only settings the rig declares are passed, the same values to every rig.
+    """
+    from rigs.registry import get_rig
+
+    cells = sweep_input.get("cells") or {}
+    need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
+    wanted = {
+        "max_model_len": max(64, 1 << (need - 1).bit_length()),
+        "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
+    }
+    declared = get_rig(rig).serve.settings
+    return {
+        key: str(min(int(value), int(declared[key])))
+        for key, value in wanted.items()
+        if key in declared and isinstance(declared[key], int)
+    }
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def interrupts_as_keyboard_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through every `finally`."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig in previous:
+        signal.signal(sig, _raise_interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class LocalSession:
+    def __init__(
+        self,
+        home: LocalHome,
+        account: EmulatedAccount,
+        *,
+        console: Console | None = None,
+        keep_results: bool = True,
+        rig_command: RigCommand = rig_serve_command,
+        fleet_factory: Callable[[LocalFleet, EmulatedAccount], Any] | None = None,
+    ) -> None:
+        self.home = home.ensure()
+        self.account = account
+        self.console = console or Console()
+        self.keep_results = keep_results
+        self.rig_command = rig_command
+        self.fleet_factory = fleet_factory or (lambda fleet, acct: LocalEmulatedFleet(fleet, acct))
+        self.stale: list[PidRecord] = []
+        self.restored: persist.SnapshotSummary | None = None
+        self._groups: ProcessGroups | None = None
+        self._fleet: LocalFleet | None = None
+        self.emulated: Any = None
+        self.emulation: Emulation | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self._redirected: list[tuple[logging.StreamHandler[Any], Any]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> "LocalSession":
+        # moto's parser logs each caught failure with the whole parsed definition, werkzeug
+        # every request; the handlers' own logs and metrics go to stdout as in Lambda.
+        logging.getLogger("moto").setLevel(logging.CRITICAL)
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        for key, value in QUIET_HANDLERS.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        self._redirect_handler_logs()
+        self.stale = reap_stale(self.home)
+        for record in self.stale:
+            self.console.print(
+                f"[yellow]cleaned up after an earlier run:[/] stopped {record.label} "
+                f"(process group {record.pgid}, started {record.started_at:%Y-%m-%d %H:%M:%S})"
+            )
+        self._groups = ProcessGroups(self.home)
+        atexit.register(self._groups.close)
+        try:
+            self._fleet = LocalFleet(self.home, self._groups, self.rig_command)
+            self.emulated = self.fleet_factory(self._fleet, self.account)
+            self.emulation = Emulation(fleet=self.emulated)
+            self.emulation.start()
+            if self.keep_results:
+                self.restored = self._restore()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop executions, save results, end every local process; safe to call twice."""
+        try:
+            if self.emulation is not None and self.emulation.port:
+                with contextlib.suppress(Exception):
+                    self.emulation._stop_executions()
+                if self.keep_results:
+                    self.save()
+        finally:
+            try:
+                if self._fleet is not None:
+                    self._fleet.close()
+                if self._groups is not None:
+                    self._groups.close()
+                    atexit.unregister(self._groups.close)
+            finally:
+                if self.emulation is not None:
+                    self.emulation.stop()
+                self._fleet = self._groups = self.emulation = None
+                for handler, stream in self._redirected:
+                    handler.setStream(stream).close()  # type: ignore[union-attr]
+                self._redirected.clear()
+                for key, value in self._saved_env.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+                self._saved_env.clear()
+
+    def _redirect_handler_logs(self) -> None:
+        """The handlers' JSON logs (CloudWatch's on AWS) go to lambda.log in the state dir."""
+        from functions.observability import SERVICE
+
+        log = (self.home.root / "lambda.log").open("a")
+        for handler in logging.getLogger(SERVICE).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
+                self._redirected.append((handler, handler.setStream(log)))
+        if not self._redirected:
+            log.close()
+
+    # -- results on disk ---------------------------------------------------------------------
+
+    def _restore(self) -> persist.SnapshotSummary:
+        emu = self._emu()
+        return persist.restore(
+            emu.client("dynamodb"),
+            emu.client("s3"),
+            self.home.data,
+            skip_tables=NOT_RESTORED_TABLE_SUFFIXES,
+        )
+
+    def save(self) -> persist.SnapshotSummary:
+        emu = self._emu()
+        return persist.save(
+            emu.client("dynamodb"),
+            emu.client("s3"),
+            self.home.data,
+            skip_prefixes=NOT_SAVED_PREFIXES,
+        )
+
+    # -- executions --------------------------------------------------------------------------
+
+    def _emu(self) -> Emulation:
+        if self.emulation is None:
+            raise RuntimeError("the local session is not running")
+        return self.emulation
+
+    def start(self, sweep_input: dict[str, Any], name: str | None = None) -> str:
+        """Start an execution of the sweep state machine; the sweep id is the execution name."""
+        name = (
+            name
+            or sweep_input.get("sweep_id")
+            or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        )
+        body = {**sweep_input, "sweep_id": sweep_input.get("sweep_id") or name}
+        if isinstance(self.emulated, LocalEmulatedFleet) and isinstance(body.get("model"), str):
+            self.emulated.models[body["sweep_id"]] = body["model"]
+            for rig in body.get("rigs") or []:
+                with contextlib.suppress(Exception):  # an unknown rig fails validation anyway
+                    self.emulated.settings[(body["sweep_id"], rig)] = host_settings(rig, body)
+        return self._emu().start_execution(json.dumps(body), name=name)
+
+    def history(self, arn: str) -> list[dict[str, Any]]:
+        sfn = self._emu().client("stepfunctions")
+        events: list[dict[str, Any]] = []
+        for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+            events.extend(page["events"])
+        return events
+
+    def describe(self, arn: str) -> dict[str, Any]:
+        return dict(self._emu().client("stepfunctions").describe_execution(executionArn=arn))
+
+    def follow(
+        self, arn: str, *, title: str = "", live: bool = True, poll_s: float = 0.5
+    ) -> tuple[dict[str, Any], SweepProgress]:
+        """Show progress per rig and boot until the execution ends; its description and progress."""
+        progress = SweepProgress()
+        with Live(
+            progress.table(title), console=self.console, refresh_per_second=4, transient=False,
+            auto_refresh=live,
+        ) as view:  # fmt: skip
+            while True:
+                progress.feed(self.history(arn))
+                described = self.describe(arn)
+                view.update(progress.table(title))
+                if described["status"] in DONE:
+                    progress.feed(self.history(arn))
+                    view.update(progress.table(title))
+                    return described, progress
+                time.sleep(poll_s)
+
+    def reports(self, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
+        """The raw harness reports a sweep stored, per rig, in boot order."""
+        emu = self._emu()
+        s3 = emu.client("s3")
+        bucket = emu.physical[next(iter(emu.template.of_type("AWS::S3::Bucket")))]
+        found: dict[str, dict[int, dict[str, Any]]] = {}
+        prefix = f"reports/{sweep_id}/"
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                parts = obj["Key"][len(prefix) :].split("/")
+                if len(parts) != 3 or parts[2] != "report.json":
+                    continue
+                body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                found.setdefault(parts[0], {})[int(parts[1])] = json.loads(body)
+        return {rig: [boots[b] for b in sorted(boots)] for rig, boots in sorted(found.items())}
+
+
+def home_for(root: Path | None) -> LocalHome:
+    return LocalHome.resolve(root)

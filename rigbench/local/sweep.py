@@ -1,0 +1,124 @@
+"""The local sweep: which rigs can run here, the demo input, and the run itself."""
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.compare import cell_label, compare, render, values_from_reports
+from rigbench.local.emulated import EmulatedAccount
+from rigbench.local.home import LocalHome
+from rigbench.local.session import LocalSession
+from rigs.launch import compute_capability
+from rigs.registry import discover
+
+DEMO_MODEL = "random:tiny"
+# Small enough that two rigs x two boots, one boot at a time, fit in a few minutes on two
+# busy cores; the comparison's confidence intervals come from the boots.
+DEMO_CELLS: dict[str, Any] = {
+    "concurrency": [1, 4],
+    "requests_per_cell": 6,
+    "prompt_tokens": 32,
+    "output_tokens": 16,
+    "warmup_requests": 1,
+}
+DEMO_DEADLINES = {"ready_s": 300, "bench_s": 300, "instance_s": 900}
+DEMO_WAITS = {"agent_poll_s": 1, "ready_poll_s": 2, "command_poll_s": 2}
+
+
+def local_rigs() -> list[str]:
+    """Rigs whose definition supports this machine's architecture and an accelerator it has."""
+    machine = platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
+    have = {"cpu"} | ({"cuda"} if compute_capability() is not None else set())
+    return [
+        name
+        for name, rig in discover().items()
+        if machine in rig.architectures and have & set(rig.accelerators)
+    ]
+
+
+def demo_input(rigs: list[str]) -> dict[str, Any]:
+    return {
+        "rigs": rigs,
+        "model": DEMO_MODEL,
+        "boots_per_rig": 2,
+        "budget_usd": 2.0,
+        "cells": DEMO_CELLS,
+        "deadlines": DEMO_DEADLINES,
+        "waits": DEMO_WAITS,
+    }
+
+
+def read_input(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a JSON object (the sweep input)")
+    return raw
+
+
+def run_sweep(
+    sweep_input: dict[str, Any],
+    *,
+    home: LocalHome,
+    account: EmulatedAccount,
+    console: Console,
+    live: bool = True,
+) -> int:
+    """Run one sweep on this machine; print progress and the comparison; 0 when it succeeded."""
+    with LocalSession(home, account, console=console) as session:
+        if session.restored and session.restored.tables:
+            rows = sum(session.restored.tables.values())
+            console.print(f"[dim]restored {rows} stored items from {home.data}[/]")
+        arn = session.start(sweep_input)
+        sweep_id = arn.rsplit(":", 1)[-1]
+        rigs = ", ".join(sweep_input.get("rigs", []))
+        boots = sweep_input.get("boots_per_rig", 2)
+        title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
+        described, progress = session.follow(arn, title=title, live=live)
+        reports = session.reports(sweep_id)
+    status = described["status"]
+    console.print()
+    if reports:
+        comparison = compare(values_from_reports(reports))
+        console.print(render(comparison))
+        for note in failure_notes(reports):
+            console.print(f"[red]{note}[/]")
+    else:
+        console.print("[red]no reports were stored: nothing to compare[/]")
+    if status != "SUCCEEDED":
+        cause = described.get("cause") or described.get("error") or progress.error
+        console.print(f"[red]sweep {status.lower()}:[/] {cause}")
+        return 1
+    console.print(
+        f"sweep {sweep_id} succeeded; results saved in {home.data} "
+        f"(see them with: rigbench results --local)"
+    )
+    return 0
+
+
+def failure_notes(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per cell with failed requests: the harness counts them, never averages them."""
+    notes = []
+    for rig, boots in reports.items():
+        for boot, report in enumerate(boots, start=1):
+            for cell in report.get("cells", []):
+                failed = int(cell.get("requests_failed") or 0)
+                if not failed:
+                    continue
+                total = failed + int(cell.get("requests_ok") or 0)
+                label = cell_label(cell)
+                reasons = ", ".join(
+                    f"{reason}: {count}"
+                    for reason, count in (cell.get("failure_reasons") or {}).items()
+                )
+                notes.append(
+                    f"{rig} boot {boot} {label}: {failed} of {total} requests failed ({reasons})"
+                )
+    return notes

@@ -1,0 +1,112 @@
+"""The JAX rig's server: `python -m rigs.jax.server --model SPEC [--port 8000] ...`.
+
+Loading (resolve the model, read the checkpoint onto the device, compile every bucket)
+runs in the background while the socket already answers; `/health` stays 503 until the
+shared app's warm-up generation has succeeded after compilation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+from rigs.serving.engine import Engine
+from rigs.serving.serve import serve
+from rigs.serving.tokenizer import ServingTokenizer
+from rigs.sources import cache_root, resolve_model
+
+DTYPES = ("float32", "bfloat16", "float16")
+log = logging.getLogger("rigs.jax")
+
+
+def pick_dtype(requested: str, platform: str, compute_capability: str | None) -> str:
+    """ "auto": bfloat16 on GPUs that have it (sm_80+), float16 before, float32 on CPU."""
+    if requested != "auto":
+        return requested
+    if platform != "gpu":
+        return "float32"
+    if compute_capability is not None and float(compute_capability) < 8.0:
+        return "float16"
+    return "bfloat16"
+
+
+def eos_ids(directory: Path) -> frozenset[int]:
+    """EOS ids from config.json and generation_config.json (instruct models add some)."""
+    ids: set[int] = set()
+    for name in ("config.json", "generation_config.json"):
+        path = directory / name
+        if path.is_file():
+            raw = json.loads(path.read_text())
+            value = raw.get("text_config", raw).get("eos_token_id")
+            ids.update([value] if isinstance(value, int) else value or [])
+    return frozenset(ids)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rigs.jax.server", description=__doc__)
+    parser.add_argument("--model", required=True, help="random:tiny, a directory or a hub id")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--max-slots", type=int, default=32, help="concurrent sequences")
+    parser.add_argument("--steps-per-call", type=int, default=8, help="decode steps per trip")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
+    parser.add_argument(
+        "--compile-cache",
+        default=os.environ.get("RIGBENCH_JAX_COMPILE_CACHE", str(cache_root() / "jax-compile")),
+        help="persistent XLA compilation cache ('' to disable; env RIGBENCH_JAX_COMPILE_CACHE)",
+    )
+    parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def load() -> tuple[Engine, ServingTokenizer]:
+        engine, source_path = build_engine(args)
+        return engine, ServingTokenizer.from_pretrained(source_path)
+
+    serve(load, args.host, args.port, served_model_names=args.served_model_name or [args.model])
+
+
+def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
+    """Resolve, load and warm up (compile every bucket); returns when ready."""
+    import jax
+
+    from rigs.jax import checkpoint, compiles
+    from rigs.jax.engine import EngineOptions, JaxEngine
+
+    compiles.install()
+    if args.compile_cache:
+        os.makedirs(args.compile_cache, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+    source = resolve_model(args.model, seed=args.seed)
+    device = jax.devices()[0]
+    capability = getattr(device, "compute_capability", None)
+    dtype = pick_dtype(args.dtype, device.platform, capability)
+    cfg = checkpoint.load_config(source.path)
+    log.info("loading %s (%s) as %s onto %s", source.spec, source.path, dtype, device)
+    params = checkpoint.load_params(source.path, cfg, dtype, device=device)
+    options = EngineOptions(
+        max_slots=args.max_slots,
+        max_model_len=args.max_model_len,
+        steps_per_call=args.steps_per_call,
+    )
+    engine = JaxEngine(
+        params,
+        cfg,
+        options,
+        model_name=source.name,
+        eos_token_ids=eos_ids(source.path) or None,
+        device=device,
+    )
+    engine.start()
+    engine.wait_ready()
+    log.info("compiled and warm: %s", dict(engine.provenance()))
+    return engine, source.path
+
+
+if __name__ == "__main__":
+    main()

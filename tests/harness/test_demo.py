@@ -1,0 +1,25 @@
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.conftest import ROOT
+
+
+def test_demo_benchmarks_the_reference_server_and_stops_it(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "rigbench", "bench-demo", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "TTFT p50" in result.stdout
+    report = json.loads(out.read_text())
+    assert [c["concurrency"] for c in report["cells"]] == [4, 16, 32]
+    assert all(c["requests_ok"] == 32 and c["requests_failed"] == 0 for c in report["cells"])
+    host, port = report["url"].removeprefix("http://").split(":")
+    with pytest.raises(ConnectionRefusedError):  # the demo stopped its server
+        socket.create_connection((host, int(port)), timeout=2).close()

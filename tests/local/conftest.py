@@ -1,0 +1,57 @@
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rigbench.local.fleet import LocalFleet
+from rigbench.local.home import LocalHome
+from rigbench.local.procs import ProcessGroups
+
+# moto's state machine parser logs every failure with the whole parsed definition.
+logging.getLogger("moto").setLevel(logging.CRITICAL)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def processes_under(root: Path) -> list[str]:
+    """Command lines of live processes whose working directory is inside `root`."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            if proc.status() != psutil.STATUS_ZOMBIE and str(proc.cwd()).startswith(str(root)):
+                found.append(" ".join(proc.cmdline()))
+    return found
+
+
+def http_rig(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
+    """A stand-in rig for fleet tests: a real HTTP server on the given port."""
+    return [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[LocalHome]:
+    yield LocalHome(tmp_path / "state")
+    assert processes_under(tmp_path) == []
+
+
+@pytest.fixture
+def fleet(home: LocalHome) -> Iterator[LocalFleet]:
+    groups = ProcessGroups(home)
+    fleet = LocalFleet(home, groups, http_rig)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+        groups.close()

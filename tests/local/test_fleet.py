@@ -1,0 +1,94 @@
+"""The local fleet: instance commands run in workspaces, report like SSM, and die on terminate."""
+
+from pathlib import Path
+
+import pytest
+
+from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError
+from rigbench.local.procs import group_alive
+from tests.local.conftest import wait_for
+
+PROBE = (
+    "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/').status)\""
+)
+
+
+def _done(fleet: LocalFleet, command_id: str, instance_id: str) -> str:
+    def finished() -> bool:
+        return fleet.invocation(command_id, instance_id).Status not in ("Pending", "InProgress")
+
+    wait_for(finished, what=f"command {command_id}")
+    return fleet.invocation(command_id, instance_id).Status
+
+
+def _online(fleet: LocalFleet, instance_id: str) -> None:
+    instance = fleet.launch(instance_id, "torch", "random:tiny")
+    assert fleet.agent_online(instance_id)
+    assert instance.port != 8000
+    # The stand-in rig is up once it answers on its port.
+    fleet.send_command(
+        "probe0",
+        instance_id,
+        [f"for i in $(seq 100); do {PROBE} && exit 0; sleep 0.1; done; exit 1"],
+        30,
+    )
+    assert _done(fleet, "probe0", instance_id) == "Success"
+
+
+def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0aaa")
+    _online(fleet, "i-0bbb")
+    fleet.send_command(
+        "c1",
+        "i-0aaa",
+        [
+            "set -e",
+            PROBE,
+            "mkdir -p /var/lib/rigbench",
+            'echo \'{"phase": "ready"}\' > /var/lib/rigbench/status.json',
+            'echo "home=$RIGBENCH_HOME"',
+        ],
+        30,
+    )
+    assert _done(fleet, "c1", "i-0aaa") == "Success"
+    inv = fleet.invocation("c1", "i-0aaa")
+    workspace = fleet.get("i-0aaa").workspace
+    assert inv.ResponseCode == 0
+    assert inv.StandardOutputContent.splitlines() == ["200", f"home={workspace}"]
+    assert (workspace / "status.json").read_text().strip() == '{"phase": "ready"}'
+    assert '"phase": "starting"' in (fleet.get("i-0bbb").workspace / "status.json").read_text()
+    assert fleet.get("i-0aaa").port != fleet.get("i-0bbb").port
+    assert sorted(fleet.online_instances()) == ["i-0aaa", "i-0bbb"]
+
+
+def test_failure_and_output_limits_are_reported_as_ssm_does(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0ccc")
+    fleet.send_command("bad", "i-0ccc", ["echo oops >&2", "exit 3"], 30)
+    assert _done(fleet, "bad", "i-0ccc") == "Failed"
+    inv = fleet.invocation("bad", "i-0ccc")
+    assert (inv.ResponseCode, inv.StandardErrorContent) == (3, "oops\n")
+    fleet.send_command("big", "i-0ccc", ["python3 -c \"print('x' * 100000)\""], 30)
+    assert _done(fleet, "big", "i-0ccc") == "Success"
+    assert len(fleet.invocation("big", "i-0ccc").StandardOutputContent) == STDOUT_LIMIT
+
+
+def test_timed_out_command_is_killed(fleet: LocalFleet, tmp_path: Path) -> None:
+    _online(fleet, "i-0ddd")
+    fleet.send_command("slow", "i-0ddd", ["sleep 600"], 0.5)
+    assert _done(fleet, "slow", "i-0ddd") == "TimedOut"
+    assert fleet.invocation("slow", "i-0ddd").StatusDetails == "ExecutionTimedOut"
+
+
+def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0eee")
+    rig_pgid = fleet.get("i-0eee").rig_pgid
+    fleet.send_command("long", "i-0eee", ["sleep 600 & sleep 600"], 600)
+    wait_for(lambda: fleet.invocation("long", "i-0eee").Status == "InProgress")
+    assert fleet.terminate("i-0eee")
+    assert not group_alive(rig_pgid)
+    assert not fleet.agent_online("i-0eee")
+    assert _done(fleet, "long", "i-0eee") == "Failed"
+    assert fleet.invocation("long", "i-0eee").StatusDetails == "Terminated"
+    assert not fleet.terminate("i-0eee")  # already gone: a second terminate is a no-op
+    with pytest.raises(UnknownInstanceError, match="not online"):
+        fleet.send_command("late", "i-0eee", ["true"], 5)
