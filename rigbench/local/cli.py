@@ -174,10 +174,10 @@ def run_command(
     """Run a sweep. Without AWS credentials (or with --local) it runs on this machine."""
     if not local:
         if has_aws_credentials():
-            raise typer.BadParameter(
-                "this build runs sweeps locally only: pass --local (cloud runs start from "
-                "the orchestrator's `rigbench run`)"
-            )
+            from rigbench.cloud import run_command as run_on_aws
+
+            run_on_aws(input_file)  # the deployed stack: start, print the ARN, follow
+            return
         Console(stderr=True).print(LOCAL_FALLBACK_NOTICE)
     raise typer.Exit(
         run_local(

@@ -34,6 +34,7 @@ from rigbench.local.procs import ProcessGroups
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTANCE_HOME = "/var/lib/rigbench"
+INSTANCE_ROOT = "/opt/rigbench"  # rigs/bootstrap: bundle/ and venv/ on an instance
 INSTANCE_PORT = 8000
 STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
 STDERR_LIMIT = 8_000
@@ -120,7 +121,7 @@ def write_status(
     workspace: Path, phase: str, *, error: str | None = None, provenance: dict[str, str]
 ) -> None:
     """The instance's status.json (what the readiness probe reads), written atomically."""
-    body = {"phase": phase, "error": error, "provenance": provenance}
+    body = {"phase": phase, "error": error, "provenance": provenance, "updated": time.time()}
     tmp = workspace / ".status.json.tmp"
     tmp.write_text(json.dumps(body))
     os.replace(tmp, workspace / "status.json")
@@ -183,6 +184,11 @@ class LocalFleet:
         bundle = workspace / "bundle"  # an instance runs the harness from the fetched bundle
         if not bundle.exists():
             bundle.symlink_to(REPO_ROOT, target_is_directory=True)
+        venv_python = workspace / "venv" / "bin" / "python"
+        if not venv_python.exists():
+            venv_python.parent.mkdir(parents=True, exist_ok=True)
+            venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+            venv_python.chmod(0o755)
         port = free_port()
         argv = self._rig_command(rig, model, port, settings or {})
         write_status(workspace, "starting", provenance=local_provenance(rig, port))
@@ -193,6 +199,8 @@ class LocalFleet:
             log_path=workspace / "rig.log",
             env=self._instance_env(workspace, port),
         )
+        # The rig process is up: what systemd starting the unit means on an instance.
+        write_status(workspace, "serving", provenance=local_provenance(rig, port))
         instance = LocalInstance(
             instance_id=instance_id,
             rig=rig,
@@ -316,6 +324,7 @@ class LocalFleet:
         """The instance script as it runs here: home and port pointed at this workspace."""
         for host in ("127.0.0.1", "localhost"):
             script = script.replace(f"{host}:{INSTANCE_PORT}", f"127.0.0.1:{instance.port}")
+        script = script.replace(INSTANCE_ROOT, str(instance.workspace))
         return script.replace(INSTANCE_HOME, str(instance.workspace))
 
     def _run(self, instance: LocalInstance, command: _Command) -> None:

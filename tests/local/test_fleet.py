@@ -56,7 +56,7 @@ def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) 
     assert inv.ResponseCode == 0
     assert inv.StandardOutputContent.splitlines() == ["200", f"home={workspace}"]
     assert (workspace / "status.json").read_text().strip() == '{"phase": "ready"}'
-    assert '"phase": "starting"' in (fleet.get("i-0bbb").workspace / "status.json").read_text()
+    assert '"phase": "serving"' in (fleet.get("i-0bbb").workspace / "status.json").read_text()
     assert fleet.get("i-0aaa").port != fleet.get("i-0bbb").port
     assert sorted(fleet.online_instances()) == ["i-0aaa", "i-0bbb"]
 
