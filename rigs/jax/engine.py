@@ -7,9 +7,9 @@ runs one chunk of
 `steps_per_call` decode steps over the occupied slots (width rounded up to a slot
 bucket) while it hands the previous chunk's tokens to the waiting requests: one host
 round trip per chunk, and the device never waits for the host. Compilations are bounded
-by the buckets (prompt buckets x prefill batch sizes + 2 x slot widths + 1) and counted. Each width has two
-decode programs: one for chunks where every slot is greedy (no sampling code, no branch)
-and one for chunks where some slot samples.
+by the buckets (prompt buckets x prefill batch sizes + 2 x slot widths + 1) and counted.
+Each width has two decode programs: one for chunks where every slot is greedy (no
+sampling code, no branch) and one for chunks where some slot samples.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class EngineOptions:
     slot_widths: tuple[int, ...] = ()
     # Prompts per prefill call: several waiting prompts of one bucket go in one call
     # (padded up to the next size). Sizes above 1 only for buckets up to
-    # batched_prefill_max_len, and only those up to max_slots: one program per pair.
+    # batched_prefill_max_len, capped at max_slots: one program per (bucket, size).
     prefill_batches: tuple[int, ...] = (1, 8)
     batched_prefill_max_len: int = 1024
 
@@ -82,7 +82,7 @@ class EngineOptions:
         """Batch sizes of the prefill programs for one prompt bucket."""
         if bucket > self.batched_prefill_max_len:
             return (1,)
-        return tuple(n for n in self.prefill_batches if n <= self.max_slots)
+        return tuple(sorted({min(n, self.max_slots) for n in self.prefill_batches}))
 
     @property
     def prefill_keys(self) -> tuple[tuple[int, int], ...]:

@@ -194,8 +194,8 @@ def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
 
 def test_prefill_programs_per_bucket_and_batch_size() -> None:
     o = EngineOptions(max_slots=8, max_model_len=4096, prefill_batches=(1, 4, 16))
-    assert o.prefill_sizes(1024) == (1, 4)  # 16 is past max_slots
+    assert o.prefill_sizes(1024) == (1, 4, 8)  # 16 capped at max_slots
     assert o.prefill_sizes(2048) == (1,)  # long prompts one per call
-    assert len(o.prefill_keys) == 5 * 2 + 2
+    assert len(o.prefill_keys) == 5 * 3 + 2
     with pytest.raises(ValueError, match="prefill_batches must rise strictly from 1"):
         EngineOptions(prefill_batches=(4, 8))
