@@ -5,9 +5,10 @@
 
 Phases (each a child process, so each owns the GPU alone), within --budget-s overall:
 1. engine: load the checkpoint, compile every program cold (time from process start to
-   ready), measure the copy bandwidth and the roofline of a decode step, time each decode
-   width on the device alone, then 512-token prompts / 128 new tokens through
-   `Engine.generate` at concurrency 1, 8 and 32, counting compilations during them.
+   ready), measure the copy bandwidth and the roofline of a decode step, run 512-token
+   prompts / 128 new tokens through `Engine.generate` at concurrency 1, 8 and 32
+   (counting compilations during them), then time each decode width and each prefill
+   batch size on the device alone.
 2. http: `rigbench rig serve jax` (compile cache warmed by phase 1), time to /health 200,
    then `rigbench bench` at concurrency 1 and 32 (same lengths), compilations during it.
 3. cmdbuf (if at least --cmdbuf-min-s of the budget is left): the decode microbench at
@@ -122,6 +123,21 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     save()
 
+    # Through Engine.generate, as the server drives it.
+    vocab = cfg.vocab_size
+    before = counter.snapshot()["executables"]
+    cells = {}
+    for concurrency, count in args.cells:
+        cells[str(concurrency)] = asyncio.run(
+            run_cell(engine, SamplingParams, vocab, concurrency, count, args)
+        )
+        print(f"engine c={concurrency}: {cells[str(concurrency)]}", flush=True)
+        result["engine_cells"] = cells
+        save()
+    result["engine_cells"] = cells
+    result["compilations_during_cells"] = counter.snapshot()["executables"] - before
+    save()
+
     # Each decode width alone on the device: every slot active, no host in the way.
     widths: dict[str, Any] = {}
     k = options.steps_per_call
@@ -139,21 +155,6 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     print(f"prefill: {result['prefill_microbench']}", flush=True)
     save()
     engine._slots = jax.device_put(steps.empty_slots(options.max_slots), device)
-    result["decode_width_microbench"] = widths
-
-    # Through Engine.generate, as the server drives it.
-    vocab = cfg.vocab_size
-    before = counter.snapshot()["executables"]
-    cells = {}
-    for concurrency, count in args.cells:
-        cells[str(concurrency)] = asyncio.run(
-            run_cell(engine, SamplingParams, vocab, concurrency, count, args)
-        )
-        print(f"engine c={concurrency}: {cells[str(concurrency)]}", flush=True)
-        result["engine_cells"] = cells
-        save()
-    result["engine_cells"] = cells
-    result["compilations_during_cells"] = counter.snapshot()["executables"] - before
     result["provenance"] = dict(engine.provenance())
     engine.close()
     save()
@@ -443,7 +444,7 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--budget-s", type=float, default=540.0, help="wall budget, all phases")
-    parser.add_argument("--http-reserve-s", type=float, default=150.0, help="kept for phase 2")
+    parser.add_argument("--http-reserve-s", type=float, default=100.0, help="kept for phase 2")
     parser.add_argument("--phases", default="engine,http,cmdbuf")
     parser.add_argument(
         "--cmdbuf-min-s", type=float, default=60.0, help="budget left to run phase 3"
