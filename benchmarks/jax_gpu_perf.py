@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -213,12 +214,14 @@ def cmdbuf_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     widths = sorted({1, args.max_slots})
     empty = steps.empty_slots(args.max_slots)
     t = time.perf_counter()
-    programs = {
-        w: steps.decode_chunk.lower(
+
+    def compile_width(w: int) -> Any:
+        return steps.decode_chunk.lower(
             params, cfg=cfg, cache=cache, slots=empty, eos_ids=eos, width=w, steps=k, greedy=True
         ).compile()
-        for w in widths
-    }
+
+    with ThreadPoolExecutor(max_workers=len(widths)) as pool:
+        programs = dict(zip(widths, pool.map(compile_width, widths), strict=True))
     result["compile_s"] = round(time.perf_counter() - t, 2)
     state = {"cache": cache}
     for width in widths:
