@@ -5,12 +5,17 @@
 
 Phases (each a child process, so each owns the GPU alone), within --budget-s overall:
 1. engine: load the checkpoint, compile every program cold (time from process start to
-   ready), measure the copy bandwidth and the roofline of a decode step, time each decode
-   width on the device alone, then 512-token prompts / 128 new tokens through
-   `Engine.generate` at concurrency 1, 8 and 32, counting compilations during them.
+   ready), measure the copy bandwidth and the roofline of a decode step, run 512-token
+   prompts / 128 new tokens through `Engine.generate` at concurrency 1, 8 and 32
+   (counting compilations during them), then time each decode width and each prefill
+   batch size on the device alone.
 2. http: `rigbench rig serve jax` (compile cache warmed by phase 1), time to /health 200,
    then `rigbench bench` at concurrency 1 and 32 (same lengths), compilations during it.
-Writes OUT_DIR/perf.json (summary), engine.json, http_report.json (+ records), server.log.
+3. cmdbuf (if at least --cmdbuf-min-s of the budget is left): the decode microbench at
+   the smallest and largest width again with RIGBENCH_JAX_COMMAND_BUFFERS=1 (while loops
+   in CUDA graphs, rigs/jax/xla_flags.py), rows "1-cmdbuf" and "32-cmdbuf".
+Writes OUT_DIR/perf.json (summary), engine.json, http_report.json (+ records), server.log,
+cmdbuf.json.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +42,47 @@ sys.path.insert(0, str(REPO))
 # --- phase 1: the engine alone -----------------------------------------------------------
 
 
+def bench_slots(cfg: Any, count: int, width: int, greedy: bool, input_len: int) -> Any:
+    """Slot state with the first `width` slots active, as if after an input_len prompt."""
+    import numpy as np
+
+    from rigs.jax import steps
+
+    rng = np.random.default_rng(0)
+    return steps.Slots(
+        token=rng.integers(3, cfg.vocab_size, count).astype(np.int32),  # type: ignore[arg-type]
+        pos=np.full(count, input_len, np.int32),  # type: ignore[arg-type]
+        generated=np.zeros(count, np.int32),  # type: ignore[arg-type]
+        active=np.arange(count) < width,  # type: ignore[arg-type]
+        max_tokens=np.full(count, 1 << 30, np.int32),  # type: ignore[arg-type]
+        min_tokens=np.zeros(count, np.int32),  # type: ignore[arg-type]
+        ignore_eos=np.ones(count, bool),  # type: ignore[arg-type]
+        temperature=np.full(count, 0.0 if greedy else 1.0, np.float32),  # type: ignore[arg-type]
+        top_p=np.ones(count, np.float32),  # type: ignore[arg-type]
+        seed=np.zeros(count, np.uint32),  # type: ignore[arg-type]
+    )
+
+
+def time_chunks(run_chunk: Any, width: int, steps_per_call: int) -> dict[str, float]:
+    """ms per decode step of run_chunk() (returns the chunk's tokens), after one warm call."""
+    import jax
+
+    jax.block_until_ready(run_chunk())
+    reps = 4
+    t = time.perf_counter()
+    for _ in range(reps):
+        tokens = run_chunk()
+    jax.block_until_ready(tokens)
+    ms = (time.perf_counter() - t) * 1000 / (reps * steps_per_call)
+    return {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
+
+
 def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from rigs.jax import xla_flags
+
+    xla_flags.configure()
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from rigs.jax import checkpoint, compiles, steps
     from rigs.jax.engine import EngineOptions, JaxEngine
@@ -81,43 +124,6 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     save()
 
-    # Each decode width alone on the device: every slot active, no host in the way.
-    widths: dict[str, Any] = {}
-    rng = np.random.default_rng(0)
-    k = options.steps_per_call
-    runs = [(w, True) for w in options.widths]
-    runs += [(options.widths[0], False), (options.widths[-1], False)]
-    for width, greedy in runs:
-        s = options.max_slots
-        slots = steps.Slots(
-            token=rng.integers(3, cfg.vocab_size, s).astype(np.int32),
-            pos=np.full(s, args.input_len, np.int32),
-            generated=np.zeros(s, np.int32),
-            active=np.arange(s) < width,
-            max_tokens=np.full(s, 1 << 30, np.int32),
-            min_tokens=np.zeros(s, np.int32),
-            ignore_eos=np.ones(s, bool),
-            temperature=np.full(s, 0.0 if greedy else 1.0, np.float32),
-            top_p=np.ones(s, np.float32),
-            seed=np.zeros(s, np.uint32),
-        )
-        engine._slots = jax.device_put(slots, device)
-        chunk = engine._chunk(width, greedy)
-        jax.block_until_ready(chunk.tokens)
-        reps = 4
-        t = time.perf_counter()
-        for _ in range(reps):
-            chunk = engine._chunk(width, greedy)
-        jax.block_until_ready(chunk.tokens)
-        ms = (time.perf_counter() - t) * 1000 / (reps * k)
-        name = f"{width}" if greedy else f"{width}-sampling"
-        widths[name] = {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
-        print(f"width {name}: {ms:.3f} ms/step, {width * 1000 / ms:.0f} tok/s", flush=True)
-        result["decode_width_microbench"] = widths
-        save()
-    engine._slots = jax.device_put(steps.empty_slots(options.max_slots), device)
-    result["decode_width_microbench"] = widths
-
     # Through Engine.generate, as the server drives it.
     vocab = cfg.vocab_size
     before = counter.snapshot()["executables"]
@@ -131,9 +137,107 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         save()
     result["engine_cells"] = cells
     result["compilations_during_cells"] = counter.snapshot()["executables"] - before
+    save()
+
+    # Each decode width alone on the device: every slot active, no host in the way.
+    widths: dict[str, Any] = {}
+    k = options.steps_per_call
+    runs = [(w, True) for w in options.widths]
+    runs += [(options.widths[0], False), (options.widths[-1], False)]
+    for width, greedy in runs:
+        slots = bench_slots(cfg, options.max_slots, width, greedy, args.input_len)
+        engine._slots = jax.device_put(slots, device)
+        name = f"{width}" if greedy else f"{width}-sampling"
+        widths[name] = time_chunks(lambda w=width, g=greedy: engine._chunk(w, g).tokens, width, k)
+        print(f"width {name}: {widths[name]}", flush=True)
+        result["decode_width_microbench"] = widths
+        save()
+    result["prefill_microbench"] = prefill_microbench(engine, args.input_len)
+    print(f"prefill: {result['prefill_microbench']}", flush=True)
+    save()
+    engine._slots = jax.device_put(steps.empty_slots(options.max_slots), device)
     result["provenance"] = dict(engine.provenance())
     engine.close()
     save()
+    return result
+
+
+def prefill_microbench(engine: Any, input_len: int) -> dict[str, Any]:
+    """ms per prefill call of input_len-token prompts at each compiled batch size (slots
+    left inactive: max_tokens 1)."""
+    import jax
+
+    from rigs.serving.engine import SamplingParams
+
+    bucket = engine._bucket(input_len)
+    rows = [(SamplingParams(max_tokens=1), 0)]
+    out = {}
+    for size in engine.options.prefill_sizes(bucket):
+        prompts = [[5] * input_len] * size
+
+        def call(size: int = size, prompts: list[list[int]] = prompts) -> Any:
+            return engine._prefill(bucket, prompts, rows * size, list(range(size)))
+
+        jax.block_until_ready(call())
+        reps = 5
+        t = time.perf_counter()
+        for _ in range(reps):
+            last = call()
+        jax.block_until_ready(last)
+        ms = (time.perf_counter() - t) * 1000 / reps
+        out[str(size)] = {"ms_per_call": round(ms, 2), "ms_per_prompt": round(ms / size, 2)}
+    return out
+
+
+def cmdbuf_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The greedy decode microbench again with while loops in CUDA graphs."""
+    from rigs.jax import xla_flags
+
+    os.environ[xla_flags.ENV] = "1"
+    result: dict[str, Any] = {"xla_flags_added": xla_flags.configure()}
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rigs.jax import checkpoint, model, steps
+    from rigs.sources import resolve_model
+
+    jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+    source = resolve_model(args.model, seed=0)
+    device = jax.devices()[0]
+    cfg = checkpoint.load_config(source.path)
+    dtype = jnp.dtype(args.dtype)
+    params = checkpoint.load_params(source.path, cfg, dtype, device=device)
+    cache = jax.device_put(model.init_cache(cfg, args.max_slots, args.max_model_len, dtype))
+    eos = jax.device_put(np.asarray(cfg.eos_token_ids or [cfg.vocab_size], np.int32))
+    k = args.steps_per_call
+    widths = sorted({1, args.max_slots})
+    empty = steps.empty_slots(args.max_slots)
+    t = time.perf_counter()
+
+    def compile_width(w: int) -> Any:
+        return steps.decode_chunk.lower(
+            params, cfg=cfg, cache=cache, slots=empty, eos_ids=eos, width=w, steps=k, greedy=True
+        ).compile()
+
+    with ThreadPoolExecutor(max_workers=len(widths)) as pool:
+        programs = dict(zip(widths, pool.map(compile_width, widths), strict=True))
+    result["compile_s"] = round(time.perf_counter() - t, 2)
+    state = {"cache": cache}
+    for width in widths:
+        state["slots"] = jax.device_put(
+            bench_slots(cfg, args.max_slots, width, True, args.input_len), device
+        )
+
+        def run(width: int = width) -> Any:
+            tokens, _, _, state["cache"], state["slots"] = programs[width](
+                params, cache=state["cache"], slots=state["slots"], eos_ids=eos
+            )
+            return tokens
+
+        result[f"{width}-cmdbuf"] = time_chunks(run, width, k)
+        print(f"width {width}-cmdbuf: {result[f'{width}-cmdbuf']}", flush=True)
+        (out / "cmdbuf.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -343,8 +447,11 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--budget-s", type=float, default=540.0, help="wall budget, all phases")
-    parser.add_argument("--http-reserve-s", type=float, default=150.0, help="kept for phase 2")
-    parser.add_argument("--phases", default="engine,http")
+    parser.add_argument("--http-reserve-s", type=float, default=100.0, help="kept for phase 2")
+    parser.add_argument("--phases", default="engine,http,cmdbuf")
+    parser.add_argument(
+        "--cmdbuf-min-s", type=float, default=60.0, help="budget left to run phase 3"
+    )
     parser.add_argument("--quick", action="store_true", help="small cells (CPU smoke run)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--compile-cache", default=None, help=argparse.SUPPRESS)
@@ -360,6 +467,9 @@ def main() -> None:
 
     if args.child == "engine":
         engine_phase(args, out)
+        return
+    if args.child == "cmdbuf":
+        cmdbuf_phase(args, out)
         return
 
     started = time.monotonic()
@@ -395,6 +505,18 @@ def main() -> None:
         args.compile_cache = cache
         remaining = args.budget_s - (time.monotonic() - started)
         summary["http"] = http_phase(args, out, remaining - 10)
+    remaining = args.budget_s - (time.monotonic() - started)
+    if "cmdbuf" in phases and remaining < args.cmdbuf_min_s:
+        summary["cmdbuf"] = {"skipped": f"{remaining:.0f} s of the budget left"}
+    elif "cmdbuf" in phases:
+        child = [sys.executable, __file__, str(out), "--child", "cmdbuf", *passthrough]
+        try:
+            code = subprocess.run(child, cwd=REPO, timeout=remaining, check=False).returncode
+            summary["cmdbuf_exit"] = code
+        except subprocess.TimeoutExpired:
+            summary["cmdbuf_exit"] = "timeout"
+        if (out / "cmdbuf.json").is_file():
+            summary["cmdbuf"] = json.loads((out / "cmdbuf.json").read_text())
     summary["total_s"] = round(time.monotonic() - started, 1)
     (out / "perf.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))

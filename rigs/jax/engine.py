@@ -1,13 +1,15 @@
 """The JAX rig's engine: continuous batching over a fixed number of slots.
 
-One background thread owns the device. Each turn it admits waiting requests (a prefill
-per request into a free slot, prompt padded to a bucket), then runs one chunk of
+One background thread owns the device. Each turn it admits every waiting request that a
+free slot can take (prompts padded to a bucket; requests of one bucket share prefill
+calls of a few batch sizes, so a burst of arrivals fills the batch in a few calls), then
+runs one chunk of
 `steps_per_call` decode steps over the occupied slots (width rounded up to a slot
 bucket) while it hands the previous chunk's tokens to the waiting requests: one host
 round trip per chunk, and the device never waits for the host. Compilations are bounded
-by the buckets (prompt buckets + 2 x slot widths + 1) and counted. Each width has two
-decode programs: one for chunks where every slot is greedy (no sampling code, no branch)
-and one for chunks where some slot samples.
+by the buckets (prompt buckets x prefill batch sizes + 2 x slot widths + 1) and counted.
+Each width has two decode programs: one for chunks where every slot is greedy (no
+sampling code, no branch) and one for chunks where some slot samples.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ class EngineOptions:
     # Empty: 1, 4, 16, ... up to max_slots (decode is bound by streaming the weights, the
     # same at any width: extra width costs only KV reads). Two programs per width.
     slot_widths: tuple[int, ...] = ()
+    # Prompts per prefill call: several waiting prompts of one bucket go in one call
+    # (padded up to the next size). Sizes above 1 only for buckets up to
+    # batched_prefill_max_len, capped at max_slots: one program per (bucket, size).
+    prefill_batches: tuple[int, ...] = (1, 8)
+    batched_prefill_max_len: int = 1024
 
     def __post_init__(self) -> None:
         if self.max_slots < 1 or self.max_model_len < 2 or self.steps_per_call < 1:
@@ -67,6 +74,20 @@ class EngineOptions:
         ):
             if list(values) != sorted(set(values)) or values[-1] != top or values[0] < 1:
                 raise ValueError(f"{name} must rise strictly to {top}, got {values}")
+        b = self.prefill_batches
+        if not b or b[0] != 1 or list(b) != sorted(set(b)):
+            raise ValueError(f"prefill_batches must rise strictly from 1, got {b}")
+
+    def prefill_sizes(self, bucket: int) -> tuple[int, ...]:
+        """Batch sizes of the prefill programs for one prompt bucket."""
+        if bucket > self.batched_prefill_max_len:
+            return (1,)
+        return tuple(sorted({min(n, self.max_slots) for n in self.prefill_batches}))
+
+    @property
+    def prefill_keys(self) -> tuple[tuple[int, int], ...]:
+        """(bucket, batch size) of every prefill program."""
+        return tuple((t, n) for t in self.buckets for n in self.prefill_sizes(t))
 
     @property
     def buckets(self) -> tuple[int, ...]:
@@ -143,7 +164,7 @@ class JaxEngine:
         eos = sorted(self.eos_token_ids) or [cfg.vocab_size]
         self._eos = jax.device_put(np.asarray(eos, np.int32), self.device)
         self._reset_device_state()
-        self._prefill_programs: dict[int, Any] = {}
+        self._prefill_programs: dict[tuple[int, int], Any] = {}
         self._decode_programs: dict[tuple[int, bool], Any] = {}
         self._owners: list[_Request | None] = [None] * options.max_slots
         self._pending: deque[_Request] = deque()
@@ -166,6 +187,8 @@ class JaxEngine:
             "batching": f"continuous, {self.options.max_slots} slots",
             "slot_widths": ",".join(map(str, self.options.widths)),
             "prompt_buckets": ",".join(map(str, self.options.buckets)),
+            "prefill_batches": ",".join(map(str, self.options.prefill_batches)),
+            "batched_prefill_max_len": str(self.options.batched_prefill_max_len),
             "steps_per_call": str(self.options.steps_per_call),
             "max_model_len": str(self.max_model_len),
             "compilations": str(c["executables"]),
@@ -292,19 +315,19 @@ class JaxEngine:
         is an error, never a silent recompilation."""
         start = time.perf_counter()
         o = self.options
-        probe = self._request_arrays(SamplingParams(max_tokens=1), seed=0)
-        one = np.int32(0)
+        probe = [(SamplingParams(max_tokens=1), 0)]
 
-        def prefill_program(bucket: int) -> Any:
-            return steps.prefill_slot.lower(
+        def prefill_program(key: tuple[int, int]) -> Any:
+            bucket, size = key
+            return steps.prefill_slots.lower(
                 self.params,
                 cfg=self.cfg,
                 cache=self._cache,
                 slots=self._slots,
-                tokens=np.zeros(bucket, np.int32),
-                length=one,
-                slot=one,
-                request=probe,
+                tokens=np.zeros((size, bucket), np.int32),
+                lengths=np.ones(size, np.int32),
+                slot_ids=np.zeros(size, np.int32),
+                request=self._request_arrays(probe * size),
                 eos_ids=self._eos,
             ).compile()
 
@@ -323,13 +346,19 @@ class JaxEngine:
 
         decode_keys = [(w, g) for g in (True, False) for w in o.widths]
 
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            prefills = pool.map(prefill_program, o.buckets)
+        # XLA compiles one program on about one core: one worker per core
+        with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+            # the biggest programs first, so the slowest compile does not start last
+            order = sorted(o.prefill_keys, key=lambda k: -k[0] * k[1])
+            prefills = pool.map(prefill_program, order)
             decodes = pool.map(decode_program, decode_keys)
-            self._prefill_programs = dict(zip(o.buckets, prefills, strict=True))
+            self._prefill_programs = dict(zip(order, prefills, strict=True))
             self._decode_programs = dict(zip(decode_keys, decodes, strict=True))
-        for bucket in o.buckets:
-            jax.block_until_ready(self._prefill([0] * bucket, SamplingParams(max_tokens=1), 0, 0))
+        for bucket, size in o.prefill_keys:
+            # padding rows (slot ids past the last slot) write nothing
+            slot_ids = [0] + [o.max_slots] * (size - 1)
+            prompts = [[0] * bucket] * size
+            jax.block_until_ready(self._prefill(bucket, prompts, probe * size, slot_ids))
         for width, greedy in decode_keys:
             jax.block_until_ready(self._chunk(width, greedy).tokens)
         self._slots = steps.deactivate(self._slots, np.int32(0))
@@ -337,59 +366,89 @@ class JaxEngine:
         self.stats.warm_up_seconds = time.perf_counter() - start
 
     @staticmethod
-    def _request_arrays(p: SamplingParams, seed: int) -> steps.Request:
+    def _request_arrays(rows: list[tuple[SamplingParams, int]]) -> steps.Request:
+        """[B] arrays of the sampling settings of (params, seed) rows."""
         return steps.Request(
-            max_tokens=np.int32(p.max_tokens),
-            min_tokens=np.int32(p.min_tokens),
-            ignore_eos=np.bool_(p.ignore_eos),
-            temperature=np.float32(p.temperature),
-            top_p=np.float32(p.top_p),
-            seed=np.uint32(seed),
+            max_tokens=np.asarray([p.max_tokens for p, _ in rows], np.int32),
+            min_tokens=np.asarray([p.min_tokens for p, _ in rows], np.int32),
+            ignore_eos=np.asarray([p.ignore_eos for p, _ in rows], np.bool_),
+            temperature=np.asarray([p.temperature for p, _ in rows], np.float32),
+            top_p=np.asarray([p.top_p for p, _ in rows], np.float32),
+            seed=np.asarray([s for _, s in rows], np.uint32),
         )
 
+    def _bucket(self, n: int) -> int:
+        return self.options.buckets[bisect.bisect_left(self.options.buckets, n)]
+
     def _prefill(
-        self, prompt: list[int], p: SamplingParams, seed: int, slot: int
+        self,
+        bucket: int,
+        prompts: list[list[int]],
+        rows: list[tuple[SamplingParams, int]],
+        slot_ids: list[int],
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        n = len(prompt)
-        bucket = self.options.buckets[bisect.bisect_left(self.options.buckets, n)]
-        tokens = np.zeros(bucket, np.int32)
-        tokens[:n] = prompt
-        program = self._prefill_programs[bucket]
+        """One prefill call: prompts (all in `bucket`, as many as a compiled batch size)
+        into slot_ids; a slot id of max_slots marks a padding row."""
+        size = len(prompts)
+        tokens = np.zeros((size, bucket), np.int32)
+        for row, prompt in enumerate(prompts):
+            tokens[row, : len(prompt)] = prompt
+        program = self._prefill_programs[(bucket, size)]
         token, emitted, active, self._cache, self._slots = program(
             self.params,
             cache=self._cache,
             slots=self._slots,
             tokens=tokens,
-            length=np.int32(n),
-            slot=np.int32(slot),
-            request=self._request_arrays(p, seed),
+            lengths=np.asarray([len(p) for p in prompts], np.int32),
+            slot_ids=np.asarray(slot_ids, np.int32),
+            request=self._request_arrays(rows),
             eos_ids=self._eos,
         )
         self.stats.prefills += 1
         return token, emitted, active
 
     def _admit(self) -> None:
-        """Prefill waiting requests into free slots (lowest first, keeping widths small)."""
-        batch: list[tuple[_Request, int]] = []
+        """Prefill every waiting request that a free slot can take (lowest slots first,
+        keeping widths small), those of one bucket together in as few calls as the
+        compiled batch sizes allow."""
+        admitted: list[tuple[_Request, int]] = []
         free = [s for s, owner in enumerate(self._owners) if owner is None]
         with self._wake:
             while free and self._pending:
                 r = self._pending.popleft()
                 if not r.cancelled:
-                    batch.append((r, free.pop(0)))
-        if not batch:
+                    admitted.append((r, free.pop(0)))
+        if not admitted:
             return
-        outs = [self._prefill(r.prompt, r.params, r.seed, slot) for r, slot in batch]
-        firsts = jax.device_get(outs)  # one wait for all of them
-        for (r, slot), (token, emitted, active) in zip(batch, firsts, strict=True):
-            if emitted:
-                r.send([int(token)])
-                self.stats.tokens += 1
-            if active:
-                self._owners[slot] = r
-                r.budget = r.params.max_tokens - 1
-            else:
-                r.send(None)
+        by_bucket: dict[int, list[tuple[_Request, int]]] = {}
+        for r, slot in admitted:
+            by_bucket.setdefault(self._bucket(len(r.prompt)), []).append((r, slot))
+        calls = []
+        for bucket, group in by_bucket.items():
+            sizes = self.options.prefill_sizes(bucket)
+            while group:
+                # the smallest compiled size that takes them all, else the largest
+                size = next((n for n in sizes if n >= len(group)), sizes[-1])
+                part, group = group[:size], group[size:]
+                pad = size - len(part)
+                out = self._prefill(
+                    bucket,
+                    [r.prompt for r, _ in part] + [[0]] * pad,
+                    [(r.params, r.seed) for r, _ in part] + [(part[0][0].params, 0)] * pad,
+                    [s for _, s in part] + [self.options.max_slots] * pad,
+                )
+                calls.append((part, out))
+        firsts = jax.device_get([out for _, out in calls])  # one wait for all of them
+        for (part, _), (tokens, emitted, active) in zip(calls, firsts, strict=True):
+            for row, (r, slot) in enumerate(part):
+                if emitted[row]:
+                    r.send([int(tokens[row])])
+                    self.stats.tokens += 1
+                if active[row]:
+                    self._owners[slot] = r
+                    r.budget = r.params.max_tokens - 1
+                else:
+                    r.send(None)
 
     def _drop_cancelled(self) -> None:
         for slot, r in enumerate(self._owners):

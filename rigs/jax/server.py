@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+from rigs.jax import xla_flags
 from rigs.serving.engine import Engine
 from rigs.serving.serve import serve
 from rigs.serving.tokenizer import ServingTokenizer
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
+    xla_flags.configure()  # before JAX starts its backend (build_engine imports it)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def load() -> tuple[Engine, ServingTokenizer]:

@@ -1,4 +1,4 @@
-"""The jitted device programs the engine runs: prefill into a slot, and a chunk of decode
+"""The jitted device programs the engine runs: prefill prompts into slots, and a chunk of decode
 steps over the first `width` slots, with stopping decided on the device.
 
 Per-slot request state lives on the device (`Slots`), so a chunk of several decode steps
@@ -94,7 +94,8 @@ def advance(
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class Request:
-    """One request's sampling settings as device scalars (traced: no recompilation)."""
+    """Requests' sampling settings, one row per prompt of a prefill ([B] arrays, traced:
+    no recompilation)."""
 
     max_tokens: ArrayLike
     min_tokens: ArrayLike
@@ -105,36 +106,39 @@ class Request:
 
 
 @partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache", "slots"))
-def prefill_slot(
+def prefill_slots(
     params: model.Params,
     cfg: model.Config,
     cache: model.KVCache,
     slots: Slots,
     tokens: Array,
-    length: Array,
-    slot: Array,
+    lengths: Array,
+    slot_ids: Array,
     request: Request,
     eos_ids: Array,
 ) -> tuple[Array, Array, Array, model.KVCache, Slots]:
-    """Prompt tokens [T] (length real ones) into `slot`; choose its first token.
+    """Prompts tokens [B, T] (lengths [B] real ones, right-padded) into slots slot_ids [B];
+    choose each one's first token. `request` holds [B] arrays.
 
-    Returns (token, emitted, still active, cache, slots)."""
-    logits, cache = model.prefill(params, cfg, tokens[None], length[None], slot[None], cache)
+    A row whose slot id is past the last slot is padding: its cache and slot writes are
+    dropped. Returns (token [B], emitted [B], still active [B], cache, slots)."""
+    logits, cache = model.prefill(params, cfg, tokens, lengths, slot_ids, cache)
+    b = tokens.shape[0]
     fresh = Slots(
-        token=tokens[length - 1][None],
-        pos=(length - 1)[None],  # advance() moves it to `length`, the first new position
-        generated=jnp.zeros((1,), jnp.int32),
-        active=jnp.ones((1,), bool),
-        max_tokens=jnp.reshape(request.max_tokens, (1,)),
-        min_tokens=jnp.reshape(request.min_tokens, (1,)),
-        ignore_eos=jnp.reshape(request.ignore_eos, (1,)),
-        temperature=jnp.reshape(request.temperature, (1,)),
-        top_p=jnp.reshape(request.top_p, (1,)),
-        seed=jnp.reshape(request.seed, (1,)),
+        token=tokens[jnp.arange(b), lengths - 1],
+        pos=lengths - 1,  # advance() moves it to `length`, the first new position
+        generated=jnp.zeros((b,), jnp.int32),
+        active=jnp.ones((b,), bool),
+        max_tokens=jnp.asarray(request.max_tokens, jnp.int32),
+        min_tokens=jnp.asarray(request.min_tokens, jnp.int32),
+        ignore_eos=jnp.asarray(request.ignore_eos, bool),
+        temperature=jnp.asarray(request.temperature, jnp.float32),
+        top_p=jnp.asarray(request.top_p, jnp.float32),
+        seed=jnp.asarray(request.seed, jnp.uint32),
     )
     token, emitted, fresh = advance(fresh, logits, eos_ids)
-    slots = jax.tree.map(lambda a, f: a.at[slot].set(f[0]), slots, fresh)
-    return token[0], emitted[0], fresh.active[0], cache, slots
+    slots = jax.tree.map(lambda a, f: a.at[slot_ids].set(f, mode="drop"), slots, fresh)
+    return token, emitted, fresh.active, cache, slots
 
 
 @partial(

@@ -16,7 +16,12 @@ from rigs.serving.engine import SamplingParams
 from tests.rigs.jax.conftest import torch
 
 OPTIONS = EngineOptions(
-    max_slots=4, max_model_len=128, steps_per_call=4, prompt_buckets=(32, 128), slot_widths=(2, 4)
+    max_slots=4,
+    max_model_len=128,
+    steps_per_call=4,
+    prompt_buckets=(32, 128),
+    slot_widths=(2, 4),
+    prefill_batches=(1, 4),
 )
 
 
@@ -162,3 +167,35 @@ def test_greedy_decode_program_has_no_sampling_branch(engine: JaxEngine) -> None
     assert "conditional(" not in greedy
     assert "sort(" not in greedy
     assert "sort(" in sampled  # top-p, behind its own branch
+
+
+def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
+    """Three prompts and a padding row in one call leave the cache and slots exactly as
+    three single-prompt calls do; the padding row writes nothing."""
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
+    rows = [(SamplingParams(max_tokens=9, min_tokens=2), 5)] * 3
+    pad = OPTIONS.max_slots
+    singles = []
+    engine._reset_device_state()
+    for slot, (prompt, row) in enumerate(zip(prompts, rows, strict=True)):
+        singles.append(jax.device_get(engine._prefill(32, [prompt], [row], [slot])))
+    one_by_one = jax.device_get((engine._cache, engine._slots))
+    engine._reset_device_state()
+    batched = jax.device_get(engine._prefill(32, [*prompts, [0]], [*rows, rows[0]], [0, 1, 2, pad]))
+    together = jax.device_get((engine._cache, engine._slots))
+    engine._reset_device_state()
+    for got, want in zip(batched, zip(*singles, strict=True), strict=True):
+        np.testing.assert_array_equal(got[:3], np.concatenate(want))
+    for got, want in zip(jax.tree.leaves(together), jax.tree.leaves(one_by_one), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # batch shapes
+    assert not together[1].active[3]  # slot 3 untouched by the padding row
+    assert not np.any(together[0].k[0][3])
+
+
+def test_prefill_programs_per_bucket_and_batch_size() -> None:
+    o = EngineOptions(max_slots=8, max_model_len=4096, prefill_batches=(1, 4, 16))
+    assert o.prefill_sizes(1024) == (1, 4, 8)  # 16 capped at max_slots
+    assert o.prefill_sizes(2048) == (1,)  # long prompts one per call
+    assert len(o.prefill_keys) == 5 * 3 + 2
+    with pytest.raises(ValueError, match="prefill_batches must rise strictly from 1"):
+        EngineOptions(prefill_batches=(4, 8))
