@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-LENGTHS = (5, 300, 530, 900)
+LENGTHS = (5, 530)
 
 
 def torch_logits(path: Path, prompts: list[list[int]], dtype: str) -> list[np.ndarray]:
@@ -36,7 +36,9 @@ def torch_logits(path: Path, prompts: list[list[int]], dtype: str) -> list[np.nd
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=getattr(torch, dtype), device_map=device
+    )
     out = []
     with torch.inference_mode():
         for prompt in prompts:
