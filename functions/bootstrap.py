@@ -1,66 +1,53 @@
-"""The one place the orchestrator meets the instance bootstrap (owned by `rigs/`).
+"""The one place the orchestrator meets the instance bootstrap owned by `rigs/bootstrap`:
+the user data an instance boots with, and the SSM command that asks whether it is ready."""
 
-`rigs.bootstrap.render_user_data(spec)` renders the user data that arms the dead-man timer,
-installs the rig and starts it; it writes install progress to `status.json` under
-RIGBENCH_HOME, which the readiness probe reads over SSM.
-"""
-
-import shlex
 from dataclasses import dataclass
+
+from functions.events import BootState
+from functions.settings import Settings
+from rigs.bootstrap.user_data import BootstrapSpec, ready_check_command, render_user_data
+
+# Where rigs/bootstrap installs on the instance (BootstrapSpec.root): bundle/ and venv/.
+RIGBENCH_HOME = BootstrapSpec.model_fields["root"].default
 
 
 @dataclass(frozen=True)
 class InstancePlan:
-    sweep_id: str
     rig: str
-    boot: int
     model: str
-    model_revision: str | None
     bucket: str
     bundle_key: str
-    bundle_sha256: str
+    region: str
     token_secret_arn: str
-    deadline_s: int  # the instance powers itself off this long after boot
+    deadline_epoch: int  # the instance powers itself off at this time, whatever happens
 
 
-RIGBENCH_HOME = "/var/lib/rigbench"
+def instance_plan(state: BootState, settings: Settings, deadline_at: float) -> InstancePlan:
+    return InstancePlan(
+        rig=state.rig,
+        model=state.sweep.model,
+        bucket=settings.bucket,
+        bundle_key=state.sweep.bundle.key,
+        region=settings.region,
+        token_secret_arn=settings.token_secret_arn,
+        deadline_epoch=int(deadline_at),
+    )
 
 
-def render_user_data(plan: InstancePlan) -> str:
-    try:
-        from rigs.bootstrap import BootstrapSpec
-        from rigs.bootstrap import render_user_data as render_rig_user_data
-    except ImportError:
-        return _without_rig_bootstrap(plan)
-    spec = BootstrapSpec(
+def bootstrap_spec(plan: InstancePlan) -> BootstrapSpec:
+    return BootstrapSpec(
         rig=plan.rig,
         model=plan.model,
-        model_revision=plan.model_revision,
-        bucket=plan.bucket,
-        bundle_key=plan.bundle_key,
-        bundle_sha256=plan.bundle_sha256,
-        token_secret_arn=plan.token_secret_arn,
-        deadline_s=plan.deadline_s,
+        deadline_epoch=plan.deadline_epoch,
+        bundle_s3_uri=f"s3://{plan.bucket}/{plan.bundle_key}",
+        region=plan.region,
+        hf_token_secret_id=plan.token_secret_arn or None,
     )
-    return str(render_rig_user_data(spec))
 
 
-def _without_rig_bootstrap(plan: InstancePlan) -> str:
-    """Used only when the bundle lacks rigs.bootstrap: arm the timer, then report the failure
-    so the readiness wait fails fast with InstallFailed instead of waiting out its deadline."""
-    minutes = max(1, plan.deadline_s // 60)
-    status = (
-        '{"phase": "failed", "error": "this bundle has no rigs.bootstrap: cannot install rig '
-        + plan.rig
-        + '"}'
-    )
-    return "\n".join(
-        [
-            "#!/bin/bash",
-            "set -euo pipefail",
-            f"shutdown -P +{minutes}",
-            f"mkdir -p {RIGBENCH_HOME}",
-            f"echo {shlex.quote(status)} > {RIGBENCH_HOME}/status.json",
-            "",
-        ]
-    )
+def user_data(plan: InstancePlan) -> str:
+    return render_user_data(bootstrap_spec(plan))
+
+
+def readiness_command(plan: InstancePlan) -> str:
+    return ready_check_command(bootstrap_spec(plan))

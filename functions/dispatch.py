@@ -33,7 +33,6 @@ def dispatch_bench(state: BootState, clients: Clients, settings: Settings) -> Co
         sweep_id=sweep.sweep_id,
         rig=state.rig,
         boot=state.boot,
-        model=sweep.model,
         cells=sweep.cells,
         bucket=settings.bucket,
     )

@@ -95,7 +95,6 @@ class ReadyCheck(_Model):
     phase: str = "unknown"
     detail: str = ""
     checks: int = 0
-    provenance: dict[str, str] = {}
 
 
 class CommandState(_Model):

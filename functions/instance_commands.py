@@ -1,9 +1,11 @@
 """The shell commands the state machine sends to an instance over SSM RunCommand.
 
-The one place the orchestrator meets the rig readiness contract (`status.json` written by the
-rig bootstrap, a real completion on port 8000) and the harness CLI (`python -m rigbench
-bench`). Each command starts with `RIGBENCH_STEP=...` so a fleet can tell them apart, and
-the bench command names the S3 URI its report goes to in `RIGBENCH_REPORT_S3=...`.
+The one place the orchestrator meets the harness CLI (`python -m rigbench bench`) and the
+rig's readiness check (`rigs.bootstrap.ready_check_command`, which prints a ReadyState JSON
+and exits 0 ready, 3 on a terminal failure, 1 not yet). Each command list starts with
+`RIGBENCH_STEP=...` so a fleet can tell them apart; the bench command names where its
+report goes in `RIGBENCH_REPORT_S3=...`. Paths honour RIGBENCH_HOME and RIGBENCH_PYTHON, so
+a local fleet can run the same commands in a workspace.
 """
 
 import json
@@ -11,136 +13,129 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from functions.bootstrap import RIGBENCH_HOME
+from functions.bootstrap import RIGBENCH_HOME, InstancePlan, readiness_command
 from functions.execution_input import LoadCells
 
 PROBE_STEP = "probe"
 BENCH_STEP = "bench"
 RIG_URL = "http://127.0.0.1:8000"
 
-_PROBE_PY = r"""
-import json, sys, urllib.request
-status_path, url = sys.argv[1], sys.argv[2]
+# Run on the instance before the benchmark: the served model's name, the rig's own
+# provenance (GET /provenance), and the GPU and driver nvidia-smi reports.
+_PROVENANCE_PY = r"""
+import json, subprocess, sys, urllib.request
+url, out = sys.argv[1], sys.argv[2]
+def get(path):
+    with urllib.request.urlopen(url + path, timeout=30) as r:
+        return json.load(r)
+doc = {"served_model": get("/v1/models")["data"][0]["id"]}
 try:
-    with open(status_path) as f:
-        status = json.load(f)
-except FileNotFoundError:
-    status = {"phase": "booting"}
-except ValueError as exc:
-    status = {"phase": "booting", "error": "status.json unreadable: %s" % exc}
-out = {
-    "phase": status.get("phase", "unknown"),
-    "error": status.get("error"),
-    "provenance": {str(k): str(v) for k, v in (status.get("provenance") or {}).items()},
-}
-if out["phase"] != "failed":
-    try:
-        with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
-            model = json.load(r)["data"][0]["id"]
-        body = json.dumps({"model": model, "prompt": "The capital of France is",
-                           "max_tokens": 4, "min_tokens": 1, "temperature": 0}).encode()
-        req = urllib.request.Request(url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            text = json.load(r)["choices"][0]["text"]
-        out["completion"] = text
-        if text:
-            out["phase"] = "ready"
-    except Exception as exc:
-        out["detail"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(out))
+    doc["rig"] = {str(k): str(v) for k, v in get("/provenance").items()}
+except Exception as exc:
+    doc["rig"] = {"error": "no /provenance: %s" % exc}
+try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                          "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    name, driver = [part.strip() for part in smi.stdout.splitlines()[0].split(",")][:2]
+    doc["gpu"], doc["driver"] = name, driver
+except Exception as exc:
+    doc["gpu"], doc["driver"] = "none", "none (%s)" % type(exc).__name__
+with open(out, "w") as f:
+    json.dump(doc, f)
+print(doc["served_model"])
 """
 
 _UPLOAD_PY = r"""
 import sys, boto3
-path, bucket, key = sys.argv[1:4]
-boto3.client("s3").upload_file(path, bucket, key)
+bucket, prefix = sys.argv[1], sys.argv[2]
+s3 = boto3.client("s3")
+for path in sys.argv[3:]:
+    s3.upload_file(path, bucket, prefix + path.rsplit("/", 1)[1])
 """
 
 
 class ProbeResult(BaseModel):
+    """A ReadyState printed by the readiness check, or the install status file it falls back
+    to before the rig's environment exists."""
+
     model_config = ConfigDict(extra="ignore")
 
-    phase: str
-    error: str | None = None
+    ready: bool = False
+    phase: str = "unknown"
+    terminal: bool = False
     detail: str | None = None
-    completion: str | None = None
-    provenance: dict[str, str] = {}
+    error: str | None = None
+    text: str | None = None
 
     @property
-    def ready(self) -> bool:
-        return self.phase == "ready" and bool(self.completion)
+    def is_ready(self) -> bool:
+        return self.ready and bool(self.text)
+
+    @property
+    def install_failed(self) -> bool:
+        return self.phase == "failed"
+
+    def explain(self) -> str:
+        return self.error or self.detail or "no detail"
 
 
-def _python() -> str:
-    return f'"${{RIGBENCH_PYTHON:-${{RIGBENCH_HOME:-{RIGBENCH_HOME}}}/venv/bin/python}}"'
-
-
-def probe_commands() -> list[str]:
-    return [
-        f"RIGBENCH_STEP={PROBE_STEP}",
-        "set -u",
-        f'HOME_DIR="${{RIGBENCH_HOME:-{RIGBENCH_HOME}}}"',
-        f'python3 - "$HOME_DIR/status.json" "${{RIGBENCH_URL:-{RIG_URL}}}" <<\'PY\''
-        + _PROBE_PY
-        + "PY",
-    ]
+def probe_commands(plan: InstancePlan) -> list[str]:
+    return [f"RIGBENCH_STEP={PROBE_STEP}", readiness_command(plan)]
 
 
 def parse_probe(stdout: str) -> ProbeResult:
     lines = [line for line in stdout.strip().splitlines() if line.strip()]
     if not lines:
-        return ProbeResult(phase="unknown", detail="the probe printed nothing")
+        return ProbeResult(detail="the readiness check printed nothing")
     try:
         return ProbeResult.model_validate(json.loads(lines[-1]))
     except (ValueError, ValidationError) as exc:
-        return ProbeResult(phase="unknown", detail=f"unparsable probe output: {exc}")
+        return ProbeResult(detail=f"unparsable readiness output {lines[-1][:200]!r}: {exc}")
+
+
+def report_prefix(sweep_id: str, rig: str, boot: int) -> str:
+    return f"reports/{sweep_id}/{rig}/{boot:02d}/"
 
 
 def report_key(sweep_id: str, rig: str, boot: int) -> str:
-    return f"reports/{sweep_id}/{rig}/{boot:02d}/report.json"
+    return report_prefix(sweep_id, rig, boot) + "report.json"
+
+
+def provenance_key(sweep_id: str, rig: str, boot: int) -> str:
+    return report_prefix(sweep_id, rig, boot) + "provenance.json"
 
 
 def bench_commands(
-    *, sweep_id: str, rig: str, boot: int, model: str, cells: LoadCells, bucket: str
+    *, sweep_id: str, rig: str, boot: int, cells: LoadCells, bucket: str
 ) -> list[str]:
-    key = report_key(sweep_id, rig, boot)
+    prefix = report_prefix(sweep_id, rig, boot)
     bench = [
-        "-m",
-        "rigbench",
-        "bench",
-        "--url",
-        f"${{RIGBENCH_URL:-{RIG_URL}}}",
-        "--model",
-        model,
-        "--requests",
-        str(cells.requests_per_cell),
-        "--input-len",
-        str(cells.prompt_tokens),
-        "--output-len",
-        str(cells.output_tokens),
-        "--warmup",
-        str(cells.warmup_requests),
-        "--out",
-        '"$OUT/report.json"',
-    ]
+        "--url", '"$URL"',
+        "--model", '"$MODEL"',
+        "--requests", str(cells.requests_per_cell),
+        "--input-len", str(cells.prompt_tokens),
+        "--output-len", str(cells.output_tokens),
+        "--warmup", str(cells.warmup_requests),
+        "--out", '"$OUT/report.json"',
+    ]  # fmt: skip
     if cells.concurrency:
         bench += ["--concurrency", ",".join(map(str, cells.concurrency))]
     if cells.rates:
         bench += ["--rate", ",".join(f"{r:g}" for r in cells.rates)]
-    quoted = [a if a.startswith(('"', "$")) else shlex.quote(a) for a in bench]
     return [
         f"RIGBENCH_STEP={BENCH_STEP}",
-        f"RIGBENCH_REPORT_S3=s3://{bucket}/{key}",
+        f"RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}report.json",
         "set -euo pipefail",
         f'HOME_DIR="${{RIGBENCH_HOME:-{RIGBENCH_HOME}}}"',
+        'PY="${RIGBENCH_PYTHON:-$HOME_DIR/venv/bin/python}"',
+        f'URL="${{RIGBENCH_URL:-{RIG_URL}}}"',
         f'OUT="$HOME_DIR/runs/{sweep_id}/{rig}/{boot:02d}"',
         'mkdir -p "$OUT"',
         'cd "$HOME_DIR/bundle"',
-        f"{_python()} " + " ".join(quoted),
-        f"{_python()} - \"$OUT/report.json\" {shlex.quote(bucket)} {shlex.quote(key)} <<'PY'"
-        + _UPLOAD_PY
-        + "PY",
+        f'MODEL=$("$PY" - "$URL" "$OUT/provenance.json" <<\'PY\'{_PROVENANCE_PY}PY\n)',
+        '"$PY" -m rigbench bench ' + " ".join(bench),
+        f'"$PY" - {shlex.quote(bucket)} {shlex.quote(prefix)} "$OUT/report.json" '
+        f"\"$OUT/provenance.json\" <<'PY'{_UPLOAD_PY}PY",
     ]
 
 

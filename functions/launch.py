@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from functions.bootstrap import InstancePlan, render_user_data
+from functions.bootstrap import instance_plan, user_data
 from functions.budget import subnet_zones
 from functions.errors import CapacityUnavailable
 from functions.events import BootState, Instance
@@ -62,18 +62,7 @@ def run_params(
     state: BootState, settings: Settings, image_id: str, subnet: str, deadline_at: float
 ) -> dict[str, Any]:
     sweep = state.sweep
-    plan = InstancePlan(
-        sweep_id=sweep.sweep_id,
-        rig=state.rig,
-        boot=state.boot,
-        model=sweep.model,
-        model_revision=sweep.model_revision,
-        bucket=settings.bucket,
-        bundle_key=sweep.bundle.key,
-        bundle_sha256=sweep.bundle.sha256,
-        token_secret_arn=settings.token_secret_arn,
-        deadline_s=sweep.deadlines.instance_s,
-    )
+    plan = instance_plan(state, settings, deadline_at)
     tags = instance_tags(state, settings, deadline_at)
     params: dict[str, Any] = {
         "ImageId": image_id,
@@ -83,7 +72,7 @@ def run_params(
         "SubnetId": subnet,
         "SecurityGroupIds": [settings.security_group_id],
         "IamInstanceProfile": {"Arn": settings.instance_profile_arn},
-        "UserData": render_user_data(plan),
+        "UserData": user_data(plan),
         "InstanceInitiatedShutdownBehavior": "terminate",
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         "TagSpecifications": [

@@ -8,6 +8,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions.bootstrap import InstancePlan, instance_plan
 from functions.errors import AgentNeverOnline, InstallFailed, RigNeverReady
 from functions.events import AgentCheck, BootState, Instance, ReadyCheck
 from functions.instance_commands import parse_probe, probe_commands
@@ -57,15 +58,26 @@ def check_agent(state: BootState, clients: Clients, settings: Settings) -> Agent
     return AgentCheck(online=False, checks=checks)
 
 
-def send_probe(ssm: Any, instance_id: str) -> str:
+def send_probe(ssm: Any, instance_id: str, plan: InstancePlan) -> str:
     response = ssm.send_command(
         InstanceIds=[instance_id],
         DocumentName="AWS-RunShellScript",
-        Parameters={"commands": probe_commands(), "executionTimeout": [str(PROBE_TIMEOUT_S)]},
+        Parameters={
+            "commands": probe_commands(plan),
+            "executionTimeout": [str(PROBE_TIMEOUT_S)],
+        },
         TimeoutSeconds=60,
         Comment="rigbench readiness probe",
     )
     return str(response["Command"]["CommandId"])
+
+
+def never_ready(state: BootState, instance: Instance, phase: str, detail: str) -> RigNeverReady:
+    return RigNeverReady(
+        f"{state.rig} on {instance.instance_id} gave no real completion within "
+        f"{state.sweep.deadlines.ready_s} s of launch "
+        f"(last phase {phase!r}: {detail or 'no detail'})"
+    )
 
 
 def check_ready(state: BootState, clients: Clients, settings: Settings) -> ReadyCheck:
@@ -89,32 +101,32 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
                 raise
             invocation = {"Status": "Pending"}
         if invocation["Status"] not in FINISHED:
+            if time.time() > instance.ready_deadline_at:
+                raise never_ready(state, instance, phase, detail)
             return previous.model_copy(update={"checks": checks})
         probe = parse_probe(invocation.get("StandardOutputContent", ""))
-        if probe.phase == "failed":
+        if probe.install_failed:
             raise InstallFailed(
-                f"{state.rig} install failed on {instance.instance_id}: "
-                f"{probe.error or 'no detail'}"
+                f"{state.rig} install failed on {instance.instance_id}: {probe.explain()}"
             )
-        if probe.ready:
+        if probe.terminal:
+            raise RigNeverReady(
+                f"{state.rig} on {instance.instance_id} cannot become ready "
+                f"({probe.phase}): {probe.explain()}"
+            )
+        if probe.is_ready:
             return ReadyCheck(
-                ready=True,
-                phase=probe.phase,
-                checks=checks,
-                provenance=probe.provenance,
-                detail=f"completion {probe.completion!r}",
+                ready=True, phase=probe.phase, checks=checks, detail=f"completion {probe.text!r}"
             )
         phase = probe.phase
         detail = probe.error or probe.detail or invocation.get("StandardErrorContent", "")[-300:]
     if time.time() > instance.ready_deadline_at:
-        raise RigNeverReady(
-            f"{state.rig} on {instance.instance_id} gave no real completion within "
-            f"{state.sweep.deadlines.ready_s} s of launch "
-            f"(last phase {phase!r}: {detail or 'no detail'})"
-        )
+        raise never_ready(state, instance, phase, detail)
     return ReadyCheck(
         ready=False,
-        probe_command_id=send_probe(clients.ssm, instance.instance_id),
+        probe_command_id=send_probe(
+            clients.ssm, instance.instance_id, instance_plan(state, settings, instance.deadline_at)
+        ),
         phase=phase,
         detail=detail,
         checks=checks,

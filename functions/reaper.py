@@ -41,10 +41,11 @@ def overdue_instances(ec2: Any, project: str, now: float) -> list[dict[str, Any]
     return found
 
 
-def reap(clients: Clients, settings: Settings, now: float | None = None) -> list[str]:
+def reap(clients: Clients, project: str, ledger_table: str, now: float | None = None) -> list[str]:
+    """Terminate the project's instances past their deadline; returns their ids."""
     now = time.time() if now is None else now
     reaped = []
-    for entry in overdue_instances(clients.ec2, settings.project, now):
+    for entry in overdue_instances(clients.ec2, project, now):
         instance, tags = entry["instance"], entry["tags"]
         terminate(clients.ec2, instance["InstanceId"])
         reaped.append(instance["InstanceId"])
@@ -52,7 +53,7 @@ def reap(clients: Clients, settings: Settings, now: float | None = None) -> list
             seconds = max(0.0, now - instance["LaunchTime"].timestamp())
             reconcile_boot(
                 clients.dynamodb,
-                settings.ledger_table,
+                ledger_table,
                 tags[SWEEP_TAG],
                 tags[RIG_TAG],
                 int(tags[BOOT_TAG]),
@@ -69,4 +70,5 @@ def reap(clients: Clients, settings: Settings, now: float | None = None) -> list
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return {"reaped": reap(Clients(), Settings.from_env())}
+    settings = Settings.from_env()
+    return {"reaped": reap(Clients(), settings.project, settings.ledger_table)}

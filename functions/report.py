@@ -1,4 +1,5 @@
-"""The one place the orchestrator reads the harness report (`harness.schemas.BenchmarkReport`).
+"""The one place the orchestrator reads what an instance uploads: the harness report
+(`harness.schemas.BenchmarkReport`, report.schema.json) and the provenance beside it.
 
 Only the fields a results row needs are modelled; everything else in the report stays in S3.
 """
@@ -45,3 +46,12 @@ class Report(_Lenient):
     model: str
     started_at: str
     cells: list[Cell] = Field(min_length=1)
+
+
+class InstanceProvenance(_Lenient):
+    """What the bench command collected on the instance: see instance_commands."""
+
+    served_model: str
+    rig: dict[str, str] = {}
+    gpu: str
+    driver: str

@@ -48,6 +48,7 @@ class Settings(BaseModel):
     sweep_budget_usd: float
     monthly_cap_usd: float
     token_secret_arn: str
+    region: str
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -67,6 +68,7 @@ class Settings(BaseModel):
             sweep_budget_usd=float(env.get("SWEEP_BUDGET_USD", "0")),
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),
             token_secret_arn=env.get("TOKEN_SECRET_ARN", ""),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 
 

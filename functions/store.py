@@ -19,8 +19,9 @@ from pydantic import ValidationError
 
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
+from functions.instance_commands import provenance_key
 from functions.observability import logger, metrics, tracer
-from functions.report import Report
+from functions.report import InstanceProvenance, Report
 from functions.settings import Clients, Settings
 
 _serializer = TypeSerializer()
@@ -47,22 +48,35 @@ def read_report(s3: Any, bucket: str, key: str) -> Report:
         ) from exc
 
 
-def result_rows(state: BootState, report: Report, key: str) -> list[dict[str, Any]]:
+def read_instance_provenance(s3: Any, bucket: str, key: str) -> InstanceProvenance:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        raise ReportInvalid(f"no provenance at s3://{bucket}/{key}: {exc}") from exc
+    try:
+        return InstanceProvenance.model_validate_json(body)
+    except ValidationError as exc:
+        raise ReportInvalid(f"the provenance s3://{bucket}/{key} does not parse: {exc}") from exc
+
+
+def result_rows(
+    state: BootState, report: Report, found: InstanceProvenance, key: str
+) -> list[dict[str, Any]]:
     sweep, instance = state.sweep, state.instance
     assert instance is not None
-    ready_provenance = state.ready.provenance if state.ready else {}
     provenance = {
         "harness_version": report.harness_version,
         "bundle_sha256": sweep.bundle.sha256,
-        "model_revision": sweep.model_revision or ready_provenance.get("model_revision", "unknown"),
+        "served_model": found.served_model,
+        "model_revision": sweep.model_revision or found.rig.get("model_revision", "unknown"),
         "instance_type": instance.instance_type,
         "availability_zone": instance.availability_zone,
         "image_id": instance.image_id,
         "market": instance.market,
         "instance_id": instance.instance_id,
-        "driver": ready_provenance.get("driver", "unknown"),
-        "gpu": ready_provenance.get("gpu", "unknown"),
-        "rig": {k: v for k, v in ready_provenance.items() if k not in ("driver", "gpu")},
+        "driver": found.driver,
+        "gpu": found.gpu,
+        "rig": found.rig,
     }
     rows = []
     for cell in report.cells:
@@ -97,7 +111,10 @@ def store_results(state: BootState, clients: Clients, settings: Settings) -> Sto
         raise ValueError("nothing to store: the benchmark did not run")
     key = state.command.report_key
     report = read_report(clients.s3, settings.bucket, key)
-    rows = result_rows(state, report, key)
+    found = read_instance_provenance(
+        clients.s3, settings.bucket, provenance_key(state.sweep.sweep_id, state.rig, state.boot)
+    )
+    rows = result_rows(state, report, found, key)
     # Keys are deterministic, so a retried store overwrites its own rows and nothing else.
     for row in rows:
         clients.dynamodb.put_item(TableName=settings.results_table, Item=to_item(row))

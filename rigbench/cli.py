@@ -20,7 +20,8 @@ app.command("bench", cls=BenchCommand)(bench)
 # The harness alone against its reference server; `demo` is the local sweep (make sweep).
 app.command("bench-demo")(demo)
 
-from rigbench.local.cli import demo_command, run_command  # noqa: E402
+from rigbench import cloud  # noqa: E402
+from rigbench.local.cli import demo_command  # noqa: E402
 
-app.command("run")(run_command)
+cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)

@@ -103,8 +103,10 @@ class ScriptedFleet:
     bench: BenchOutcome = "success"
     bench_by_rig: dict[str, BenchOutcome] = field(default_factory=dict)
     missing_invocations: int = 1  # GetCommandInvocation calls answered InvocationDoesNotExist
-    provenance: dict[str, str] = field(
-        default_factory=lambda: {"driver": "570.133.20", "gpu": "NVIDIA T4G", "torch": "2.7.0"}
+    gpu: str = "NVIDIA T4G"
+    driver: str = "570.133.20"
+    rig_provenance: dict[str, str] = field(
+        default_factory=lambda: {"runtime": "torch 2.7.0", "transformers": "5.17.0"}
     )
 
     def __post_init__(self) -> None:
@@ -200,14 +202,15 @@ class ScriptedFleet:
         with self._lock:
             self.probes[instance_id] = self.probes.get(instance_id, 0) + 1
             count = self.probes[instance_id]
-        out: dict[str, Any]
+        # What rigs.bootstrap.ready_check_command prints, and its exit codes.
         if self.install_error is not None:
-            out = {"phase": "failed", "error": self.install_error}
-        elif self.ready_after is not None and count > self.ready_after:
-            out = {"phase": "ready", "completion": " Paris", "provenance": self.provenance}
-        else:
-            out = {"phase": "serving", "detail": "ConnectionRefusedError: [Errno 111]"}
-        return CommandResult("Success", stdout=json.dumps(out) + "\n", response_code=0)
+            status = {"phase": "failed", "step": "install", "error": self.install_error}
+            return CommandResult("Failed", stdout=json.dumps(status) + "\n", response_code=3)
+        if self.ready_after is not None and count > self.ready_after:
+            state = {"ready": True, "phase": "ready", "model": "random:tiny", "text": " Paris"}
+            return CommandResult("Success", stdout=json.dumps(state) + "\n", response_code=0)
+        state = {"ready": False, "phase": "unreachable", "detail": "ConnectError: [Errno 111]"}
+        return CommandResult("Failed", stdout=json.dumps(state) + "\n", response_code=1)
 
     def _bench_outcome(self, instance_id: str) -> BenchOutcome:
         instance = self.instances.get(instance_id)
@@ -224,6 +227,10 @@ class ScriptedFleet:
             if outcome == "bad_report"
             else json.dumps(scripted_report(commands)).encode()
         )
+        provenance = {
+            "served_model": "random:tiny", "rig": self.rig_provenance,
+            "gpu": self.gpu, "driver": self.driver,
+        }  # fmt: skip
         s3 = boto3.client(
             "s3",
             endpoint_url=self._aws_env.get("AWS_ENDPOINT_URL"),
@@ -232,6 +239,10 @@ class ScriptedFleet:
             aws_secret_access_key=self._aws_env.get("AWS_SECRET_ACCESS_KEY", "testing"),
         )
         s3.put_object(Bucket=bucket, Key=key, Body=body)
+        prefix = key.rsplit("/", 1)[0]
+        s3.put_object(
+            Bucket=bucket, Key=f"{prefix}/provenance.json", Body=json.dumps(provenance).encode()
+        )
 
 
 def _flag(commands: list[str], name: str) -> str | None:
@@ -268,7 +279,7 @@ def scripted_report(commands: list[str]) -> dict[str, Any]:
     return {
         "harness_version": "0.1.0+scripted",
         "url": "http://127.0.0.1:8000",
-        "model": _flag(commands, "model") or "unknown",
+        "model": "random:tiny",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cells": cells,
     }

@@ -20,7 +20,7 @@ import uuid
 import zipfile
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import httpx
@@ -31,12 +31,20 @@ from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
 
+if TYPE_CHECKING:
+    from rigbench.cloud import StackRefs
+
 ACCOUNT_ID = "123456789012"
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 EMULATED_AMI = "ami-0e1a7ed0000000000"  # moto does not validate AMIs unless asked to
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # What a Lambda function's environment gets from the emulated "runtime".
-_LAMBDA_RUNTIME_ENV = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_DEV": "false"}
+# Metrics would go to CloudWatch as EMF on stdout; here they would only clutter the terminal.
+_LAMBDA_RUNTIME_ENV = {
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_DEV": "false",
+}
 
 
 def free_port() -> int:
@@ -350,6 +358,18 @@ class Emulation:
             self.state_machine_arn = arn
 
     # ------------------------------------------------------------------ use
+    def stack_refs(self) -> "StackRefs":
+        """The stack outputs the cloud commands work on, for this emulated stack."""
+        from rigbench.cloud import StackRefs
+
+        return StackRefs(
+            stack_name=self.stack_name,
+            state_machine_arn=self.state_machine_arn,
+            results_table=self.physical["ResultsTable"],
+            ledger_table=self.physical["LedgerTable"],
+            bucket=self.physical["ArtifactBucket"],
+        )
+
     def table(self, logical_id: str) -> str:
         return self.physical[logical_id]
 

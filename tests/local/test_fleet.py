@@ -1,5 +1,7 @@
 """The local fleet: instance commands run in workspaces, report like SSM, and die on terminate."""
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +58,7 @@ def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) 
     assert inv.ResponseCode == 0
     assert inv.StandardOutputContent.splitlines() == ["200", f"home={workspace}"]
     assert (workspace / "status.json").read_text().strip() == '{"phase": "ready"}'
-    assert '"phase": "starting"' in (fleet.get("i-0bbb").workspace / "status.json").read_text()
+    assert '"phase": "serving"' in (fleet.get("i-0bbb").workspace / "status.json").read_text()
     assert fleet.get("i-0aaa").port != fleet.get("i-0bbb").port
     assert sorted(fleet.online_instances()) == ["i-0aaa", "i-0bbb"]
 
@@ -92,3 +94,37 @@ def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
     assert not fleet.terminate("i-0eee")  # already gone: a second terminate is a no-op
     with pytest.raises(UnknownInstanceError, match="not online"):
         fleet.send_command("late", "i-0eee", ["true"], 5)
+
+
+def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0fff")
+    script = [
+        "cd /opt/rigbench/bundle",
+        '/opt/rigbench/venv/bin/python -c "import rigbench, sys; print(sys.executable)"',
+        "cat /var/lib/rigbench/status.json",
+    ]
+    fleet.send_command("paths", "i-0fff", script, 30)
+    assert _done(fleet, "paths", "i-0fff") == "Success", fleet.invocation("paths", "i-0fff")
+    python, status = fleet.invocation("paths", "i-0fff").StandardOutputContent.splitlines()
+    assert python == sys.executable
+    assert json.loads(status)["phase"] == "serving"
+
+
+def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
+    fleet: LocalFleet,
+) -> None:
+    crashing = LocalFleet(
+        fleet._home,
+        fleet._groups,
+        lambda rig, model, port, settings: [
+            sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(4)"
+        ],
+    )  # fmt: skip
+    instance = crashing.launch("i-0dead", "torch", "random:tiny")
+    status_file = instance.workspace / "status.json"
+    wait_for(lambda: json.loads(status_file.read_text())["phase"] == "failed")
+    status = json.loads(status_file.read_text())
+    assert status["error"] == "rig torch exited with code 4: no GPU here"
+    assert crashing.agent_online("i-0dead")  # SSM can still reach it to read that
+    assert crashing.terminate("i-0dead")
+    assert not crashing.agent_online("i-0dead")

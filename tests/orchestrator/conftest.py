@@ -78,11 +78,15 @@ def sweep_id_of(described: dict[str, Any]) -> str:
     return str(described["executionArn"].rsplit(":", 1)[1])
 
 
+def _number(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
+
+
 def plain(item: dict[str, Any]) -> dict[str, Any]:
     value = {k: _deserializer.deserialize(v) for k, v in item.items()}
-    return json.loads(
-        json.dumps(value, default=lambda d: float(d) if isinstance(d, Decimal) else str(d))
-    )
+    return json.loads(json.dumps(value, default=_number))
 
 
 def result_rows(emu: Emulation, sweep_id: str) -> list[dict[str, Any]]:

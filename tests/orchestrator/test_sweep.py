@@ -30,7 +30,8 @@ def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> 
     assert provenance["image_id"].startswith("ami-")
     assert provenance["driver"] == "570.133.20"
     assert provenance["gpu"] == "NVIDIA T4G"
-    assert provenance["rig"] == {"torch": "2.7.0"}
+    assert provenance["rig"] == {"runtime": "torch 2.7.0", "transformers": "5.17.0"}
+    assert provenance["served_model"] == "random:tiny"
     assert_clean(emu, sweep_id)
     fleet = emu.fleet
     assert isinstance(fleet, ScriptedFleet)

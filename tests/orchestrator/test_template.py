@@ -27,8 +27,21 @@ def tool(name: str) -> str:
     return found
 
 
-def run_tool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def python312_dir() -> str:
+    """sam build installs requirements.txt with the runtime's own Python (3.12)."""
+    candidates = [shutil.which("python3.12")]
+    candidates += [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))]
+    for candidate in filter(None, candidates):
+        done = subprocess.run([candidate, "--version"], capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.startswith("Python 3.12"):
+            return str(Path(candidate).parent)
+    raise AssertionError("sam build for the python3.12 runtime needs python3.12 on PATH")
+
+
+def run_tool(*args: str, cwd: Path = ROOT, path: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
+    if path:
+        env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -47,11 +60,17 @@ def test_cfn_lint() -> None:
 @pytest.mark.slow
 def test_sam_build(tmp_path: Path) -> None:
     build = tmp_path / "build"
-    done = run_tool(tool("sam"), "build", "--template", "template.yaml", "--build-dir", str(build))
+    done = run_tool(
+        tool("sam"), "build", "--template", "template.yaml", "--build-dir", str(build),
+        path=python312_dir(),
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]
-        assert (build / logical_id / Path(*module.split("."))).with_suffix(".py").is_file()
+        package = build / logical_id
+        assert (package / Path(*module.split("."))).with_suffix(".py").is_file()
+        assert (package / "jinja2").is_dir(), "requirements.txt was not installed"
+        assert (package / "rigs" / "torch" / "rig.toml").is_file()
     assert (build / "template.yaml").is_file()
 
 

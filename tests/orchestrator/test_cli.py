@@ -1,0 +1,172 @@
+"""The cloud commands against the emulated stack: run, status, results (by Query), reap,
+deploy --bundle-only."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from rigbench import cloud
+from rigbench.bundle import REPO_ROOT, build_bundle
+from rigbench.cli import app
+from rigbench.emulation import Emulation
+from tests.orchestrator.conftest import result_rows, run_sweep, sweep_input
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def stack(emu: Emulation, monkeypatch: pytest.MonkeyPatch) -> Emulation:
+    """The cloud commands resolve the stack to the emulated one."""
+    monkeypatch.setattr(cloud, "resolve", lambda name: (boto3.session.Session(), emu.stack_refs()))
+    monkeypatch.setattr(cloud, "FOLLOW_POLL_S", 0.2)
+    return emu
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def no_scan(client: Any) -> Any:
+    def refuse(**_: Any) -> None:
+        raise AssertionError("results must Query, never Scan")
+
+    client.meta.events.register("before-call.dynamodb.Scan", refuse)
+    return client
+
+
+def test_run_follows_a_sweep_to_its_end(stack: Emulation, tmp_path: Path) -> None:
+    body = sweep_input()
+    body.pop("rigs")
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(body))
+    done = invoke("run", str(path), "--rig", "torch", "--rig", "vllm", "--name", "cli-run-1")
+    assert done.exit_code == 0, done.output
+    assert (
+        "arn:aws:states:us-east-1:123456789012:execution:rigbench-SweepStateMachine:cli-run-1"
+        in done.output
+    )
+    assert "SUCCEEDED" in done.output
+    assert "terminated" in done.output
+    assert len(result_rows(stack, "cli-run-1")) == 4
+    assert stack.running_instances() == []
+
+
+def test_run_refuses_bad_input_before_starting_anything(stack: Emulation, tmp_path: Path) -> None:
+    sfn = stack.client("stepfunctions")
+    before = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    done = invoke("run", "--rig", "tgi", "--model", "m", "--budget", "1")
+    assert done.exit_code == 2
+    assert "rigs: unknown rig 'tgi'" in done.output
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"rigs": [')
+    done = invoke("run", str(broken))
+    assert done.exit_code == 2
+    assert "not a readable JSON file" in done.output
+    done = invoke("run", "--rig", "torch", "--model", "m", "--budget", "0")
+    assert done.exit_code == 2
+    assert "budget_usd" in done.output
+    assert sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"] == before
+
+
+def test_status_shows_each_boot_and_the_failure(stack: Emulation) -> None:
+    stack.fleet.bench = "failed"  # type: ignore[attr-defined]
+    described = run_sweep(stack, sweep_input())
+    name = described["executionArn"].rsplit(":", 1)[1]
+    done = invoke("status", name)
+    assert done.exit_code == 0, done.output
+    assert "torch" in done.output
+    assert "failed" in done.output
+    assert "CommandFailed" in done.output
+    listing = invoke("status")
+    assert name in listing.output
+
+
+def test_results_returns_what_a_sweep_stored_by_query(stack: Emulation) -> None:
+    described = run_sweep(stack, sweep_input(rigs=["torch", "vllm"]))
+    sweep_id = described["executionArn"].rsplit(":", 1)[1]
+    stored = result_rows(stack, sweep_id)
+    ddb = no_scan(stack.client("dynamodb"))
+    table = stack.table("ResultsTable")
+
+    by_sweep = cloud.query_results(ddb, table, sweep=sweep_id)
+    assert sorted(by_sweep, key=lambda r: r["row_key"]) == sorted(
+        stored, key=lambda r: r["row_key"]
+    )
+    over_time = cloud.query_results(
+        ddb, table, rig="torch", model="random:tiny", instance_type="g5g.2xlarge"
+    )
+    assert {r["row_key"] for r in over_time if r["sweep_id"] == sweep_id} == {
+        "torch#01#c00001",
+        "torch#01#c00004",
+    }
+    by_month = cloud.query_results(ddb, table, rig="vllm")
+    assert {r["row_key"] for r in by_month if r["sweep_id"] == sweep_id} == {
+        "vllm#01#c00001",
+        "vllm#01#c00004",
+    }
+    assert all(r["rig"] == "vllm" for r in by_month)
+    future = datetime.now(UTC) + timedelta(days=1)
+    assert cloud.query_results(ddb, table, rig="vllm", since=future) == []
+
+    done = invoke("results", "--sweep", sweep_id, "--format", "json")
+    assert done.exit_code == 0, done.output
+    assert sorted(json.loads(done.output), key=lambda r: r["row_key"]) == sorted(
+        stored, key=lambda r: r["row_key"]
+    )
+    done = invoke(
+        "results",
+        "--rig",
+        "torch",
+        "--model",
+        "random:tiny",
+        "--instance-type",
+        "g5g.2xlarge",
+        "--format",
+        "csv",
+    )
+    header, *lines = done.output.strip().splitlines()
+    assert header.startswith("sweep_id,rig,boot,model,instance_type,cell,started_at,output_tok_s")
+    assert any(
+        line.startswith(f"{sweep_id},torch,1,random:tiny,g5g.2xlarge,c00004") for line in lines
+    )
+    done = invoke("results", "--rig", "torch")
+    assert done.exit_code == 0
+    assert "result rows" in done.output
+    assert "torch" in done.output
+    assert invoke("results", "--since", "yesterday").exit_code == 2
+
+
+def test_reap_ends_only_overdue_project_instances(stack: Emulation) -> None:
+    ec2 = stack.client("ec2")
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    overdue = ec2.run_instances(
+        ImageId="ami-0e1a7ed0000000000", MinCount=1, MaxCount=1, SubnetId=subnet,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "rigbench:project", "Value": stack.stack_name},
+            {"Key": "rigbench:deadline", "Value": "1000000000"},
+        ]}],
+    )["Instances"][0]["InstanceId"]  # fmt: skip
+    listed = invoke("reap", "--dry-run")
+    assert overdue in listed.output
+    assert stack.running_instances() == [overdue]
+    done = invoke("reap")
+    assert overdue in done.output
+    assert stack.running_instances() == []
+
+
+def test_deploy_uploads_the_bundle_named_by_its_hash(stack: Emulation) -> None:
+    done = invoke("deploy", "--bundle-only")
+    assert done.exit_code == 0, done.output
+    expected = build_bundle(REPO_ROOT)
+    assert expected.sha256[:12] in done.output
+    s3 = stack.client("s3")
+    bucket = stack.stack_refs().bucket
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key="bundle/current.json")["Body"].read())
+    assert manifest["sha256"] == expected.sha256
+    assert "torch" in manifest["rigs"]
+    assert s3.get_object(Bucket=bucket, Key=manifest["key"])["Body"].read() == expected.data

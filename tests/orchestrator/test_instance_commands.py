@@ -1,0 +1,72 @@
+"""The commands the state machine sends over SSM, run for real: the bench command drives the
+real harness (`python -m rigbench bench`) against the harness's reference server, uploads the
+report and provenance to the emulated S3, and the store step turns them into rows."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from functions.execution_input import LoadCells
+from functions.instance_commands import bench_commands, parse_probe, provenance_key, report_key
+from functions.report import Report
+from functions.store import read_instance_provenance, read_report
+from rigbench.bundle import REPO_ROOT
+from rigbench.emulation import Emulation
+from tests.harness.conftest import start_reference_server
+
+
+def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
+    emu: Emulation, tmp_path: Path
+) -> None:
+    proc, url = start_reference_server("--ttft-ms", "5", "--itl-ms", "1")
+    try:
+        (tmp_path / "bundle").symlink_to(REPO_ROOT)
+        bucket = emu.stack_refs().bucket
+        cells = LoadCells(
+            concurrency=[1, 2],
+            requests_per_cell=4,
+            prompt_tokens=16,
+            output_tokens=8,
+            warmup_requests=1,
+        )
+        script = "\n".join(
+            bench_commands(sweep_id="s-1", rig="torch", boot=1, cells=cells, bucket=bucket)
+        )
+        env = {
+            **os.environ, **emu.aws_env(), "RIGBENCH_HOME": str(tmp_path),
+            "RIGBENCH_PYTHON": sys.executable, "RIGBENCH_URL": url,
+            "PYTHONPATH": str(REPO_ROOT),
+        }  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    s3 = emu.client("s3")
+    report = read_report(s3, bucket, report_key("s-1", "torch", 1))
+    assert isinstance(report, Report)
+    assert [c.concurrency for c in report.cells] == [1, 2]
+    assert all(c.requests_ok == 4 and c.requests_failed == 0 for c in report.cells)
+    assert all(c.output_tok_s > 0 and c.ttft_ms.p50 is not None for c in report.cells)
+    found = read_instance_provenance(s3, bucket, provenance_key("s-1", "torch", 1))
+    assert found.served_model
+    assert "no /provenance" in found.rig["error"]  # the reference server is not a rig
+    assert found.gpu  # "none" where nvidia-smi is missing
+
+
+def test_probe_output_parses_both_shapes() -> None:
+    ready = parse_probe('{"ready": true, "phase": "ready", "text": " Paris", "model": "m"}\n')
+    assert ready.is_ready
+    failed = parse_probe(
+        '{"phase": "failed", "step": "install", "error": "no wheel", "updated": 1}'
+    )
+    assert failed.install_failed
+    assert failed.explain() == "no wheel"
+    empty = parse_probe("")
+    assert not empty.is_ready
+    assert "printed nothing" in empty.explain()
+    junk = parse_probe("Traceback (most recent call last)")
+    assert "unparsable" in junk.explain()
