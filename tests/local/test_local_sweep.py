@@ -148,7 +148,8 @@ def test_ctrl_c_then_kill_leave_no_process_and_the_next_run_cleans_up(tmp_path: 
     assert processes_under(tmp_path) == []
 
     # 2. SIGKILL of the CLI and of its watchdog: the rig processes are orphaned...
-    cli = _start_cli(["run", "--local", str(sweep), "--quota-vcpus", "8"], home)
+    # (no --local: without AWS credentials `rigbench run` runs locally and says so)
+    cli = _start_cli(["run", str(sweep), "--quota-vcpus", "8"], home)
     wait_for(lambda: len(_rig_groups(home)) == 1, timeout=180, what="a rig started")
     orphans = _rig_groups(home)
     watchdogs = [
@@ -158,7 +159,8 @@ def test_ctrl_c_then_kill_leave_no_process_and_the_next_run_cleans_up(tmp_path: 
     assert len(watchdogs) == 1
     for proc in (*watchdogs, psutil.Process(cli.pid)):
         proc.kill()
-    cli.communicate(timeout=30)
+    out, _ = cli.communicate(timeout=30)
+    assert out.splitlines()[0].startswith("no AWS credentials found: using the local")
     time.sleep(0.5)
     assert all(group_alive(g) for g in orphans)
 
