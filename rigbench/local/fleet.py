@@ -274,6 +274,9 @@ class LocalFleet:
         instance = self.get(instance_id)
         if not self.agent_online(instance_id):
             raise UnknownInstanceError(f"instance {instance_id} is not online")
+        with self._lock:
+            if command_id in instance.commands:
+                return  # SSM delivers a command to an instance once
         directory = instance.workspace / "commands" / command_id
         directory.mkdir(parents=True, exist_ok=True)
         script = self.translate("\n".join(commands), instance)

@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,12 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
     assert crashing.agent_online("i-0dead")  # SSM can still reach it to read that
     assert crashing.terminate("i-0dead")
     assert not crashing.agent_online("i-0dead")
+
+
+def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0111")
+    for _ in range(3):
+        fleet.send_command("once", "i-0111", ["echo run >> /var/lib/rigbench/runs.txt"], 30)
+    assert _done(fleet, "once", "i-0111") == "Success"
+    time.sleep(0.3)
+    assert (fleet.get("i-0111").workspace / "runs.txt").read_text() == "run\n"
