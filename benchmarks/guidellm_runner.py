@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,19 +88,34 @@ def guidellm_executable() -> Path:
 
 
 def ensure_tokenizer(guidellm: Path, directory: Path = DEFAULT_TOKENIZER_DIR) -> Path:
-    """Build the byte-level tokenizer with GuideLLM's interpreter unless it already exists."""
+    """Build the byte-level tokenizer with GuideLLM's interpreter unless it already exists.
+
+    Built beside the target and renamed into place, so a concurrent run never reads a
+    half-written directory.
+    """
     if (directory / "tokenizer.json").is_file():
         return directory
-    python = guidellm.parent / "python"
-    done = subprocess.run(
-        [str(python), str(TOKENIZER_SCRIPT), str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"building the GuideLLM tokenizer in {directory} failed:\n{done.stderr}")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    try:
+        done = subprocess.run(
+            [str(guidellm.parent / "python"), str(TOKENIZER_SCRIPT), str(staging)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"building the GuideLLM tokenizer in {directory} failed:\n{done.stderr}"
+            )
+        try:
+            staging.rename(directory)
+        except OSError:
+            if not (directory / "tokenizer.json").is_file():
+                raise  # not a concurrent build that won the race
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 

@@ -5,6 +5,7 @@ Ledger items (pk, sk), amounts in integer micro-dollars so that ADD never drifts
     SWEEP#<id>    / TOTAL            reserved, spent, budget
     SWEEP#<id>    / BOOT#<rig>#<n>   status reserved|reconciled, reserved, spent, seconds
     INSTANCE#<id> / INTERRUPTION     written by the spot interruption warning rule
+Sweeps still open carry `open` (GSI open_sweeps), so the reaper finds aborted ones by Query.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,8 @@ from functions.observability import logger, metrics, tracer
 from functions.settings import Clients, Settings
 
 MICRO = 1_000_000
+OPEN_ATTRIBUTE = "open"
+OPEN_SWEEPS_INDEX = "open_sweeps"
 # Pricing API has no spot prices and the on-demand API lives in two regions only; on-demand
 # runs are opt-in, so a short table of us-east-1 Linux prices (USD/h) is enough.
 ON_DEMAND_USD_PER_HOUR = {
@@ -152,6 +155,10 @@ def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> R
                     "budget": {"N": str(budget)},
                     "month": {"S": month},
                     "created_at": {"S": now},
+                    "execution_arn": {"S": sweep.execution_arn},
+                    # Sparse index key: the sweep is open until its summary closes it (or
+                    # the reaper does, once its execution has ended some other way).
+                    OPEN_ATTRIBUTE: {"S": "1"},
                 },
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
@@ -254,6 +261,44 @@ def reconcile_boot(
             return usd(spent), False  # reconciled by a concurrent retry
         raise
     return usd(spent), True
+
+
+def close_sweep(ddb: Any, table: str, sweep_id: str) -> None:
+    ddb.update_item(
+        TableName=table,
+        Key=_key(f"SWEEP#{sweep_id}", "TOTAL"),
+        UpdateExpression="REMOVE #open",
+        ExpressionAttributeNames={"#open": OPEN_ATTRIBUTE},
+    )
+
+
+def open_sweeps(ddb: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for page in ddb.get_paginator("query").paginate(
+        TableName=table,
+        IndexName=OPEN_SWEEPS_INDEX,
+        KeyConditionExpression="#open = :one",
+        ExpressionAttributeNames={"#open": OPEN_ATTRIBUTE},
+        ExpressionAttributeValues={":one": {"S": "1"}},
+    ):
+        items.extend(page["Items"])
+    return items
+
+
+def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
+    """(rig, boot) of the sweep's boots still holding a reservation."""
+    found = []
+    for page in ddb.get_paginator("query").paginate(
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :boot)",
+        ExpressionAttributeValues={":pk": {"S": f"SWEEP#{sweep_id}"}, ":boot": {"S": "BOOT#"}},
+        ConsistentRead=True,
+    ):
+        for item in page["Items"]:
+            if item["status"]["S"] == "reserved":
+                _, rig, boot = item["sk"]["S"].split("#")
+                found.append((rig, int(boot)))
+    return found
 
 
 @logger.inject_lambda_context

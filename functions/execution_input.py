@@ -55,6 +55,17 @@ class Deadlines(_Strict):
     bench_s: int = Field(default=3600, ge=1, le=12 * 3600)
     instance_s: int = Field(default=7200, ge=60, le=24 * 3600)
 
+    @field_validator("instance_s")
+    @classmethod
+    def _outlives_the_work(cls, instance_s: int, info: ValidationInfo) -> int:
+        work = info.data.get("ready_s", 0) + info.data.get("bench_s", 0)
+        if instance_s < work:
+            raise ValueError(
+                f"{instance_s} s is shorter than ready_s + bench_s = {work} s: the instance "
+                "would power off before the benchmark could end"
+            )
+        return instance_s
+
 
 class Waits(_Strict):
     """Wait-state intervals (seconds) of the polling loops; tests use 0 or 1."""

@@ -3,8 +3,8 @@
 The one place the orchestrator meets the harness CLI (`python -m rigbench bench`) and the
 rig's readiness check (`rigs.bootstrap.ready_check_command`, which prints a ReadyState JSON
 and exits 0 ready, 3 on a terminal failure, 1 not yet). Each command list starts with
-`RIGBENCH_STEP=...` so a fleet can tell them apart; the bench command names where its
-report goes in `RIGBENCH_REPORT_S3=...`. Paths honour RIGBENCH_HOME and RIGBENCH_PYTHON, so
+`export RIGBENCH_STEP=...` so a fleet can tell them apart; the bench command names where its
+report goes in `export RIGBENCH_REPORT_S3=...`. Paths honour RIGBENCH_HOME and RIGBENCH_PYTHON, so
 a local fleet can run the same commands in a workspace.
 """
 
@@ -80,7 +80,13 @@ class ProbeResult(BaseModel):
 
 
 def probe_commands(plan: InstancePlan) -> list[str]:
-    return [f"RIGBENCH_STEP={PROBE_STEP}", readiness_command(plan)]
+    command = readiness_command(plan)
+    probe = "-m rigs.readiness"
+    if probe not in command:
+        raise ValueError(f"the rig readiness command no longer runs {probe}: {command}")
+    # Name the rig's URL (default port 8000) so that a fleet serving elsewhere can say where.
+    command = command.replace(probe, f'{probe} --base-url "${{RIGBENCH_URL:-{RIG_URL}}}"', 1)
+    return [f"export RIGBENCH_STEP={PROBE_STEP}", command]
 
 
 def parse_probe(stdout: str) -> ProbeResult:
@@ -123,8 +129,8 @@ def bench_commands(
     if cells.rates:
         bench += ["--rate", ",".join(f"{r:g}" for r in cells.rates)]
     return [
-        f"RIGBENCH_STEP={BENCH_STEP}",
-        f"RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}report.json",
+        f"export RIGBENCH_STEP={BENCH_STEP}",
+        f"export RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}report.json",
         "set -euo pipefail",
         f'HOME_DIR="${{RIGBENCH_HOME:-{RIGBENCH_HOME}}}"',
         'PY="${RIGBENCH_PYTHON:-$HOME_DIR/venv/bin/python}"',
@@ -140,14 +146,15 @@ def bench_commands(
 
 
 def step_of(commands: list[str]) -> str | None:
-    for line in commands:
-        if line.startswith("RIGBENCH_STEP="):
-            return line.split("=", 1)[1]
-    return None
+    return _marker(commands, "RIGBENCH_STEP")
 
 
 def report_uri_of(commands: list[str]) -> str | None:
+    return _marker(commands, "RIGBENCH_REPORT_S3")
+
+
+def _marker(commands: list[str], name: str) -> str | None:
     for line in commands:
-        if line.startswith("RIGBENCH_REPORT_S3="):
+        if line.startswith(f"export {name}="):
             return line.split("=", 1)[1]
     return None

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_service_quotas import ServiceQuotasClient
     from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_stepfunctions import SFNClient
 
 # Tags every launched instance carries; the IAM policies key on PROJECT_TAG.
 PROJECT_TAG = "rigbench:project"
@@ -128,6 +129,11 @@ class Clients:
     def s3(self) -> "S3Client":
         with _SESSION_LOCK:
             return self._session.client("s3", config=CLIENT_CONFIG)
+
+    @cached_property
+    def stepfunctions(self) -> "SFNClient":
+        with _SESSION_LOCK:
+            return self._session.client("stepfunctions", config=CLIENT_CONFIG)
 
     @cached_property
     def service_quotas(self) -> "ServiceQuotasClient":

@@ -7,8 +7,10 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
+from functions.budget import close_sweep
 from functions.events import SummarizeEvent
 from functions.observability import logger, metrics, tracer
+from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
 
@@ -52,4 +54,6 @@ def summarize(event: SummarizeEvent) -> Summary:
 @metrics.log_metrics
 @event_parser(model=SummarizeEvent)
 def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
-    return summarize(event).model_dump(mode="json")
+    summary = summarize(event)
+    close_sweep(Clients().dynamodb, Settings.from_env().ledger_table, event.sweep.sweep_id)
+    return summary.model_dump(mode="json")

@@ -1,16 +1,22 @@
 """How the harness talks to a server: OpenAI-compatible streaming over httpx.AsyncClient.
 
 One request fills one `RequestRecord` with raw client-side timestamps; nothing is derived
-here. A chunk counts as content when it carries generated text (`choices[0].text` for
-completions, `choices[0].delta.content` or a reasoning delta for chat): role-only or empty
-chunks, usage-only chunks and SSE comments never stamp a token time. Every way a request can
-go wrong ends as a failure reason on the record; no exception leaves `generate` except
-cancellation (after the record is marked "interrupted").
+here. Over http:// the times come from the wire (harness.transport): a request is stamped
+as it is handed to the kernel, each chunk with the kernel's arrival time of its bytes, so
+the client's own scheduling stays out of TTFT and ITL. Each in-flight request has a client
+(and keep-alive connection) of its own, and sends are paced one per event-loop turn.
+
+A chunk counts as content when it carries generated text (`choices[0].text` for completions,
+`choices[0].delta.content` or a reasoning delta for chat): role-only or empty chunks,
+usage-only chunks and SSE comments never stamp a token time. Every way a request can go wrong
+ends as a failure reason on the record; no exception leaves `generate` except cancellation
+(after the record is marked "interrupted").
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import ssl
 import time
@@ -50,6 +56,39 @@ def build_body(endpoint: Endpoint, model: str, prompt: list[int] | str, output_l
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
+class SendPacer:
+    """Lets one request be sent per event-loop turn.
+
+    Setting up a request costs the client most of a millisecond. When dozens are due at
+    once (a cell starting, a closed loop whose streams ended together), sending them all in
+    one turn would leave every socket unread meanwhile, and a late read can hand over two
+    chunks under one arrival stamp. Paced, the loop polls its sockets between two sends; the
+    wait counts as queue wait, never as latency.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._scheduled = False
+
+    async def turn(self) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._release)
+        await future
+
+    def _release(self) -> None:
+        while self._waiting:
+            future = self._waiting.popleft()
+            if not future.done():  # a cancelled waiter gives its turn away
+                future.set_result(None)
+                break
+        self._scheduled = bool(self._waiting)
+        if self._scheduled:
+            asyncio.get_running_loop().call_soon(self._release)
+
+
 class OpenAIBackend:
     """Clients for one server; `generate` streams one request into a record.
 
@@ -76,6 +115,7 @@ class OpenAIBackend:
         self._ssl = ssl.create_default_context()  # built once: it costs milliseconds
         self._idle: list[httpx.AsyncClient] = []
         self._clients: list[httpx.AsyncClient] = []
+        self._pacer = SendPacer()
 
     def _new_client(self) -> httpx.AsyncClient:
         client = httpx.AsyncClient(
@@ -133,6 +173,12 @@ class OpenAIBackend:
 
     async def generate(self, body: bytes, record: RequestRecord) -> None:
         """Send one streaming request, stamping times and counts into `record`."""
+        try:
+            await self._pacer.turn()
+        except asyncio.CancelledError:
+            record.error, record.error_detail = "interrupted", "cancelled before sending"
+            record.end_time = self.now()
+            raise
         client = self._idle.pop() if self._idle else self._new_client()
         record.send_time = self.now()
         try:
@@ -196,6 +242,9 @@ class OpenAIBackend:
                         _fail(record, "malformed_sse", f"not a JSON object: {data[:120]!r}")
                         return
                     if _has_content(event, chat):
+                        if wire is not None and times and times[-1] == now:
+                            # Read late, together with the previous chunk: one stamp for both.
+                            record.shared_read_chunks += 1
                         times.append(now)
                     elif "error" in event and not event.get("choices"):
                         _fail(record, "error_event", json.dumps(event["error"])[:300])

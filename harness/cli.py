@@ -82,6 +82,9 @@ def bench(
         int | None, typer.Option(help="Cap on in-flight requests in rate cells")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals")] = 0,
+    workers: Annotated[
+        int, typer.Option(help="Client processes sharing each cell (beyond one event loop)")
+    ] = 1,
     out: Annotated[Path, typer.Option(help="Report path; records go beside it")] = Path(
         "report.json"
     ),
@@ -105,6 +108,7 @@ def bench(
             warmup=warmup,
             max_concurrency=max_concurrency,
             seed=seed,
+            workers=workers,
         )
     except ValidationError as exc:
         _die(f"invalid argument: {_config_error(exc)}", EXIT_USAGE)

@@ -85,6 +85,7 @@ class RigResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     rig: str
+    boots: list[float | None]  # the per-boot values the aggregate was built from
     aggregate: BootAggregate | None  # None: no boot produced a value
     verdict: Verdict | None  # against the baseline; None for the baseline or without data
     change_vs_baseline: float | None  # (median - baseline median) / baseline median
@@ -261,7 +262,15 @@ def _compare_metric(
             judged = verdict_from_aggregates(agg, base, spec.direction)
             if base.value != 0:
                 change = (agg.value - base.value) / base.value
-        results.append(RigResult(rig=rig, aggregate=agg, verdict=judged, change_vs_baseline=change))
+        results.append(
+            RigResult(
+                rig=rig,
+                boots=per_boot[rig],
+                aggregate=agg,
+                verdict=judged,
+                change_vs_baseline=change,
+            )
+        )
     with_data = {rig: s for rig, s in per_boot.items() if aggregates[rig] is not None}
     flips = ranking_flips(with_data, spec.direction) if len(with_data) >= 2 else None
     return MetricComparison(metric=spec, results=results, flips=flips)

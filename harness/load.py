@@ -58,12 +58,13 @@ def poisson_arrivals(count: int, rate: float, seed: int) -> np.ndarray:
 async def run_rate(
     backend: OpenAIBackend,
     bodies: Sequence[bytes],
-    arrivals: np.ndarray,
+    arrivals: Sequence[float] | np.ndarray,
     make_record: MakeRecord,
     records: list[RequestRecord],
     max_concurrency: int | None = None,
+    start: float | None = None,
 ) -> None:
-    """Send body i at `arrivals[i]` seconds after the cell starts."""
+    """Send body i at `arrivals[i]` seconds after `start` (default: now, on the backend's clock)."""
     slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
     async def one(index: int, body: bytes, due: float) -> None:
@@ -80,7 +81,7 @@ async def run_rate(
                 record.error, record.error_detail = "interrupted", "cancelled before sending"
             records.append(record)
 
-    start = backend.now()
+    start = backend.now() if start is None else start
     async with asyncio.TaskGroup() as group:
         for index, (body, offset) in enumerate(zip(bodies, arrivals, strict=True)):
             due = start + float(offset)

@@ -7,8 +7,10 @@
   request's chunks carried several tokens (its token count, from usage, exceeds its content
   chunks), each gap is spread evenly over the tokens it delivered: the gaps are scaled by
   (chunks - 1) / (tokens - 1) and each is counted once per token it carried. Their sum
-  still equals E2E - TTFT, so ITL agrees with TPOT instead of reporting one inflated gap
-  per chunk; such requests are counted in `multi_token_chunk_requests`.
+  still spans first to last content chunk, so ITL agrees with TPOT instead of reporting one
+  inflated gap per chunk; such requests are counted in `multi_token_chunk_requests`. When
+  the server sends no usage, tokens are counted as chunks, so this cannot be seen: the
+  count then differs from the requested length and is flagged as a length mismatch.
 - Output tokens/s: the successful requests' output tokens over the cell's duration (first
   send to last completion).
 Failed requests never enter a latency figure; they are counted by reason. Queue wait (due
@@ -109,6 +111,9 @@ def cell_report(
         requests_without_usage=sum(r.usage_output_tokens is None for r in ok),
         multi_token_chunk_requests=sum(r.output_tokens > r.content_chunks for r in ok),
         requests_interrupted=interrupted,
+        shared_read_fraction=(
+            sum(r.shared_read_chunks for r in ok) / max(sum(r.content_chunks for r in ok), 1)
+        ),
         event_loop_lag_ms=summarize(loop_lag_s),
         complete=complete,
     )

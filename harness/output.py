@@ -53,6 +53,8 @@ def results_table(report: BenchmarkReport) -> Table:
             flags.append(f"length_mismatch={cell.length_mismatches}")
         if cell.multi_token_chunk_requests:
             flags.append(f"multi_token_chunks={cell.multi_token_chunk_requests}")
+        if cell.shared_read_fraction > 0.01:
+            flags.append(f"shared_reads={100 * cell.shared_read_fraction:.0f}%")
         if not cell.complete:
             flags.append("INTERRUPTED")
         table.add_row(

@@ -9,6 +9,7 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable
+from typing import Any
 
 from harness.backend import OpenAIBackend, build_body
 from harness.load import (
@@ -22,11 +23,13 @@ from harness.metrics import cell_report
 from harness.prompts import text_prompts, token_id_prompts
 from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord
 from harness.version import harness_version
+from harness.workers import Share, WorkerPool, split
 
 # Event-loop lag (p99, ms) above which the report says the client itself was strained.
 # asyncio timers wake up to 1 ms late by design (epoll's millisecond timeout), so the
 # baseline on an idle loop is about 1 ms.
 LAG_WARN_MS = 2.0
+SHARED_READ_WARN = 0.01
 
 OnCell = Callable[[BenchmarkReport, list[RequestRecord]], None]
 
@@ -49,17 +52,19 @@ def _bodies(
 
 def ceiling_note(cells: list[CellReport]) -> str:
     worst = max((c.event_loop_lag_ms.p99 or 0.0 for c in cells), default=0.0)
-    if worst > LAG_WARN_MS:
+    shared = max((c.shared_read_fraction for c in cells), default=0.0)
+    if worst > LAG_WARN_MS or shared > SHARED_READ_WARN:
         return (
-            f"WARNING: the client's event loop lagged up to {worst:.1f} ms (p99) in a cell "
+            f"WARNING: the client strained in a cell: event-loop lag up to {worst:.1f} ms "
+            f"(p99) and up to {100 * shared:.1f}% of chunks read together with an earlier one "
             "(the harness near its own ceiling, or other processes taking the CPU). Bytes are "
-            "stamped by the kernel on arrival, but a socket read late can hand over several "
-            "chunks at once under the stamp of the last (see ITL p99), and requests leave "
-            "late (see queue wait). See benchmarks/harness_ceiling.py."
+            "stamped by the kernel on arrival, but chunks read together share the stamp of "
+            "the last, and requests leave late (see queue wait). "
+            "See benchmarks/harness_ceiling.py."
         )
     return (
-        f"client event-loop lag p99 <= {worst:.2f} ms in every cell (warning above "
-        f"{LAG_WARN_MS} ms): the harness stayed below its own ceiling."
+        f"client event-loop lag p99 <= {worst:.2f} ms and {100 * shared:.2f}% of chunks read "
+        "together in every cell: the harness stayed below its own ceiling."
     )
 
 
@@ -136,42 +141,122 @@ async def run_benchmark(
             if on_cell:
                 on_cell(report, records)
 
+        pool = WorkerPool(config.workers) if config.workers > 1 else None
+        if pool is not None:
+            await pool.start()
         for index, (concurrency, rate) in enumerate(loads):
             if report.interrupted:
                 break
             bodies = _bodies(config, config.requests, config.seed + index, vocab_size)
             cell_records: list[RequestRecord] = []
-            if concurrency is not None:
-                work = run_concurrency(
-                    backend, bodies, concurrency, record_factory(index), cell_records
-                )
+            if pool is not None:
+                shares = _shares(config, index, concurrency, rate, bodies, origin, next_id + 1)
+                next_id += len(bodies)
+                try:
+                    cell_records, lag_samples, report.interrupted = await pool.run(shares, stop)
+                except BaseException:
+                    pool.close()
+                    raise
             else:
-                assert rate is not None
-                arrivals = poisson_arrivals(config.requests, rate, config.seed + index)
-                work = run_rate(
-                    backend,
-                    bodies,
-                    arrivals,
-                    record_factory(index),
-                    cell_records,
-                    config.max_concurrency,
+                cell_records, lag_samples = await _run_cell_here(
+                    config, index, concurrency, rate, bodies, backend, record_factory(index), stop
                 )
-            with LoopLagMonitor(backend) as lag:
-                report.interrupted = await cancel_on(stop, asyncio.ensure_future(work))
+                report.interrupted = stop.is_set()
             records.extend(cell_records)
             report.cells.append(
                 cell_report(
                     cell_records,
                     concurrency=concurrency,
                     rate=rate,
-                    loop_lag_s=lag.samples,
+                    loop_lag_s=lag_samples,
                     complete=not report.interrupted,
                 )
             )
             report.harness_ceiling_note = ceiling_note(report.cells)
             if on_cell:
                 on_cell(report, records)
+        if pool is not None:
+            pool.close()
 
     report.finished_at = _now_iso()
     report.harness_ceiling_note = ceiling_note(report.cells)
     return report
+
+
+async def _run_cell_here(
+    config: BenchmarkConfig,
+    index: int,
+    concurrency: int | None,
+    rate: float | None,
+    bodies: list[bytes],
+    backend: OpenAIBackend,
+    make_record: Callable[[int, float], RequestRecord],
+    stop: asyncio.Event,
+) -> tuple[list[RequestRecord], list[float]]:
+    """One cell on this process's event loop."""
+    cell_records: list[RequestRecord] = []
+    if concurrency is not None:
+        work = run_concurrency(backend, bodies, concurrency, make_record, cell_records)
+    else:
+        assert rate is not None
+        arrivals = poisson_arrivals(config.requests, rate, config.seed + index)
+        work = run_rate(
+            backend, bodies, arrivals, make_record, cell_records, config.max_concurrency
+        )
+    with LoopLagMonitor(backend) as lag:
+        await cancel_on(stop, asyncio.ensure_future(work))
+    return cell_records, lag.samples
+
+
+def _shares(
+    config: BenchmarkConfig,
+    index: int,
+    concurrency: int | None,
+    rate: float | None,
+    bodies: list[bytes],
+    origin: float,
+    first_id: int,
+) -> list[Share]:
+    """Divide one cell among the worker processes, to start together half a second on."""
+    common: dict[str, Any] = {
+        "url": config.url,
+        "endpoint": config.endpoint,
+        "request_timeout_s": config.request_timeout_s,
+        "connect_timeout_s": config.connect_timeout_s,
+        "origin": origin,
+        "start_at": time.perf_counter() - origin + 0.5,
+        "cell": index,
+        "input_len": config.input_len,
+        "output_len": config.output_len,
+    }
+    shares: list[Share] = []
+    if concurrency is not None:
+        streams = split(concurrency, config.workers)
+        counts = split(len(bodies), config.workers)
+        taken = 0
+        for streams_w, count in zip(streams, counts, strict=True):
+            if streams_w and count:
+                part = bodies[taken : taken + count]
+                shares.append(
+                    Share(**common, first_id=first_id + taken, bodies=part, concurrency=streams_w)
+                )
+                taken += count
+        return shares
+    assert rate is not None
+    arrivals = poisson_arrivals(len(bodies), rate, config.seed + index).tolist()
+    caps = split(config.max_concurrency, config.workers) if config.max_concurrency else None
+    taken = 0
+    for w in range(config.workers):
+        part = bodies[w :: config.workers]
+        if part:
+            shares.append(
+                Share(
+                    **common,
+                    first_id=first_id + taken,
+                    bodies=part,
+                    arrivals=arrivals[w :: config.workers],
+                    max_concurrency=max(caps[w], 1) if caps else None,
+                )
+            )
+            taken += len(part)
+    return shares

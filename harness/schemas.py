@@ -62,6 +62,12 @@ class BenchmarkConfig(_Model):
         default=None, ge=1, description="Cap on in-flight requests in rate cells (None: no cap)."
     )
     seed: int = 0
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="Client processes that share each cell (for loads one process cannot "
+        "carry; see benchmarks/harness_ceiling.py).",
+    )
     request_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
 
@@ -113,6 +119,11 @@ class RequestRecord(_Model):
     )
     usage_prompt_tokens: int | None = None
     content_chunks: int = Field(default=0, description="Chunks that carried generated content.")
+    shared_read_chunks: int = Field(
+        default=0,
+        description="Content chunks that reached the client in one socket read with an earlier "
+        "one (read late), so they share its arrival stamp: a sign of client strain.",
+    )
     http_status: int | None = None
     error: FailureReason | None = None
     error_detail: str | None = None
@@ -176,6 +187,12 @@ class CellReport(_Model):
         "evenly over the tokens (see harness.metrics).",
     )
     requests_interrupted: int = Field(default=0, description="In flight when Ctrl-C came.")
+    shared_read_fraction: float = Field(
+        default=0.0,
+        description="Share of content chunks that arrived in one socket read with an earlier "
+        "one, so their ITL gap reads as zero: above about 1% the client read its sockets too "
+        "late and ITL is not to be trusted.",
+    )
     event_loop_lag_ms: MetricSummary = Field(
         default_factory=MetricSummary,
         description="How late the client's event loop woke during the cell; a p99 above "

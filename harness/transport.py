@@ -5,8 +5,8 @@ httpx reads a stream through several layers and a task only sees a chunk when th
 loop gets round to resuming it; with dozens of streams delivering at once, or other
 processes taking the CPU, a chunk stamped then would be stamped milliseconds late. Instead,
 every socket asks the kernel for receive timestamps (SO_TIMESTAMPNS), and `recvmsg` returns
-the time the bytes reached the socket, however late the harness reads them. The first write
-of each request is stamped just before the bytes are handed to the kernel. The backend reads
+the time the bytes reached the socket, however late the harness reads them. A request goes
+to the kernel in one send, stamped just before it. The backend reads
 these stamps from `response.extensions["network_stream"]`, so TTFT and ITL measure the wire,
 not the client's own scheduling. HTTP/1.1, pooling and errors stay httpx's and httpcore's.
 
@@ -21,7 +21,6 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpcore
@@ -31,6 +30,7 @@ import httpx
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@ll")
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+_FLUSH_AT = 256 * 1024  # bytes of request gathered before they must go out
 
 
 def _realtime_minus_perf() -> float:
@@ -64,35 +64,64 @@ class StampedStream(httpcore.AsyncNetworkStream):
         self.request_sent_at: float | None = None
         self.last_arrival: float | None = None
         self._between_requests = True
+        self._pending = bytearray()
+        # The socket stays registered for reading while chunks keep coming (registering it
+        # around every read would cost two epoll_ctl calls per chunk); it is dropped only
+        # when it turns readable with no reader waiting, such as an idle keep-alive
+        # connection the server closed, which would otherwise wake the loop on every turn.
+        self._loop = asyncio.get_running_loop()
+        self._readable = True
+        self._watching = False
+        self._reader: asyncio.Future[None] | None = None
 
-    async def _wait(
-        self,
-        add: Callable[..., None],
-        remove: Callable[[int], object],
-        timeout: float | None,
-        on_timeout: type[Exception],
-    ) -> None:
-        future = asyncio.get_running_loop().create_future()
+    def _on_readable(self) -> None:
+        self._readable = True
+        if self._reader is None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._watching = False
+        elif not self._reader.done():
+            self._reader.set_result(None)
+
+    async def _wait_readable(self, timeout: float | None) -> None:
+        if not self._watching:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+            self._watching = True
+        self._reader = self._loop.create_future()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._reader
+        except TimeoutError as exc:
+            raise httpcore.ReadTimeout(f"no data in {timeout} s") from exc
+        finally:
+            self._reader = None
+
+    async def _wait_writable(self, timeout: float | None) -> None:
+        future = self._loop.create_future()
         fd = self._sock.fileno()
-        add(fd, _wake, future)
+        self._loop.add_writer(fd, _wake, future)
         try:
             async with asyncio.timeout(timeout):
                 await future
         except TimeoutError as exc:
-            raise on_timeout(f"socket not ready in {timeout} s") from exc
+            raise httpcore.WriteTimeout(f"socket not writable in {timeout} s") from exc
         finally:
-            remove(fd)
+            self._loop.remove_writer(fd)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        loop = asyncio.get_running_loop()
+        if self._pending:
+            await self._flush(timeout)
         while True:
+            if not self._readable:
+                await self._wait_readable(timeout)
             try:
                 data, ancillary, _, _ = self._sock.recvmsg(max_bytes, _ANC_SIZE)
                 break
             except BlockingIOError:
-                await self._wait(loop.add_reader, loop.remove_reader, timeout, httpcore.ReadTimeout)
+                self._readable = False
             except OSError as exc:
                 raise httpcore.ReadError(str(exc)) from exc
+        if len(data) < max_bytes:  # the kernel had no more: wait for readiness next time
+            self._readable = False
         self._between_requests = True
         stamp = None
         for level, kind, payload in ancillary:
@@ -103,24 +132,36 @@ class StampedStream(httpcore.AsyncNetworkStream):
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        loop = asyncio.get_running_loop()
-        view = memoryview(buffer)
-        if view and self._between_requests:  # HTTP/1.1 alternates: a write after a read
+        # httpcore writes a request as head, body and end in turn; they are gathered and
+        # sent in one piece when the response is first read, so the server gets the whole
+        # request at once and the send is stamped exactly once.
+        self._pending += buffer
+        if len(self._pending) >= _FLUSH_AT:
+            await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
+        view = memoryview(self._pending)
+        if self._between_requests:  # HTTP/1.1 alternates: a write after a read
             self.request_sent_at = time.perf_counter()  # starts the next request
             self._between_requests = False
-        while view:
-            try:
-                sent = self._sock.send(view)
-            except BlockingIOError:
-                await self._wait(
-                    loop.add_writer, loop.remove_writer, timeout, httpcore.WriteTimeout
-                )
-                continue
-            except OSError as exc:
-                raise httpcore.WriteError(str(exc)) from exc
-            view = view[sent:]
+        try:
+            while view:
+                try:
+                    sent = self._sock.send(view)
+                except BlockingIOError:
+                    await self._wait_writable(timeout)
+                    continue
+                except OSError as exc:
+                    raise httpcore.WriteError(str(exc)) from exc
+                view = view[sent:]
+        finally:
+            view.release()
+            self._pending = bytearray()
 
     async def aclose(self) -> None:
+        if self._watching:
+            self._loop.remove_reader(self._sock.fileno())
+            self._watching = False
         self._sock.close()
 
     async def start_tls(

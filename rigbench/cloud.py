@@ -452,7 +452,7 @@ def reap_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List, terminate nothing")] = False,
     stack: StackOption = DEFAULT_STACK,
 ) -> None:
-    """End the stack's instances that are past their deadline (and reconcile their spend)."""
+    """End the stack's instances past their deadline or whose sweep has ended; reconcile."""
     console = Console()
     try:
         session, refs = resolve(stack)
@@ -466,7 +466,14 @@ def reap_command(
         console.print(f"{len(overdue)} instance(s) past their deadline")
         return
     reaped = reap(clients, refs.stack_name, refs.ledger_table)
-    console.print(f"terminated {len(reaped)} instance(s) past their deadline: {' '.join(reaped)}")
+    console.print(
+        f"terminated {len(reaped.instances)} instance(s) past their deadline or orphaned by "
+        f"their sweep: {' '.join(reaped.instances)}"
+    )
+    if reaped.released_sweeps:
+        console.print(
+            f"released the reservations of ended sweeps: {' '.join(reaped.released_sweeps)}"
+        )
 
 
 # ---------------------------------------------------------------------------------- deploy

@@ -41,6 +41,9 @@ class InstallSpec(_Strict):
     script: str  # a Jinja2 template of a bash script, relative to the rig folder
     # Pinned versions and sources the script reads, e.g. torch_version, git_url.
     vars: dict[str, Scalar] = Field(default_factory=dict)
+    # An AMI with this rig already installed (its marker file present, so the script is a
+    # no-op): an AMI id or an SSM parameter name the launcher resolves. None: install.
+    prebuilt_ami: Annotated[str, Field(pattern=r"^(ami-[0-9a-f]{8,17}|/[\w/.-]+)$")] | None = None
 
 
 class ServeSpec(_Strict):

@@ -12,7 +12,6 @@ prints a `ReadyState` as JSON and exits 0 when ready, 3 on a terminal failure, 1
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -120,10 +119,7 @@ def check_ready(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rigs.readiness", description=__doc__)
-    # RIGBENCH_URL: where a local fleet's rig serves (rigbench/local), as for the bench step.
-    parser.add_argument(
-        "--base-url", default=os.environ.get("RIGBENCH_URL", "http://127.0.0.1:8000")
-    )
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000")
     parser.add_argument("--status-file", type=Path, default=None)
     parser.add_argument("--service", default=None)
     parser.add_argument("--timeout", type=float, default=120.0)

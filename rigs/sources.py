@@ -2,7 +2,8 @@
 
 A model spec is one of
 - ``random:tiny`` / ``random:e2b``: seeded random weights from a config in ``rigs/configs/``,
-  materialised once into the cache as a real checkpoint (no download);
+  materialised once into the cache as a real checkpoint (no download), in
+  ``$RIGBENCH_CACHE/models/<name>-seed<N>-<dtype>-<config digest>/``;
 - a local directory holding a transformers checkpoint (config.json, safetensors, tokenizer);
 - a Hugging Face repo id, optionally ``@revision`` (``google/gemma-4-E2B-it``), downloaded with
   ``huggingface_hub``; the token comes from ``HF_TOKEN`` or the root-only file the instance
@@ -14,6 +15,7 @@ Every rig (torch, JAX, ...) then loads ``ModelSource.path`` the same way.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -46,7 +48,7 @@ class ModelSource(BaseModel):
     spec: str  # as given, e.g. "random:tiny"
     name: str  # the served model name, e.g. "random:tiny" or "google/gemma-4-E2B-it"
     path: Path  # checkpoint directory: config.json, *.safetensors, tokenizer files
-    revision: str  # hub commit, "seed<N>-<dtype>" for random weights, "local" for a directory
+    revision: str  # hub commit; "seed<N>-<dtype>-<config digest>" if random; "local"
     kind: str  # "random", "local" or "hub"
 
 
@@ -175,7 +177,11 @@ def materialize_random(
     """
     config = random_config(name)
     dtype = dtype or default_random_dtype(name)
-    revision = f"seed{seed}-{dtype}"
+    # The config's digest is part of the name, so editing a config never reuses stale weights.
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+    device = _init_device()
+    # Weights drawn on a GPU differ from the CPU's for the same seed: the revision says which.
+    revision = f"seed{seed}-{dtype}-{digest}" + ("" if device == "cpu" else f"-{device}")
     models = (cache_dir or cache_root()) / "models"
     target = models / f"{name}-{revision}"
     source = ModelSource(
@@ -193,7 +199,7 @@ def materialize_random(
             return source
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=models))
         try:
-            _write_random_checkpoint(tmp, config, seed=seed, dtype=dtype)
+            _write_random_checkpoint(tmp, config, seed=seed, dtype=dtype, device=device)
             tmp.rename(target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -211,21 +217,44 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _write_random_checkpoint(out: Path, config: dict[str, Any], *, seed: int, dtype: str) -> None:
-    import torch
-    from transformers import Gemma4ForCausalLM, Gemma4TextConfig, GenerationConfig
+def _init_device() -> str:
+    """Where random weights are drawn: a GPU when there is one (e2b takes minutes on a CPU)."""
+    if os.environ.get("RIGBENCH_RANDOM_INIT_DEVICE"):
+        return os.environ["RIGBENCH_RANDOM_INIT_DEVICE"]
+    try:
+        import torch
+    except ImportError:
+        return "cpu"  # _write_random_checkpoint says what is missing
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _write_random_checkpoint(
+    out: Path, config: dict[str, Any], *, seed: int, dtype: str, device: str
+) -> None:
+    # Heavy imports stay here: resolving a directory or hub id needs neither torch nor
+    # transformers (the vllm rig's launcher runs without them).
+    try:
+        import torch
+        from transformers import Gemma4ForCausalLM, Gemma4TextConfig, GenerationConfig
+
+        from rigs.random_tokenizer import build_tokenizer
+    except ImportError as err:
+        raise ModelSourceError(
+            f"random models are built with torch and transformers ({err}); "
+            "install the project's torch extra"
+        ) from err
 
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
         raise ModelSourceError(f"unknown floating dtype {dtype!r}")
     text_config = Gemma4TextConfig(**config)
-    # Built directly in the target dtype (e2b in bf16 is ~9 GB; float32 would double it),
-    # on CPU so the same seed gives the same weights in every process and machine.
+    # Built directly in the target dtype (e2b in bf16 is ~9 GB; float32 would double it).
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:
         torch.manual_seed(seed)
-        model = Gemma4ForCausalLM(text_config).eval()
+        with torch.device(device):
+            model = Gemma4ForCausalLM(text_config).eval()
     finally:
         torch.set_default_dtype(previous)
     model.generation_config = GenerationConfig(

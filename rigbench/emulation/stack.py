@@ -38,6 +38,9 @@ ACCOUNT_ID = "123456789012"
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 EMULATED_AMI = "ami-0e1a7ed0000000000"  # moto does not validate AMIs unless asked to
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+RUNTIME_PROPERTIES = {
+    "Handler", "Runtime", "Timeout", "MemorySize", "Architectures", "Environment",
+}  # fmt: skip
 # What a Lambda function's environment gets from the emulated "runtime".
 # Metrics would go to CloudWatch as EMF on stdout; here they would only clutter the terminal.
 _LAMBDA_RUNTIME_ENV = {
@@ -314,13 +317,17 @@ class Emulation:
 
     def _create_functions(self, resolver: Resolver) -> None:
         lam = self.client("lambda")
-        defaults = resolver.resolve(self.template.function_globals)
+        defaults = resolver.resolve(
+            {k: v for k, v in self.template.function_globals.items() if k in RUNTIME_PROPERTIES}
+        )
         code = io.BytesIO()
         with zipfile.ZipFile(code, "w") as archive:
             archive.writestr("README", "handlers run in-process from the working tree")
         logical_ids: dict[str, str] = {}
         for logical_id, resource in self.template.of_type("AWS::Serverless::Function").items():
-            props = {**defaults, **resolver.resolve(resource["Properties"])}
+            # What the runtime needs; Policies and Events are IAM and triggers, not emulated.
+            runtime = {k: v for k, v in resource["Properties"].items() if k in RUNTIME_PROPERTIES}
+            props = {**defaults, **resolver.resolve(runtime)}
             env = {
                 **defaults.get("Environment", {}).get("Variables", {}),
                 **props.get("Environment", {}).get("Variables", {}),

@@ -5,7 +5,9 @@ per request into a free slot, prompt padded to a bucket), then runs one chunk of
 `steps_per_call` decode steps over the occupied slots (width rounded up to a slot
 bucket) while it hands the previous chunk's tokens to the waiting requests: one host
 round trip per chunk, and the device never waits for the host. Compilations are bounded
-by the buckets (prompt buckets + slot widths + 1) and counted.
+by the buckets (prompt buckets + 2 x slot widths + 1) and counted. Each width has two
+decode programs: one for chunks where every slot is greedy (no sampling code, no branch)
+and one for chunks where some slot samples.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ class JaxEngine:
         self._eos = jax.device_put(np.asarray(eos, np.int32), self.device)
         self._reset_device_state()
         self._prefill_programs: dict[int, Any] = {}
-        self._decode_programs: dict[int, Any] = {}
+        self._decode_programs: dict[tuple[int, bool], Any] = {}
         self._owners: list[_Request | None] = [None] * options.max_slots
         self._pending: deque[_Request] = deque()
         self._wake = threading.Condition()
@@ -302,7 +304,8 @@ class JaxEngine:
                 eos_ids=self._eos,
             ).compile()
 
-        def decode_program(width: int) -> Any:
+        def decode_program(key: tuple[int, bool]) -> Any:
+            width, greedy = key
             return steps.decode_chunk.lower(
                 self.params,
                 cfg=self.cfg,
@@ -311,17 +314,20 @@ class JaxEngine:
                 eos_ids=self._eos,
                 width=width,
                 steps=o.steps_per_call,
+                greedy=greedy,
             ).compile()
+
+        decode_keys = [(w, g) for g in (True, False) for w in o.widths]
 
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             prefills = pool.map(prefill_program, o.buckets)
-            decodes = pool.map(decode_program, o.widths)
+            decodes = pool.map(decode_program, decode_keys)
             self._prefill_programs = dict(zip(o.buckets, prefills, strict=True))
-            self._decode_programs = dict(zip(o.widths, decodes, strict=True))
+            self._decode_programs = dict(zip(decode_keys, decodes, strict=True))
         for bucket in o.buckets:
             jax.block_until_ready(self._prefill([0] * bucket, SamplingParams(max_tokens=1), 0, 0))
-        for width in o.widths:
-            jax.block_until_ready(self._chunk(width).tokens)
+        for width, greedy in decode_keys:
+            jax.block_until_ready(self._chunk(width, greedy).tokens)
         self._slots = steps.deactivate(self._slots, np.int32(0))
         jax.block_until_ready(self._slots)
         self.stats.warm_up_seconds = time.perf_counter() - start
@@ -395,16 +401,17 @@ class JaxEngine:
             return None
         widths = self.options.widths
         width = widths[bisect.bisect_left(widths, max(occupied) + 1)]
-        chunk = self._chunk(width)
+        owners = [r for r in self._owners[:width] if r is not None]
+        chunk = self._chunk(width, greedy=all(r.params.temperature == 0 for r in owners))
         for s in occupied:
             r = self._owners[s]
             assert r is not None
             r.budget -= self.options.steps_per_call
         return chunk
 
-    def _chunk(self, width: int) -> _Chunk:
+    def _chunk(self, width: int, greedy: bool) -> _Chunk:
         k = self.options.steps_per_call
-        program = self._decode_programs[width]
+        program = self._decode_programs[(width, greedy)]
         tokens, emitted, active, self._cache, self._slots = program(
             self.params, cache=self._cache, slots=self._slots, eos_ids=self._eos
         )

@@ -18,12 +18,23 @@ def top_p_filter(logits: Array, top_p: Array) -> Array:
     return jnp.where(logits < threshold[:, None], -jnp.inf, logits)
 
 
-def sample(logits: Array, temperature: Array, top_p: Array, seeds: Array, counts: Array) -> Array:
+def sample(
+    logits: Array,
+    temperature: Array,
+    top_p: Array,
+    seeds: Array,
+    counts: Array,
+    mode: str = "auto",
+) -> Array:
     """logits [B, V] float32 -> token ids [B] int32.
 
     temperature [B] (0: greedy), top_p [B], seeds [B] uint32, counts [B] int32 (tokens the
-    slot has generated so far). The sampling path only runs when some row samples."""
+    slot has generated so far). `mode` is static: "greedy" (every row is greedy: argmax
+    only), "sample" (some row samples), or "auto" (decided on the device with a branch; a
+    GPU branch costs a device-to-host sync, so hot loops pick "greedy" or "sample")."""
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    if mode == "greedy":
+        return greedy
 
     def sampled(logits: Array) -> Array:
         scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
@@ -34,4 +45,7 @@ def sample(logits: Array, temperature: Array, top_p: Array, seeds: Array, counts
         draw = jax.vmap(lambda k, row: jax.random.categorical(k, row))(keys, scaled)
         return jnp.where(temperature > 0, draw.astype(jnp.int32), greedy)
 
+    if mode == "sample":
+        return sampled(logits)
+    assert mode == "auto", mode
     return jax.lax.cond(jnp.any(temperature > 0), sampled, lambda _: greedy, logits)

@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
     parser.add_argument(
         "--compile-cache",
-        default=str(cache_root() / "jax-compile"),
-        help="persistent XLA compilation cache ('' to disable)",
+        default=os.environ.get("RIGBENCH_JAX_COMPILE_CACHE", str(cache_root() / "jax-compile")),
+        help="persistent XLA compilation cache ('' to disable; env RIGBENCH_JAX_COMPILE_CACHE)",
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)

@@ -62,15 +62,18 @@ def empty_slots(count: int) -> Slots:
     )
 
 
-def advance(slots: Slots, logits: Array, eos_ids: Array) -> tuple[Array, Array, Slots]:
+def advance(
+    slots: Slots, logits: Array, eos_ids: Array, mode: str = "auto"
+) -> tuple[Array, Array, Slots]:
     """Choose each active slot's next token from logits [B, V] after `slots.token`.
 
     Returns tokens [B], emitted [B] (a token the client gets: active and not a stopping
-    EOS) and the slots advanced; a slot stops at max_tokens or at EOS."""
+    EOS) and the slots advanced; a slot stops at max_tokens or at EOS. `mode`: see
+    `sampling.sample`."""
     is_eos_id = jnp.zeros(logits.shape[-1], bool).at[eos_ids].set(True, mode="drop")  # [V]
     too_early = slots.generated < slots.min_tokens
     logits = jnp.where(too_early[:, None] & is_eos_id[None, :], -jnp.inf, logits)
-    token = sample(logits, slots.temperature, slots.top_p, slots.seed, slots.generated)
+    token = sample(logits, slots.temperature, slots.top_p, slots.seed, slots.generated, mode)
     stop_at_eos = is_eos_id[token] & ~slots.ignore_eos
     emitted = slots.active & ~stop_at_eos
     generated = slots.generated + emitted
@@ -134,7 +137,11 @@ def prefill_slot(
     return token[0], emitted[0], fresh.active[0], cache, slots
 
 
-@partial(jax.jit, static_argnames=("cfg", "width", "steps"), donate_argnames=("cache", "slots"))
+@partial(
+    jax.jit,
+    static_argnames=("cfg", "width", "steps", "greedy"),
+    donate_argnames=("cache", "slots"),
+)
 def decode_chunk(
     params: model.Params,
     cfg: model.Config,
@@ -143,17 +150,19 @@ def decode_chunk(
     eos_ids: Array,
     width: int,
     steps: int,
+    greedy: bool,
 ) -> tuple[Array, Array, Array, model.KVCache, Slots]:
     """`steps` decode steps over slots 0..width-1 in one device program.
 
-    Returns tokens [steps, width], emitted [steps, width], active [width] after the chunk,
-    the cache and the slots."""
+    `greedy`: every slot in it is greedy, so the program has no sampling code and no
+    branch. Returns tokens [steps, width], emitted [steps, width], active [width] after
+    the chunk, the cache and the slots."""
     part = slots.take(width)
 
     def step(i: Array, carry: tuple) -> tuple:
         cache, part, tokens, emitted = carry
         logits, cache = model.decode_step(params, cfg, part.token, part.pos, cache)
-        token, emit, part = advance(part, logits, eos_ids)
+        token, emit, part = advance(part, logits, eos_ids, "greedy" if greedy else "sample")
         return cache, part, tokens.at[i].set(token), emitted.at[i].set(emit)
 
     tokens = jnp.zeros((steps, width), jnp.int32)

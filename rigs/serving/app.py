@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -141,10 +141,13 @@ async def _load_and_warm(
             on_failure(state.error)
 
 
-def _endpoint(state: ServerState, handler: Callable[..., object]) -> Callable[..., object]:
+Handler = Callable[[ServerState, Request], Awaitable[Response]]
+
+
+def _endpoint(state: ServerState, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
-            return await handler(state, request)  # type: ignore[misc]
+            return await handler(state, request)
         except APIError as err:
             return _error_response(err)
 

@@ -1,27 +1,33 @@
 """A thin `Engine` over transformers' AutoModelForCausalLM and `generate`.
 
-Requests are served one at a time (batching mode "serial") by a single worker thread that
-runs `model.generate` with a streamer, so greedy output is `generate`'s output token for
-token. transformers' continuous batching cannot serve Gemma 4: its paged cache assumes
-one head_dim, and Gemma 4 has 256 on sliding layers and 512 on global ones (see README).
+One worker thread runs `model.generate` with a streamer. Batching modes:
+- "serial" (the default): one request at a time, so greedy output is `generate`'s output
+  token for token;
+- "batched": the requests waiting when the worker is free (up to `max_batch`, with the same
+  sampling settings) run as one left-padded `generate` batch; a request arriving meanwhile
+  waits for the next batch (static batching, not continuous).
+transformers' continuous batching cannot serve Gemma 4: its paged cache assumes one
+head_dim, and Gemma 4 has 256 on sliding layers and 512 on global ones (see README).
 """
 
 from __future__ import annotations
 
 import asyncio
 import platform
+import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 import transformers
 from transformers import (
     AutoModelForCausalLM,
     GenerationConfig,
+    LogitsProcessor,
     LogitsProcessorList,
-    MinNewTokensLengthLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
 )
@@ -32,55 +38,116 @@ from rigs.sources import ModelSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_MAX_MODEL_LEN = 8192
+Batching = Literal["serial", "batched"]
 
 
-class _Cancelled(Exception):
-    pass
+@dataclass(eq=False)
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue[int | BaseException | None] = field(default_factory=asyncio.Queue)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def send(self, item: int | BaseException | None) -> None:
+        """From the worker thread to the request's event loop (gone if the caller is)."""
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the loop was closed: nobody is waiting any more
+            self.cancel.set()
+
+    def batch_key(self) -> tuple[object, ...]:
+        """Requests sharing a generate() call must share its sampling settings."""
+        p = self.params
+        if p.temperature <= 0:
+            return ("greedy",)
+        return ("sample", p.temperature, p.top_p, p.seed, id(self) if p.seed is not None else 0)
 
 
-class _QueueStreamer(BaseStreamer):
-    """Hands each new token id from the worker thread to the request's event loop."""
+class _Rows:
+    """Per-row stop rules of one batch: EOS (unless ignore_eos), max_tokens, cancellation."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[int | None]) -> None:
-        self._loop, self._queue = loop, queue
+    def __init__(self, batch: list[_Request], prompt_len: int, eos: frozenset[int]) -> None:
+        self.batch, self.prompt_len, self.eos = batch, prompt_len, eos
+        self.finished = [False] * len(batch)
+
+    def produced(self, input_ids: torch.Tensor) -> int:
+        return int(input_ids.shape[1]) - self.prompt_len
+
+
+class _BatchStop(StoppingCriteria):
+    def __init__(self, rows: _Rows) -> None:
+        self.rows = rows
+
+    def __call__(
+        self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any
+    ) -> torch.Tensor:
+        rows, produced = self.rows, self.rows.produced(input_ids)
+        last = input_ids[:, -1].tolist()
+        for i, request in enumerate(rows.batch):
+            params = request.params
+            rows.finished[i] = (
+                rows.finished[i]
+                or request.cancel.is_set()
+                or produced >= params.max_tokens
+                or (not params.ignore_eos and last[i] in rows.eos)
+            )
+        return torch.tensor(rows.finished, dtype=torch.bool, device=input_ids.device)
+
+
+class _MinTokens(LogitsProcessor):
+    """Masks EOS for rows that have not produced `min_tokens` yet (as vLLM does)."""
+
+    def __init__(self, rows: _Rows) -> None:
+        self.rows = rows
+        self.eos = sorted(rows.eos)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        produced = self.rows.produced(input_ids)
+        masked = [
+            i
+            for i, r in enumerate(self.rows.batch)
+            if not r.params.ignore_eos and produced < r.params.min_tokens
+        ]
+        if masked and self.eos:
+            scores = scores.clone()
+            scores[torch.tensor(masked, device=scores.device)[:, None], self.eos] = -float("inf")
+        return scores
+
+
+class _BatchStreamer(BaseStreamer):
+    """Hands each row's new token to its request, up to the row's own stop.
+
+    Keeps its own count rather than reading `_Rows.finished`, so it does not depend on
+    whether generate() calls the streamer before or after the stopping criteria.
+    """
+
+    def __init__(self, rows: _Rows) -> None:
+        self.rows = rows
         self._prompt_seen = False
+        self._sent = [0] * len(rows.batch)
+        self._done = [False] * len(rows.batch)
 
     def put(self, value: torch.Tensor) -> None:
         if not self._prompt_seen:  # generate() first streams the prompt itself
             self._prompt_seen = True
             return
-        for token in value.reshape(-1).tolist():
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, int(token))
+        for i, token in enumerate(value.reshape(-1).tolist()):
+            request = self.rows.batch[i]
+            if self._done[i]:
+                continue
+            request.send(int(token))
+            self._sent[i] += 1
+            self._done[i] = self._sent[i] >= request.params.max_tokens or (
+                not request.params.ignore_eos and int(token) in self.rows.eos
+            )
 
     def end(self) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
-
-
-class _StopAt(StoppingCriteria):
-    """EOS handling and cancellation, outside generate()'s own EOS logic.
-
-    generate() is run with no EOS id so that `ignore_eos` is just a flag here; `min_tokens`
-    is enforced by masking EOS logits, as vLLM does.
-    """
-
-    def __init__(
-        self, prompt_len: int, eos: frozenset[int], params: SamplingParams, cancel: threading.Event
-    ) -> None:
-        self._prompt_len, self._eos, self._params, self._cancel = prompt_len, eos, params, cancel
-
-    def __call__(
-        self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any
-    ) -> torch.Tensor:
-        stop = self._cancel.is_set() or (
-            not self._params.ignore_eos and int(input_ids[0, -1]) in self._eos
-        )
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+        pass
 
 
 class TorchEngine:
-    """transformers `generate`, one request at a time on one device."""
-
-    batching = "serial"
+    """transformers `generate` on one device, serially or in static batches."""
 
     def __init__(
         self,
@@ -90,10 +157,20 @@ class TorchEngine:
         device: str | None = None,
         max_model_len: int | None = None,
         attn_implementation: str | None = None,
+        batching: Batching = "serial",
+        max_batch: int = 32,
+        batch_wait_s: float = 0.02,
     ) -> None:
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, not {dtype!r}")
+        if batching not in ("serial", "batched"):
+            raise ValueError(f"batching must be serial or batched, not {batching!r}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, not {max_batch}")
         self.source = source
+        self.batching = batching
+        self.max_batch = 1 if batching == "serial" else max_batch
+        self.batch_wait_s = 0.0 if batching == "serial" else batch_wait_s
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model: Any = AutoModelForCausalLM.from_pretrained(
             source.path,
@@ -109,8 +186,10 @@ class TorchEngine:
         limit = int(text_config.max_position_embeddings)
         self.max_model_len = min(limit, max_model_len or DEFAULT_MAX_MODEL_LEN)
         self.model_name = source.spec
-        self.pad_token_id = text_config.pad_token_id
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-generate")
+        self.pad_token_id = int(text_config.pad_token_id or 0)
+        self._pending: queue.Queue[_Request] = queue.Queue()
+        self._worker = threading.Thread(target=self._serve_forever, daemon=True, name="generate")
+        self._worker.start()
 
     def provenance(self) -> Mapping[str, str]:
         return {
@@ -123,6 +202,7 @@ class TorchEngine:
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "attn_implementation": str(self.model.config._attn_implementation),
             "batching": self.batching,
+            "max_batch": str(self.max_batch),
             "model": self.source.name,
             "model_revision": self.source.revision,
             "max_model_len": str(self.max_model_len),
@@ -130,77 +210,85 @@ class TorchEngine:
         }
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[int | None] = asyncio.Queue()
-        cancel = threading.Event()
-        done = loop.run_in_executor(
-            self._worker,
-            self._generate_blocking,
-            prompt_ids,
-            params,
-            _QueueStreamer(loop, queue),
-            cancel,
-        )
+        request = _Request(list(prompt_ids), params, asyncio.get_running_loop())
+        self._pending.put(request)
         produced = 0
         try:
             while produced < params.max_tokens:
-                token = await queue.get()
-                if token is None:
+                item = await request.out.get()
+                if item is None:
                     break
-                if token in self.eos_token_ids and not params.ignore_eos:
+                if isinstance(item, BaseException):
+                    raise item
+                if item in self.eos_token_ids and not params.ignore_eos:
                     break
                 produced += 1
-                yield token
-            await done  # re-raises a failure inside generate()
+                yield item
         finally:
-            cancel.set()
+            request.cancel.set()  # stops its row if the client went away mid-generation
 
-    def _generate_blocking(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        streamer: _QueueStreamer,
-        cancel: threading.Event,
-    ) -> None:
-        try:
-            if cancel.is_set():
-                return
-            input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-            sampling = params.temperature > 0
-            config = GenerationConfig(
-                max_new_tokens=params.max_tokens,
-                do_sample=sampling,
-                temperature=params.temperature if sampling else None,
-                top_p=params.top_p if sampling else None,
-                top_k=None,
-                eos_token_id=None,
-                pad_token_id=self.pad_token_id,
+    def _serve_forever(self) -> None:
+        while True:
+            batch = self._next_batch()
+            try:
+                self._run_batch(batch)
+            except Exception as err:
+                for request in batch:
+                    request.send(err)
+            finally:
+                for request in batch:
+                    request.send(None)
+
+    def _next_batch(self) -> list[_Request]:
+        """The first waiting request plus compatible ones arriving within `batch_wait_s`."""
+        first = self._pending.get()
+        batch: list[_Request] = [first]
+        others: list[_Request] = []
+        deadline = time.monotonic() + self.batch_wait_s
+        while len(batch) < self.max_batch:
+            try:
+                request = self._pending.get(timeout=max(deadline - time.monotonic(), 1e-4))
+            except queue.Empty:
+                break
+            (batch if request.batch_key() == first.batch_key() else others).append(request)
+        for request in others:
+            self._pending.put(request)
+        return batch
+
+    def _run_batch(self, batch: list[_Request]) -> None:
+        live = [r for r in batch if not r.cancel.is_set()]
+        if not live:
+            return
+        prompt_len = max(len(r.prompt_ids) for r in live)
+        input_ids = torch.full((len(live), prompt_len), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, request in enumerate(live):  # left padding: every row ends at the same column
+            n = len(request.prompt_ids)
+            input_ids[i, prompt_len - n :] = torch.tensor(request.prompt_ids)
+            attention_mask[i, prompt_len - n :] = 1
+        params = live[0].params
+        sampling = params.temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=max(r.params.max_tokens for r in live),
+            do_sample=sampling,
+            temperature=params.temperature if sampling else None,
+            top_p=params.top_p if sampling else None,
+            top_k=None,
+            eos_token_id=None,  # EOS is a per-row rule in _BatchStop
+            pad_token_id=self.pad_token_id,
+        )
+        rows = _Rows(live, prompt_len, self.eos_token_ids)
+        if sampling and params.seed is not None:
+            torch.manual_seed(params.seed)
+        with torch.inference_mode():
+            self.model.generate(
+                input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([_MinTokens(rows)]),
+                stopping_criteria=StoppingCriteriaList([_BatchStop(rows)]),
+                streamer=_BatchStreamer(rows),
             )
-            processors = LogitsProcessorList()
-            if params.min_tokens and not params.ignore_eos and self.eos_token_ids:
-                processors.append(
-                    MinNewTokensLengthLogitsProcessor(
-                        prompt_length_to_skip=len(prompt_ids),
-                        min_new_tokens=params.min_tokens,
-                        eos_token_id=sorted(self.eos_token_ids),
-                        device=str(self.device),
-                    )
-                )
-            if sampling and params.seed is not None:
-                torch.manual_seed(params.seed)
-            with torch.inference_mode():
-                self.model.generate(
-                    input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    generation_config=config,
-                    logits_processor=processors,
-                    stopping_criteria=StoppingCriteriaList(
-                        [_StopAt(len(prompt_ids), self.eos_token_ids, params, cancel)]
-                    ),
-                    streamer=streamer,
-                )
-        finally:
-            streamer.end()
 
 
 def _ids(value: int | list[int] | None) -> set[int]:

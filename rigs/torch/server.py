@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
+    parser.add_argument("--batching", default="serial", choices=["serial", "batched"])
+    parser.add_argument("--max-batch", type=int, default=32, help="rows per batch (batched)")
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -30,7 +32,12 @@ def main(argv: list[str] | None = None) -> None:
 
         source = resolve_model(args.model, seed=args.seed)
         engine = TorchEngine(
-            source, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len
+            source,
+            dtype=args.dtype,
+            device=args.device,
+            max_model_len=args.max_model_len,
+            batching=args.batching,
+            max_batch=args.max_batch,
         )
         return engine, ServingTokenizer.from_pretrained(source.path)
 

@@ -6,12 +6,14 @@ check what the runner asks of it and how it reads back what it recorded.
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.guidellm_runner import (
     GuidellmScheduleError,
+    ensure_tokenizer,
     guidellm_command,
     guidellm_executable,
     parse_report,
@@ -144,3 +146,28 @@ def test_missing_guidellm_names_the_variable(
     monkeypatch.setenv("RIGBENCH_GUIDELLM", str(tmp_path / "nope" / "guidellm"))
     with pytest.raises(FileNotFoundError, match="set RIGBENCH_GUIDELLM"):
         guidellm_executable()
+
+
+@pytest.mark.slow
+def test_ensure_tokenizer_builds_a_byte_level_tokenizer(tmp_path: Path) -> None:
+    # ensure_tokenizer runs GuideLLM's interpreter (beside its CLI); stand in with ours.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    target = tmp_path / "cache" / "tokenizer"
+    assert ensure_tokenizer(bin_dir / "guidellm", target) == target
+    assert sorted(p.name for p in target.parent.iterdir()) == ["tokenizer"]  # no staging left
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    text = "Lorem ipsum, 128 tokens: café"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert ids == list(text.encode())  # one token per UTF-8 byte
+    assert tokenizer.decode(ids) == text
+    # already there: returned without rebuilding
+    stamp = (target / "tokenizer.json").stat().st_mtime_ns
+    assert ensure_tokenizer(bin_dir / "guidellm", target) == target
+    assert (target / "tokenizer.json").stat().st_mtime_ns == stamp

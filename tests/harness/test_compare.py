@@ -1,3 +1,4 @@
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -17,7 +18,10 @@ from harness.compare import (
     render_text,
     values_from_reports,
 )
+from harness.runner import run_benchmark
+from harness.schemas import BenchmarkConfig
 from harness.stats import Direction, Verdict, verdict
+from tests.harness.conftest import StartServer
 
 FAST = 999
 
@@ -151,6 +155,7 @@ def test_compare_worked_example() -> None:
         50.4,
     )
     assert (jax.aggregate.value, jax.aggregate.ci_low, jax.aggregate.ci_high) == (60.7, 60.2, 61.0)
+    assert jax.boots == [61.0, 60.2, 60.7]
     assert jax.verdict is Verdict.SLOWER
     assert jax.change_vs_baseline == pytest.approx(60.7 / 50.1 - 1)
     assert not ttft.flips.flipped
@@ -306,3 +311,37 @@ def test_cli_rejects_unknown_baseline(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*_write_reports(tmp_path), "--baseline", "vllm"])
     assert result.exit_code == 2
     assert "baseline rig 'vllm' is not among the rigs" in result.output
+
+
+@pytest.mark.slow
+def test_end_to_end_from_harness_reports(reference_server: StartServer) -> None:
+    # Two "rigs" that differ only in decode speed (ITL 5 ms vs 15 ms), two boots each, measured
+    # by the real harness over loopback: the comparison must call the fast one faster on every
+    # decode-bound metric. TTFT is the same schedule on both, so it is not asserted.
+    urls = {
+        "fast": reference_server("--ttft-ms", "20", "--itl-ms", "5"),
+        "slow": reference_server("--ttft-ms", "20", "--itl-ms", "15"),
+    }
+    reports: dict[str, list[dict[str, Any]]] = {rig: [] for rig in urls}
+    for _boot in range(2):
+        for rig, url in urls.items():
+            config = BenchmarkConfig(
+                url=url,
+                model="reference",
+                concurrency=[2],
+                input_len=16,
+                output_len=16,
+                requests=8,
+                warmup=1,
+            )
+            reports[rig].append(asyncio.run(run_benchmark(config)).model_dump(mode="json"))
+    comparison = compare(values_from_reports(reports), baseline="slow")
+    assert [c.cell for c in comparison.cells] == ["c=2"]
+    for key in ("itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tok_s"):
+        fast = _by_key(comparison, "c=2", key).results[0]
+        assert fast.rig == "fast"
+        assert fast.aggregate.n_boots == 2
+        assert fast.verdict is Verdict.FASTER, key
+    itl = _by_key(comparison, "c=2", "itl_ms.p50").results
+    assert itl[0].aggregate.value == pytest.approx(5.0, abs=1.0)
+    assert itl[1].aggregate.value == pytest.approx(15.0, abs=1.0)

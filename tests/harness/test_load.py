@@ -87,3 +87,29 @@ def test_rate_cell_sends_on_its_schedule(reference_server: StartServer) -> None:
     offsets = np.array(due) - due[0]
     assert offsets == pytest.approx(poisson_arrivals(10, 20.0, seed=4), abs=1e-6)
     assert max(r.queue_wait for r in records) < 0.02  # no cap: sent when due
+
+
+def test_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
+    url = reference_server(*SCHEDULE)
+    config = BenchmarkConfig(url=url, model="reference", concurrency=[6], requests=18,
+                             warmup=2, output_len=6, workers=2)  # fmt: skip
+    records, cells = run(config)
+    cell = cells[0]
+    assert (cell.requests_ok, cell.requests_failed, cell.output_tokens) == (18, 0, 18 * 6)
+    assert sorted(r.request_id for r in records) == list(range(1, 2 + 18 + 1))
+    spans = [(r.send_time, r.end_time) for r in records if r.cell == 0]
+    peak = max(sum(s <= t < e for s, e in spans if e is not None) for t, _ in spans)
+    assert peak == 6  # both processes' streams overlap on the one clock
+    server_ttft = server_stats(url)["observed_ttft_ms"]["p50"]
+    assert cell.ttft_ms.p50 == pytest.approx(server_ttft, abs=2.0)
+    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=0.5)
+
+
+def test_rate_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
+    url = reference_server(*SCHEDULE)
+    config = BenchmarkConfig(url=url, model="reference", rate=[30.0], requests=12, warmup=0,
+                             output_len=3, workers=3, seed=2)  # fmt: skip
+    records, cells = run(config)
+    assert cells[0].requests_ok == 12
+    due = np.array(sorted(r.ready_time for r in records))
+    assert due - due[0] == pytest.approx(poisson_arrivals(12, 30.0, seed=2), abs=2e-3)

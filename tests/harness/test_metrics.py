@@ -80,3 +80,9 @@ def test_no_data_gives_none_not_zero() -> None:
     assert cell.itl_ms.p50 is None
     assert cell.ttft_ms.count == 0
     assert summarize([]).p99 is None
+
+
+def test_chunks_read_together_are_reported() -> None:
+    r = record([0.1, 0.12, 0.12, 0.16], usage=4)
+    r.shared_read_chunks = 1
+    assert cell_report([r]).shared_read_fraction == pytest.approx(0.25)

@@ -127,3 +127,11 @@ def test_unknown_model_is_an_http_error(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE, "--model", "other")
     cell = bench(url, requests=2, warmup=0)
     assert cell.failure_reasons == {"http_error": 2}
+
+
+def test_chunks_read_together_are_counted(reference_server: StartServer) -> None:
+    # With no gap between tokens, the server's writes pile up before the client reads them.
+    url = reference_server("--ttft-ms", "20", "--itl-ms", "0")
+    cell = bench(url, requests=4)
+    assert cell.requests_ok == 4
+    assert cell.shared_read_fraction > 0.5

@@ -46,6 +46,7 @@ def test_percentiles_single_value() -> None:
     assert (result.mean, result.p50, result.p90, result.p99) == (7.25, 7.25, 7.25, 7.25)
 
 
+@settings(deadline=None)
 @given(st.lists(finite, min_size=1, max_size=200))
 def test_percentiles_are_ordered_and_within_range(values: list[float]) -> None:
     result = percentiles(values)
@@ -310,6 +311,7 @@ def distinct_boot_tables(draw: st.DrawFn) -> dict[str, list[float]]:
     return {f"rig{r}": [columns[b][r] for b in range(n_boots)] for r in range(n_rigs)}
 
 
+@settings(deadline=None)
 @given(distinct_boot_tables(), directions)
 def test_flip_detected_exactly_when_orderings_differ(
     table: dict[str, list[float]], direction: Direction
@@ -324,6 +326,7 @@ def test_flip_detected_exactly_when_orderings_differ(
             assert i in result.boots
 
 
+@settings(deadline=None)
 @given(distinct_boot_tables())
 def test_flips_do_not_depend_on_direction(table: dict[str, list[float]]) -> None:
     lower = ranking_flips(table, Direction.LOWER_IS_BETTER)

@@ -43,6 +43,11 @@ def test_defaults_fill_a_minimal_input() -> None:
         ({"waits": {"agent_poll_s": -1}}, "waits.agent_poll_s", "greater than or equal to 0"),
         ({"cells": {"concurrency": [1], "rates": [2.0]}}, "cells.rates", "not both"),
         ({"colour": "red"}, "colour", "Extra inputs"),
+        (
+            {"deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 900}},
+            "deadlines.instance_s",
+            "shorter than ready_s + bench_s = 1200 s",
+        ),
     ],
 )
 def test_bad_input_names_the_field(change: dict, field: str, words: str) -> None:

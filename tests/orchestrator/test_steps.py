@@ -145,7 +145,7 @@ def test_reaper_ends_project_instances_past_their_deadline(emu: Emulation) -> No
     in_time = launch(emu.stack_name, time.time() + 3600)
     not_ours = launch("someone-else", time.time() - 60)
     try:
-        assert emu.run_scheduled("ReaperFunction") == {"reaped": [overdue]}
+        assert emu.run_scheduled("ReaperFunction") == {"reaped": [overdue], "released_sweeps": []}
         assert set(emu.running_instances()) == {in_time, not_ours}
     finally:
         ec2.terminate_instances(InstanceIds=[in_time, not_ours])
@@ -191,3 +191,29 @@ def test_interruption_warning_for_someone_elses_instance_is_ignored(emu: Emulati
         assert ledger_items(emu, f"INSTANCE#{instance}") == {}
     finally:
         ec2.terminate_instances(InstanceIds=[instance])
+
+
+def test_an_aborted_sweep_is_cleaned_up_by_the_reaper(emu: Emulation) -> None:
+    fleet = fleet_of(emu)
+    fleet.bench = "running"
+    fleet.quotas["L-3819A6DF"] = 8  # one boot at a time: the second never launches
+    body = sweep_input(
+        rigs=["torch", "vllm"], waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
+    )
+    arn = emu.start_execution(body)
+    assert fleet.bench_started.wait(60)
+    sfn = emu.client("stepfunctions")
+    sfn.stop_execution(executionArn=arn, error="UserAborted")
+    # AWS says ABORTED; moto's parser ends a stopped Map as FAILED. Either way: not running.
+    assert emu.wait(arn, 30)["status"] in ("ABORTED", "FAILED")
+    (running,) = emu.running_instances()  # Finish never ran: the instance is still up
+
+    sweep_id = arn.rsplit(":", 1)[1]
+    reaped = emu.run_scheduled("ReaperFunction")
+    assert reaped == {"reaped": [running], "released_sweeps": [sweep_id]}
+    assert_clean(emu, sweep_id)
+    boots = ledger_items(emu, f"SWEEP#{sweep_id}")
+    assert boots["BOOT#vllm#01"]["spent"] == 0  # never launched: its reservation is released
+    assert boots["BOOT#torch#01"]["seconds"] > 0
+    assert "open" not in boots["TOTAL"]
+    assert emu.run_scheduled("ReaperFunction") == {"reaped": [], "released_sweeps": []}

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ def _tensor_digest(path: Path) -> dict[str, str]:
 
 def test_random_tiny_is_a_real_checkpoint(tiny: ModelSource) -> None:
     assert tiny.kind == "random"
-    assert tiny.revision == "seed0-float32"
+    assert re.fullmatch(r"seed0-float32-[0-9a-f]{8}", tiny.revision)
+    assert tiny.path.name == f"tiny-{tiny.revision}"
     config = json.loads((tiny.path / "config.json").read_text())
     assert config["model_type"] == "gemma4_text"
     assert set(config["layer_types"]) == {"sliding_attention", "full_attention"}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rigs.sources import ModelSource
+from tests.rigs.rig_process import rig_server
 from tests.rigs.sse_client import stream_events
 
 # Longer than the tiny config's sliding window (16), so generation crosses it.
@@ -184,7 +187,7 @@ def test_models_health_and_provenance(torch_rig: str) -> None:
     provenance = httpx.get(f"{torch_rig}/provenance").json()
     assert provenance["rig"] == "torch"
     assert provenance["batching"] == "serial"
-    assert provenance["model_revision"] == "seed0-float32"
+    assert provenance["model_revision"].startswith("seed0-float32-")
 
 
 def test_client_disconnect_mid_stream_leaves_the_rig_serving(torch_rig: str) -> None:
@@ -195,3 +198,24 @@ def test_client_disconnect_mid_stream_leaves_the_rig_serving(torch_rig: str) -> 
     # The abandoned request is cancelled, so this one is not stuck behind 500 tokens.
     result = _complete(torch_rig, prompt="again", max_tokens=2, temperature=0, ignore_eos=True)
     assert result["usage"]["completion_tokens"] == 2
+
+
+def test_serves_a_local_checkpoint_directory(
+    tiny: ModelSource, rig_cache: Path, tmp_path: Path, reference: Any
+) -> None:
+    """`rigbench rig serve torch --model DIR`: a plain directory, served under its path."""
+    checkpoint = tmp_path / "my-checkpoint"
+    shutil.copytree(tiny.path, checkpoint)
+    with rig_server("torch", str(checkpoint), cache=rig_cache, log=tmp_path / "log") as base:
+        models = httpx.get(f"{base}/v1/models").json()
+        assert [m["id"] for m in models["data"]] == [str(checkpoint)]
+        body = _complete(
+            base,
+            model=str(checkpoint),
+            prompt=PROMPT_IDS,
+            max_tokens=16,
+            temperature=0,
+            return_token_ids=True,
+        )
+        assert body["choices"][0]["token_ids"] == reference(PROMPT_IDS, 16)
+        assert httpx.get(f"{base}/provenance").json()["model_revision"] == "local"

@@ -153,3 +153,12 @@ def test_provenance_counts_compilations(engine: JaxEngine) -> None:
     # 2 prompt buckets + 2 slot widths + deactivate, at least
     assert int(p["compilations"]) >= 5
     assert float(p["warm_up_seconds"]) > 0
+
+
+def test_greedy_decode_program_has_no_sampling_branch(engine: JaxEngine) -> None:
+    """A branch costs a device-to-host sync per step on a GPU: greedy chunks have none."""
+    greedy = engine._decode_programs[(4, True)].as_text()
+    sampled = engine._decode_programs[(4, False)].as_text()
+    assert "conditional(" not in greedy
+    assert "sort(" not in greedy
+    assert "sort(" in sampled  # top-p, behind its own branch

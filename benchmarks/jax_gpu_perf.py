@@ -1,0 +1,393 @@
+"""Performance of the JAX rig: directly on the engine, and over HTTP with rigbench's harness.
+
+    python benchmarks/jax_gpu_perf.py OUT_DIR                    # H200: random:e2b, bfloat16
+    python benchmarks/jax_gpu_perf.py OUT_DIR --model random:tiny --quick   # CPU smoke run
+
+Phases (each a child process, so each owns the GPU alone), within --budget-s overall:
+1. engine: load the checkpoint, compile every program cold (time from process start to
+   ready), measure the copy bandwidth and the roofline of a decode step, time each decode
+   width on the device alone, then 512-token prompts / 128 new tokens through
+   `Engine.generate` at concurrency 1, 8 and 32, counting compilations during them.
+2. http: `rigbench rig serve jax` (compile cache warmed by phase 1), time to /health 200,
+   then `rigbench bench` at concurrency 1 and 32 (same lengths), compilations during it.
+Writes OUT_DIR/perf.json (summary), engine.json, http_report.json (+ records), server.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PROCESS_START = time.perf_counter()
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+# --- phase 1: the engine alone -----------------------------------------------------------
+
+
+def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rigs.jax import checkpoint, compiles, steps
+    from rigs.jax.engine import EngineOptions, JaxEngine
+    from rigs.serving.engine import SamplingParams
+    from rigs.sources import resolve_model
+
+    counter = compiles.install()
+    jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+    source = resolve_model(args.model, seed=0)
+    device = jax.devices()[0]
+    cfg = checkpoint.load_config(source.path)
+    t = time.perf_counter()
+    params = checkpoint.load_params(source.path, cfg, jnp.dtype(args.dtype), device=device)
+    jax.block_until_ready(params)
+    load_s = time.perf_counter() - t
+    options = EngineOptions(
+        max_slots=args.max_slots,
+        max_model_len=args.max_model_len,
+        steps_per_call=args.steps_per_call,
+    )
+    engine = JaxEngine(params, cfg, options, model_name=args.model, device=device)
+    t = time.perf_counter()
+    engine.start()
+    engine.wait_ready()
+    warm_s = time.perf_counter() - t
+    ready_s = time.perf_counter() - PROCESS_START
+    result: dict[str, Any] = {
+        "device": str(device.device_kind),
+        "checkpoint_load_s": round(load_s, 2),
+        "compile_and_warm_up_s": round(warm_s, 2),
+        "process_start_to_ready_s": round(ready_s, 2),
+        "compiles_at_ready": counter.snapshot(),
+        "roofline": roofline(params, engine, args),
+    }
+    print(json.dumps(result, indent=1), flush=True)
+
+    # Each decode width alone on the device: every slot active, no host in the way.
+    widths: dict[str, Any] = {}
+    rng = np.random.default_rng(0)
+    k = options.steps_per_call
+    runs = [(w, True) for w in options.widths]
+    runs += [(options.widths[0], False), (options.widths[-1], False)]
+    for width, greedy in runs:
+        s = options.max_slots
+        slots = steps.Slots(
+            token=rng.integers(3, cfg.vocab_size, s).astype(np.int32),
+            pos=np.full(s, args.input_len, np.int32),
+            generated=np.zeros(s, np.int32),
+            active=np.arange(s) < width,
+            max_tokens=np.full(s, 1 << 30, np.int32),
+            min_tokens=np.zeros(s, np.int32),
+            ignore_eos=np.ones(s, bool),
+            temperature=np.full(s, 0.0 if greedy else 1.0, np.float32),
+            top_p=np.ones(s, np.float32),
+            seed=np.zeros(s, np.uint32),
+        )
+        engine._slots = jax.device_put(slots, device)
+        chunk = engine._chunk(width, greedy)
+        jax.block_until_ready(chunk.tokens)
+        reps = 4
+        t = time.perf_counter()
+        for _ in range(reps):
+            chunk = engine._chunk(width, greedy)
+        jax.block_until_ready(chunk.tokens)
+        ms = (time.perf_counter() - t) * 1000 / (reps * k)
+        name = f"{width}" if greedy else f"{width}-sampling"
+        widths[name] = {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
+        print(f"width {name}: {ms:.3f} ms/step, {width * 1000 / ms:.0f} tok/s", flush=True)
+    engine._slots = jax.device_put(steps.empty_slots(options.max_slots), device)
+    result["decode_width_microbench"] = widths
+
+    # Through Engine.generate, as the server drives it.
+    vocab = cfg.vocab_size
+    before = counter.snapshot()["executables"]
+    cells = {}
+    for concurrency, count in args.cells:
+        cells[str(concurrency)] = asyncio.run(
+            run_cell(engine, SamplingParams, vocab, concurrency, count, args)
+        )
+        print(f"engine c={concurrency}: {cells[str(concurrency)]}", flush=True)
+    result["engine_cells"] = cells
+    result["compilations_during_cells"] = counter.snapshot()["executables"] - before
+    result["provenance"] = dict(engine.provenance())
+    engine.close()
+    (out / "engine.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Bytes a batch-1 decode step must read, and the ceiling at the measured bandwidth.
+
+    Every weight is streamed once per step except the per-layer embedding table, of which
+    one 35 x 256 row per token is gathered; the tied embedding is streamed as the output
+    projection. KV reads are counted at width 1."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves = jax.tree.leaves(params)
+    total = sum(x.nbytes for x in leaves)
+    gathered = params.ple_embed.nbytes if params.ple_embed is not None else 0
+    streamed = total - gathered
+    cfg = engine.cfg
+    index = {i: c for c, i in enumerate(cfg.cache_layers)}
+    caches = [engine._cache.k[index[cfg.kv_source[i]]] for i in range(cfg.num_layers)]
+    kv_per_slot = sum(2 * c.nbytes // c.shape[0] for c in caches)
+    x = jnp.ones((args.bandwidth_bytes // 4,), jnp.float32)
+    copy = jax.jit(lambda a: a * 1.0001)
+    jax.block_until_ready(copy(x))
+    t = time.perf_counter()
+    for _ in range(5):
+        y = copy(x)
+    jax.block_until_ready(y)
+    bandwidth = 2 * x.nbytes * 5 / (time.perf_counter() - t)  # read + write
+    del x, y
+    step_bytes = streamed + kv_per_slot
+    gemv_ms = gemv_stream_ms(params)
+    hlo = engine._decode_programs[(engine.options.widths[0], True)].as_text()
+    kernels = sum(1 for line in hlo.splitlines() if " fusion(" in line or "custom-call(" in line)
+    return {
+        "gemv_only_ms_per_step": round(gemv_ms, 3),
+        "gemv_only_GBps": round(streamed / gemv_ms / 1e6, 1),
+        "kernels_in_decode_program_width1": kernels,
+        "params": int(sum(x.size for x in leaves)),
+        "param_bytes": int(total),
+        "gathered_ple_table_bytes": int(gathered),
+        "streamed_weight_bytes_per_step": int(streamed),
+        "kv_bytes_read_per_slot_per_step": int(kv_per_slot),
+        "measured_copy_bandwidth_GBps": round(bandwidth / 1e9, 1),
+        "batch1_ceiling_tok_s": round(bandwidth / step_bytes, 1),
+    }
+
+
+def gemv_stream_ms(params: Any) -> float:
+    """One matrix-vector product per streamed weight matrix, nothing else: the time a
+    batch-1 step would take if it were only its weight reads (shapes as in the model)."""
+    import jax
+    import jax.numpy as jnp
+
+    mats = [x for x in jax.tree.leaves(params) if x.ndim == 2 and x is not params.ple_embed]
+
+    @jax.jit
+    def stream(mats: list[jax.Array]) -> jax.Array:
+        total = jnp.zeros((), jnp.float32)
+        for m in mats:
+            v = jnp.ones((m.shape[1],), m.dtype)
+            total += jnp.sum(m @ v, dtype=jnp.float32)
+        return total
+
+    jax.block_until_ready(stream(mats))
+    reps = 10
+    t = time.perf_counter()
+    for _ in range(reps):
+        out = stream(mats)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) * 1000 / reps
+
+
+async def run_cell(
+    engine: Any, sampling: Any, vocab: int, concurrency: int, count: int, args: Any
+) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(concurrency)
+    n = args.output_len
+    params = sampling(max_tokens=n, min_tokens=n, ignore_eos=True)
+    gate = asyncio.Semaphore(concurrency)
+    records: list[dict[str, float]] = []
+
+    async def one() -> None:
+        prompt = rng.integers(3, vocab, args.input_len).tolist()
+        async with gate:
+            start = time.perf_counter()
+            first = last = 0.0
+            n = 0
+            async for _ in engine.generate(prompt, params):
+                last = time.perf_counter()
+                first = first or last
+                n += 1
+            records.append({"ttft": first - start, "e2e": last - start, "tokens": n})
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(count)))
+    wall = time.perf_counter() - start
+    tokens = sum(r["tokens"] for r in records)
+    tpot = sorted((r["e2e"] - r["ttft"]) / max(r["tokens"] - 1, 1) for r in records)
+    return {
+        "requests": count,
+        "output_tokens": tokens,
+        "wall_s": round(wall, 3),
+        "output_tok_s": round(tokens / wall, 1),
+        "ttft_ms_p50": round(1000 * sorted(r["ttft"] for r in records)[len(records) // 2], 2),
+        "tpot_ms_p50": round(1000 * tpot[len(tpot) // 2], 3),
+        "decode_tok_s_per_request_p50": round(1 / tpot[len(tpot) // 2], 1),
+    }
+
+
+# --- phase 2: over HTTP with the harness -------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_phase(args: argparse.Namespace, out: Path, budget_s: float) -> dict[str, Any]:
+    import httpx
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "RIGBENCH_JAX_COMPILE_CACHE": args.compile_cache}
+    argv = [sys.executable, "-m", "rigbench", "rig", "serve", "jax", "--model", args.model]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--dtype", args.dtype]
+    argv += ["--set", f"max_model_len={args.max_model_len}", "--set", f"max_slots={args.max_slots}"]
+    argv += ["--set", f"steps_per_call={args.steps_per_call}"]
+    deadline = time.monotonic() + budget_s
+    log = (out / "server.log").open("wb")
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    result: dict[str, Any] = {"command": " ".join(argv), "compile_cache": "warm (phase 1)"}
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}; see server.log")
+            if time.monotonic() > deadline:
+                raise TimeoutError("server not healthy within the budget")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        result["process_start_to_healthy_s"] = round(time.perf_counter() - start, 2)
+        before = httpx.get(f"{base}/provenance", timeout=10).json()
+        report = out / "http_report.json"
+        bench = [sys.executable, "-m", "rigbench", "bench", "--url", base, "--model", args.model]
+        bench += ["--concurrency", ",".join(str(c) for c, _ in args.http_cells)]
+        bench += ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
+        bench += ["--requests", str(args.http_requests), "--warmup", "4", "--out", str(report)]
+        result["bench_command"] = " ".join(bench)
+        done = subprocess.run(
+            bench, cwd=REPO, timeout=max(10.0, deadline - time.monotonic()), check=False
+        )
+        result["bench_exit"] = done.returncode
+        after = httpx.get(f"{base}/provenance", timeout=10).json()
+        result["provenance"] = after
+        result["compilations_during_sweep"] = int(after["compilations"]) - int(
+            before["compilations"]
+        )
+        if report.is_file():
+            cells = json.loads(report.read_text())["cells"]
+            result["cells"] = {
+                str(c["concurrency"]): {
+                    "output_tok_s": c["output_tok_s"],
+                    "tpot_ms_p50": c["tpot_ms"]["p50"],
+                    "decode_tok_s_per_request_p50": round(1000 / c["tpot_ms"]["p50"], 1)
+                    if c["tpot_ms"]["p50"]
+                    else None,
+                    "ttft_ms_p50": c["ttft_ms"]["p50"],
+                    "requests_ok": c["requests_ok"],
+                    "requests_failed": c["requests_failed"],
+                }
+                for c in cells
+            }
+    except Exception as err:
+        result["error"] = f"{type(err).__name__}: {err}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+    return result
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", default=os.environ.get("OUT", "jax-gpu-perf"))
+    parser.add_argument("--model", default="random:e2b")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--max-slots", type=int, default=32)
+    parser.add_argument("--steps-per-call", type=int, default=8)
+    parser.add_argument("--input-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--budget-s", type=float, default=470.0, help="wall budget, all phases")
+    parser.add_argument("--phases", default="engine,http")
+    parser.add_argument("--quick", action="store_true", help="small cells (CPU smoke run)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--compile-cache", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--bandwidth-bytes", type=int, default=4 << 30, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.cells = [(1, 2), (2, 4)] if args.quick else [(1, 5), (8, 16), (32, 64)]
+    args.http_cells = [(1, 0), (2, 0)] if args.quick else [(1, 0), (32, 0)]
+    args.http_requests = 4 if args.quick else 32
+    if args.quick:
+        args.bandwidth_bytes = 64 << 20
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    if args.child == "engine":
+        engine_phase(args, out)
+        return
+
+    started = time.monotonic()
+    summary: dict[str, Any] = {"model": args.model, "dtype": args.dtype, "argv": sys.argv}
+    from rigs.sources import resolve_model
+
+    t = time.perf_counter()
+    source = resolve_model(args.model, seed=0)
+    summary["checkpoint"] = {"path": str(source.path), "revision": source.revision}
+    summary["materialise_checkpoint_s"] = round(time.perf_counter() - t, 1)
+    cache = tempfile.mkdtemp(prefix="jax-compile-")  # cold for phase 1, warm for phase 2
+    passthrough = [
+        "--model", args.model, "--dtype", args.dtype,
+        "--max-model-len", str(args.max_model_len), "--max-slots", str(args.max_slots),
+        "--steps-per-call", str(args.steps_per_call), "--compile-cache", cache,
+        "--input-len", str(args.input_len), "--output-len", str(args.output_len),
+    ]  # fmt: skip
+    if args.quick:
+        passthrough.append("--quick")
+    phases = args.phases.split(",")
+    if "engine" in phases:
+        remaining = args.budget_s - (time.monotonic() - started)
+        child = [sys.executable, __file__, str(out), "--child", "engine", *passthrough]
+        try:
+            code = subprocess.run(child, cwd=REPO, timeout=remaining * 0.6, check=False).returncode
+            summary["engine_exit"] = code
+        except subprocess.TimeoutExpired:
+            summary["engine_exit"] = "timeout"
+        if (out / "engine.json").is_file():
+            summary["engine"] = json.loads((out / "engine.json").read_text())
+    if "http" in phases:
+        args.compile_cache = cache
+        remaining = args.budget_s - (time.monotonic() - started)
+        summary["http"] = http_phase(args, out, remaining - 10)
+    summary["total_s"] = round(time.monotonic() - started, 1)
+    (out / "perf.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

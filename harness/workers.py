@@ -1,0 +1,147 @@
+"""One cell spread over several client processes, for loads one event loop cannot carry.
+
+Each worker process runs the same load code (`harness.load`) on its share of the cell: a
+closed-loop cell's streams and requests are divided among the workers, a rate cell's
+arrivals are dealt out in turn (each keeps its absolute due time). Records come back to the
+parent, which derives the cell's figures from all of them together. Every process reads
+`time.perf_counter` (CLOCK_MONOTONIC, one clock for the whole machine) against the parent's
+origin, so their records share one time base, and all shares start at one agreed instant.
+Ctrl-C sets a shared event; each worker cancels its share and returns what it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.synchronize
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from harness.backend import OpenAIBackend
+from harness.load import LoopLagMonitor, run_concurrency, run_rate
+from harness.schemas import Endpoint, RequestRecord
+
+_stop: multiprocessing.synchronize.Event | None = None
+
+
+@dataclass(frozen=True)
+class Share:
+    """The part of one cell that one worker process sends."""
+
+    url: str
+    endpoint: Endpoint
+    request_timeout_s: float
+    connect_timeout_s: float
+    origin: float
+    start_at: float
+    cell: int
+    first_id: int
+    input_len: int
+    output_len: int
+    bodies: list[bytes]
+    concurrency: int | None = None
+    arrivals: list[float] | None = None  # offsets from start_at
+    max_concurrency: int | None = None
+
+
+def split(total: int, parts: int) -> list[int]:
+    """`total` divided into `parts` counts that differ by at most one."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+def _init(stop: multiprocessing.synchronize.Event) -> None:
+    global _stop
+    _stop = stop
+
+
+def _ready() -> None:
+    """A no-op that makes a worker import everything before the first cell is timed."""
+
+
+def run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
+    """Worker entry point: the share's records (as dicts) and its event-loop lag samples."""
+    return asyncio.run(_run_share(share))
+
+
+async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
+    records: list[RequestRecord] = []
+    ids = iter(range(share.first_id, share.first_id + len(share.bodies)))
+
+    def make(_: int, ready: float) -> RequestRecord:
+        return RequestRecord(
+            request_id=next(ids),
+            cell=share.cell,
+            input_len=share.input_len,
+            output_len=share.output_len,
+            ready_time=ready,
+            send_time=ready,
+        )
+
+    async with OpenAIBackend(
+        share.url,
+        share.endpoint,
+        request_timeout_s=share.request_timeout_s,
+        connect_timeout_s=share.connect_timeout_s,
+        clock_origin=share.origin,
+    ) as backend:
+        delay = share.start_at - backend.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if share.arrivals is not None:
+            work = run_rate(
+                backend, share.bodies, share.arrivals, make, records, share.max_concurrency,
+                start=share.start_at,
+            )  # fmt: skip
+        else:
+            assert share.concurrency is not None
+            work = run_concurrency(backend, share.bodies, share.concurrency, make, records)
+        with LoopLagMonitor(backend) as lag:
+            task = asyncio.ensure_future(work)
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.05)
+                if _stop is not None and _stop.is_set() and not task.done():
+                    task.cancel()
+            if not task.cancelled():
+                task.result()
+    return [r.model_dump() for r in records], lag.samples
+
+
+class WorkerPool:
+    """Client processes kept for a whole run (they import once, before any cell)."""
+
+    def __init__(self, processes: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.processes = processes
+        self.stop = context.Event()
+        self._pool = ProcessPoolExecutor(
+            max_workers=processes, mp_context=context, initializer=_init, initargs=(self.stop,)
+        )
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(
+            *(loop.run_in_executor(self._pool, _ready) for _ in range(self.processes))
+        )
+
+    async def run(
+        self, shares: list[Share], stop: asyncio.Event
+    ) -> tuple[list[RequestRecord], list[float], bool]:
+        """Run the shares at once; records, lag samples, and whether Ctrl-C cut them short."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.run_in_executor(self._pool, run_share, s) for s in shares]
+        stopper = asyncio.ensure_future(stop.wait())
+        done = asyncio.ensure_future(asyncio.gather(*futures))
+        await asyncio.wait({done, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        interrupted = stopper.done()
+        if interrupted:
+            self.stop.set()
+        stopper.cancel()
+        results = await done
+        records = [RequestRecord.model_validate(r) for rows, _ in results for r in rows]
+        lag = [x for _, samples in results for x in samples]
+        return records, lag, interrupted
+
+    def close(self) -> None:
+        self.stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,63 @@
+"""The JAX rig's definition: valid, its scripts pass shellcheck, its command line renders."""
+
+import pytest
+
+from rigs.bootstrap.user_data import BootstrapSpec, render_user_data
+from rigs.contract import RigDefinition
+from rigs.jax.server import eos_ids, pick_dtype
+from rigs.launch import launch_plan
+from rigs.registry import discover, get_rig
+from rigs.sources import ModelSource
+from tests.rigs.test_vllm_rig import shellcheck
+
+
+@pytest.fixture(scope="module")
+def jax_rig() -> RigDefinition:
+    return get_rig("jax")
+
+
+def test_discovered_with_the_other_rigs(jax_rig: RigDefinition) -> None:
+    assert discover()["jax"] == jax_rig
+    assert jax_rig.pick_dtype(None, "7.5") == "float16"  # Turing has no bfloat16
+
+
+def test_install_script_passes_shellcheck(jax_rig: RigDefinition) -> None:
+    script = jax_rig.render_install(
+        rig_venv="/opt/rigbench/venvs/jax", bundle_dir="/opt/rigbench/bundle", python_version="3.12"
+    )
+    shellcheck(script)
+    assert 'jax_spec="jax[cuda12]==0.10.2"' in script
+
+
+def test_user_data_passes_shellcheck() -> None:
+    spec = BootstrapSpec.model_validate(
+        {
+            "rig": "jax",
+            "model": "google/gemma-4-E2B-it",
+            "deadline_epoch": 2_000_000_000,
+            "bundle_s3_uri": "s3://rigbench-bundles/sweep-1/bundle.tar.gz",
+            "region": "us-east-1",
+            "hf_token_secret_id": "rigbench/hf-token",
+            "settings": {"max_slots": 8},
+        }
+    )
+    shellcheck(render_user_data(spec))
+
+
+def test_serve_command(jax_rig: RigDefinition) -> None:
+    argv, env = launch_plan(jax_rig, model="random:tiny", settings={"max_slots": "4"})
+    assert argv[1:4] == ["-m", "rigs.jax.server", "--model"]
+    assert argv[argv.index("--max-slots") + 1] == "4"
+    assert argv[argv.index("--max-model-len") + 1] == "4096"
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.90"
+
+
+def test_auto_dtype_follows_the_device() -> None:
+    assert pick_dtype("auto", "cpu", None) == "float32"
+    assert pick_dtype("auto", "gpu", "7.5") == "float16"
+    assert pick_dtype("auto", "gpu", "9.0") == "bfloat16"
+    assert pick_dtype("float16", "gpu", "9.0") == "float16"
+
+
+def test_eos_ids_merge_config_and_generation_config(tiny: ModelSource) -> None:
+    assert eos_ids(tiny.path) == frozenset({1})

@@ -1,0 +1,203 @@
+"""The shared server's lifecycle and the torch engine's stop rules, in-process on random:tiny."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+
+from rigs.serving.app import build_lazy_app
+from rigs.serving.engine import Engine, SamplingParams
+from rigs.serving.tokenizer import ServingTokenizer
+from rigs.sources import ModelSource
+from rigs.torch.engine import TorchEngine
+from tests.rigs.rig_process import REPO, free_port
+
+PROMPT = [2, *range(500, 520)]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny: ModelSource) -> TorchEngine:
+    return TorchEngine(tiny)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny: ModelSource) -> ServingTokenizer:
+    return ServingTokenizer.from_pretrained(tiny.path)
+
+
+def _run(engine: Engine, params: SamplingParams, prompt: list[int] = PROMPT) -> list[int]:
+    async def collect() -> list[int]:
+        return [t async for t in engine.generate(prompt, params)]
+
+    return asyncio.run(collect())
+
+
+def test_eos_min_tokens_and_ignore_eos(engine: TorchEngine) -> None:
+    first = _run(engine, SamplingParams(max_tokens=1, ignore_eos=True))[0]
+    saved = engine.eos_token_ids
+    engine.eos_token_ids = frozenset({first})  # make greedy's first token the EOS
+    try:
+        assert _run(engine, SamplingParams(max_tokens=8)) == []
+        forced = _run(engine, SamplingParams(max_tokens=8, min_tokens=3))
+        assert len(forced) >= 3
+        assert first not in forced[:3]  # EOS is masked until min_tokens
+        assert _run(engine, SamplingParams(max_tokens=8, ignore_eos=True))[0] == first
+        assert len(_run(engine, SamplingParams(max_tokens=8, ignore_eos=True))) == 8
+    finally:
+        engine.eos_token_ids = saved
+
+
+def test_incremental_detokenisation_rebuilds_multibyte_text(tokenizer: ServingTokenizer) -> None:
+    text = "naïve café — 東京 🙂 done"
+    ids = tokenizer.encode(text)[1:]  # without BOS
+    detok = tokenizer.detokenizer()
+    deltas = [detok.push(i) for i in ids]
+    deltas.append(detok.flush())
+    assert "".join(deltas) == text
+    assert all("\ufffd" not in d for d in deltas)
+
+
+class _Breakable:
+    """A real TorchEngine whose generations can be made to fail, to test /health."""
+
+    def __init__(self, inner: TorchEngine) -> None:
+        self.inner = inner
+        self.broken = False
+        self.model_name = inner.model_name
+        self.max_model_len = inner.max_model_len
+        self.vocab_size = inner.vocab_size
+        self.eos_token_ids = inner.eos_token_ids
+
+    def provenance(self) -> dict[str, str]:
+        return dict(self.inner.provenance())
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
+        if self.broken:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        async for token in self.inner.generate(prompt_ids, params):
+            yield token
+
+
+@contextmanager
+def _serve(app: object) -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _wait_for(base: str, status: int) -> httpx.Response:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{base}/health")
+        if response.status_code == status:
+            return response
+        time.sleep(0.05)
+    raise AssertionError(f"/health never answered {status}")
+
+
+def test_health_follows_loading_warmup_and_real_generations(
+    engine: TorchEngine, tokenizer: ServingTokenizer
+) -> None:
+    release = threading.Event()
+    breakable = _Breakable(engine)
+
+    def load() -> tuple[Engine, ServingTokenizer]:
+        release.wait(30)
+        return breakable, tokenizer
+
+    with _serve(build_lazy_app(load)) as base:
+        loading = httpx.get(f"{base}/health")
+        assert loading.status_code == 503
+        assert loading.json()["status"] == "loading"
+        refused = httpx.post(f"{base}/v1/completions", json={"prompt": "hi"})
+        assert refused.status_code == 503
+        assert "loading" in refused.json()["error"]["message"]
+
+        release.set()
+        _wait_for(base, 200)
+
+        breakable.broken = True
+        failed = httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert failed.status_code == 500
+        assert "illegal memory access" in failed.json()["error"]["message"]
+        assert httpx.get(f"{base}/health").json()["error"] == "the last generation failed"
+
+        breakable.broken = False
+        ok = httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert ok.status_code == 200
+        assert httpx.get(f"{base}/health").status_code == 200
+
+
+def test_a_failed_load_is_reported_and_signalled() -> None:
+    failures: list[str] = []
+
+    def load() -> tuple[Engine, ServingTokenizer]:
+        raise FileNotFoundError("model.safetensors")
+
+    with _serve(build_lazy_app(load, on_failure=failures.append)) as base:
+        body = _wait_for(base, 503).json()
+        deadline = time.monotonic() + 10
+        while body["status"] != "failed" and time.monotonic() < deadline:
+            body = httpx.get(f"{base}/health").json()
+        assert body == {"status": "failed", "error": "FileNotFoundError: model.safetensors"}
+        assert failures == ["FileNotFoundError: model.safetensors"]
+
+
+def test_rig_process_exits_when_its_model_cannot_load() -> None:
+    argv = [sys.executable, "-m", "rigbench", "rig", "serve", "torch"]
+    argv += ["--model", "/nonexistent/model", "--host", "127.0.0.1", "--port", str(free_port())]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "model directory '/nonexistent/model' does not exist" in result.stderr
+
+
+def test_batched_mode_runs_waiting_requests_together_with_generates_output(
+    tiny: ModelSource, engine: TorchEngine
+) -> None:
+    batched = TorchEngine(tiny, batching="batched", max_batch=8, batch_wait_s=0.5)
+    calls: list[int] = []
+    real_generate = batched.model.generate
+
+    def counting_generate(input_ids: object, **kwargs: object) -> object:
+        calls.append(int(input_ids.shape[0]))  # type: ignore[attr-defined]
+        return real_generate(input_ids, **kwargs)
+
+    batched.model.generate = counting_generate
+    # Unequal lengths (left padding) and unequal max_tokens in one batch.
+    prompts = [[2, *range(1000 + 50 * i, 1006 + 50 * i + 7 * i)] for i in range(4)]
+    lengths = [12, 5, 12, 9]
+
+    async def all_at_once() -> list[list[int]]:
+        async def one(prompt: list[int], n: int) -> list[int]:
+            params = SamplingParams(max_tokens=n, ignore_eos=True)
+            return [t async for t in batched.generate(prompt, params)]
+
+        return list(
+            await asyncio.gather(*(one(p, n) for p, n in zip(prompts, lengths, strict=True)))
+        )
+
+    got = asyncio.run(all_at_once())
+    expected = [
+        _run(engine, SamplingParams(max_tokens=n, ignore_eos=True), p)
+        for p, n in zip(prompts, lengths, strict=True)
+    ]
+    assert got == expected
+    assert calls == [4]
+    assert batched.provenance()["batching"] == "batched"
