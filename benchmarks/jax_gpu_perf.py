@@ -76,6 +76,11 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     }
     print(json.dumps(result, indent=1), flush=True)
 
+    def save() -> None:  # after every stage, so a timeout still leaves what was measured
+        (out / "engine.json").write_text(json.dumps(result, indent=1))
+
+    save()
+
     # Each decode width alone on the device: every slot active, no host in the way.
     widths: dict[str, Any] = {}
     rng = np.random.default_rng(0)
@@ -108,6 +113,8 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         name = f"{width}" if greedy else f"{width}-sampling"
         widths[name] = {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
         print(f"width {name}: {ms:.3f} ms/step, {width * 1000 / ms:.0f} tok/s", flush=True)
+        result["decode_width_microbench"] = widths
+        save()
     engine._slots = jax.device_put(steps.empty_slots(options.max_slots), device)
     result["decode_width_microbench"] = widths
 
@@ -120,11 +127,13 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             run_cell(engine, SamplingParams, vocab, concurrency, count, args)
         )
         print(f"engine c={concurrency}: {cells[str(concurrency)]}", flush=True)
+        result["engine_cells"] = cells
+        save()
     result["engine_cells"] = cells
     result["compilations_during_cells"] = counter.snapshot()["executables"] - before
     result["provenance"] = dict(engine.provenance())
     engine.close()
-    (out / "engine.json").write_text(json.dumps(result, indent=1))
+    save()
     return result
 
 
@@ -333,7 +342,8 @@ def main() -> None:
     parser.add_argument("--steps-per-call", type=int, default=8)
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--budget-s", type=float, default=470.0, help="wall budget, all phases")
+    parser.add_argument("--budget-s", type=float, default=540.0, help="wall budget, all phases")
+    parser.add_argument("--http-reserve-s", type=float, default=150.0, help="kept for phase 2")
     parser.add_argument("--phases", default="engine,http")
     parser.add_argument("--quick", action="store_true", help="small cells (CPU smoke run)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -374,7 +384,8 @@ def main() -> None:
         remaining = args.budget_s - (time.monotonic() - started)
         child = [sys.executable, __file__, str(out), "--child", "engine", *passthrough]
         try:
-            code = subprocess.run(child, cwd=REPO, timeout=remaining * 0.6, check=False).returncode
+            timeout = max(60.0, remaining - args.http_reserve_s)
+            code = subprocess.run(child, cwd=REPO, timeout=timeout, check=False).returncode
             summary["engine_exit"] = code
         except subprocess.TimeoutExpired:
             summary["engine_exit"] = "timeout"

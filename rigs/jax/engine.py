@@ -36,13 +36,13 @@ from rigs.serving.engine import SamplingParams
 Item = list[int] | BaseException | None  # tokens, a failure, or the end
 
 
-def ladder(top: int, start: int) -> tuple[int, ...]:
-    """Powers of two from `start` up to `top`, and `top` itself."""
+def ladder(top: int, start: int, factor: int) -> tuple[int, ...]:
+    """start, start * factor, ... below `top`, then `top` itself."""
     out = []
     size = start
     while size < top:
         out.append(size)
-        size *= 2
+        size *= factor
     return (*out, top)
 
 
@@ -51,8 +51,12 @@ class EngineOptions:
     max_slots: int = 32
     max_model_len: int = 4096
     steps_per_call: int = 8  # decode steps per device program (per host round trip)
-    prompt_buckets: tuple[int, ...] = ()  # empty: powers of two from 32 to max_model_len
-    slot_widths: tuple[int, ...] = ()  # empty: powers of two up to max_slots
+    # Empty: powers of two from 64 to max_model_len (prefill is compute-bound: padding
+    # costs up to 2x there). Every bucket is one compiled prefill program.
+    prompt_buckets: tuple[int, ...] = ()
+    # Empty: 1, 4, 16, ... up to max_slots (decode is bound by streaming the weights, the
+    # same at any width: extra width costs only KV reads). Two programs per width.
+    slot_widths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_slots < 1 or self.max_model_len < 2 or self.steps_per_call < 1:
@@ -66,11 +70,11 @@ class EngineOptions:
 
     @property
     def buckets(self) -> tuple[int, ...]:
-        return self.prompt_buckets or ladder(self.max_model_len, min(32, self.max_model_len))
+        return self.prompt_buckets or ladder(self.max_model_len, min(64, self.max_model_len), 2)
 
     @property
     def widths(self) -> tuple[int, ...]:
-        return self.slot_widths or ladder(self.max_slots, 1)
+        return self.slot_widths or ladder(self.max_slots, 1, 4)
 
 
 @dataclass(eq=False)

@@ -15,7 +15,6 @@ into another, so a decode step launches fewer, larger matrix-vector products.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -508,8 +507,3 @@ def decode_step(
         x = finish_layer(w, cfg, i, x, attend(q, ks, vs, mask), ple)
     x = rms_norm(x[:, 0], params.final_norm, cfg.rms_norm_eps)
     return logits_from_hidden(params, cfg, x), KVCache(k=tuple(new_k), v=tuple(new_v))
-
-
-def with_dims(cfg: Config, **changes: Any) -> Config:
-    """A variant of cfg (test configs), e.g. with_dims(cfg, sliding_window=4)."""
-    return dataclasses.replace(cfg, **changes)
