@@ -42,7 +42,7 @@ def timeline(home: Path, t0: float) -> list[str]:
         bench = [
             d
             for d in (workspace / "commands").glob("*")
-            if (d / "script.sh").read_text().startswith("RIGBENCH_STEP=bench")
+            if "RIGBENCH_STEP=bench" in (d / "script.sh").read_text()
         ]
         line = f"{rig:6} {workspace.name}  launch +{launched - t0:6.1f} s"
         if ready is not None:

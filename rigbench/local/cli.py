@@ -152,13 +152,13 @@ def _dry_run(
     ) as session:
         name = sweep_input.get("sweep_id") or None
         arn = session.start({**sweep_input, "sweep_id": name} if name else sweep_input)
-        session._emu().wait(arn, timeout_s=300)
+        session.emu.wait(arn, timeout_s=300)
         events = session.history(arn)
         zones = {
             s["SubnetId"]: s["AvailabilityZone"]
-            for s in session._emu().client("ec2").describe_subnets()["Subnets"]
+            for s in session.emu.client("ec2").describe_subnets()["Subnets"]
         }
-        launched = session._emu().running_instances()
+        launched = session.emu.running_instances()
     plan = plan_from(events, fleets[0].requests)
     print_plan(console, plan, account, zones)
     if launched:  # the seam refuses every launch; anything else is a bug worth shouting about
