@@ -1,9 +1,13 @@
 """An OpenAI-compatible streaming server with an exact, known token schedule, and quirks.
 
-Token k of a response (0-based) is due `ttft_ms + k * itl_ms` after the request's body was
-read, on absolute deadlines so lateness never accumulates. It serves `/v1/completions` and
-`/v1/chat/completions` (streaming and not), `/v1/models`, `/health`, and `/stats` (its own
-counters, so tests can check the client's failure counts against what was injected).
+Token k of a response (0-based) is due `ttft_ms + k * itl_ms` after the request's last bytes
+reached the server's socket (the kernel's receive timestamp, so a busy server still anchors
+the schedule right), on absolute deadlines so lateness never accumulates. It serves
+`/v1/completions` and `/v1/chat/completions` (streaming and not), `/v1/models`, `/health`, and
+`/stats`: its counters (so tests can check a client's failure counts against what was
+injected) and its own record of the schedule it kept (observed_ttft_ms: arrival to first
+token write; observed_chunk_gap_ms: between content writes; token_slip_ms: writes versus due
+times), so a measurement can be judged against what the server really did.
 
 Quirks that real servers show, each switchable:
   role-chunk        a role-only (chat) or empty-text (completions) chunk right at the start
@@ -17,8 +21,9 @@ Quirks that real servers show, each switchable:
 Output length honours max_tokens, min_tokens and ignore_eos: with `--eos-after N`, a request
 without ignore_eos stops after max(N, min_tokens) tokens, as a model meeting EOS would.
 
-It is a raw asyncio HTTP/1.1 server rather than Starlette on uvicorn because it must stay far
-cheaper per token than the client it measures: the harness's ceiling is measured against it.
+It is a raw asyncio HTTP/1.1 server on non-blocking sockets rather than Starlette on uvicorn:
+it must stay far cheaper per token than the client it measures (the harness's ceiling is
+measured against it), and it needs `recvmsg` for the kernel's arrival timestamps.
 Several processes can share one port (`--workers`, SO_REUSEPORT); /stats is per process.
 """
 

@@ -181,6 +181,9 @@ class TorchEngine:
         text_config = self.model.config.get_text_config()
         generation_eos = self.model.generation_config.eos_token_id
         self.eos_token_ids = frozenset(_ids(generation_eos) | _ids(text_config.eos_token_id))
+        # EOS is a per-request rule here (_BatchStop). generate() fills an unset eos_token_id
+        # from the model's generation_config, which would stop `ignore_eos` requests early.
+        self.model.generation_config.eos_token_id = None
         self.vocab_size = int(text_config.vocab_size)
         # Capped by the model's own positions (random:tiny has 1,024).
         limit = int(text_config.max_position_embeddings)

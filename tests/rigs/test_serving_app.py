@@ -19,6 +19,7 @@ from rigs.serving.engine import Engine, SamplingParams
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import ModelSource
 from rigs.torch.engine import TorchEngine
+from tests.rigs.prompts import eos_prompt
 from tests.rigs.rig_process import REPO, free_port
 
 PROMPT = [2, *range(500, 520)]
@@ -54,6 +55,18 @@ def test_eos_min_tokens_and_ignore_eos(engine: TorchEngine) -> None:
         assert len(_run(engine, SamplingParams(max_tokens=8, ignore_eos=True))) == 8
     finally:
         engine.eos_token_ids = saved
+
+
+def test_the_checkpoints_own_eos_obeys_ignore_eos_and_min_tokens(engine: TorchEngine) -> None:
+    assert engine.eos_token_ids == frozenset({1})
+    prompt = eos_prompt()
+    forced = _run(engine, SamplingParams(max_tokens=32, min_tokens=32, ignore_eos=True), prompt)
+    assert len(forced) == 32
+    assert forced[20] == 1
+    assert _run(engine, SamplingParams(max_tokens=32), prompt) == forced[:20]
+    at_least = _run(engine, SamplingParams(max_tokens=32, min_tokens=25), prompt)
+    assert len(at_least) >= 25
+    assert 1 not in at_least[:25]
 
 
 def test_incremental_detokenisation_rebuilds_multibyte_text(tokenizer: ServingTokenizer) -> None:

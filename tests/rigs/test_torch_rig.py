@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rigs.sources import ModelSource
+from tests.rigs.prompts import eos_prompt
 from tests.rigs.rig_process import rig_server
 from tests.rigs.sse_client import stream_events
 
@@ -63,6 +64,18 @@ def test_greedy_matches_generate_token_for_token(torch_rig: str, reference: Any)
         "completion_tokens": NEW_TOKENS,
         "total_tokens": len(PROMPT_IDS) + NEW_TOKENS,
     }
+
+
+def test_finish_reason_stop_at_eos_and_length_with_ignore_eos(torch_rig: str) -> None:
+    prompt = eos_prompt()  # greedy reaches EOS after 20 tokens
+    stopped = _complete(torch_rig, prompt=prompt, max_tokens=32, temperature=0)
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["usage"]["completion_tokens"] == 20
+    forced = _complete(
+        torch_rig, prompt=prompt, max_tokens=32, min_tokens=32, ignore_eos=True, temperature=0
+    )
+    assert forced["choices"][0]["finish_reason"] == "length"
+    assert forced["usage"]["completion_tokens"] == 32
 
 
 def test_text_prompt_is_tokenised_like_transformers(torch_rig: str, reference: Any) -> None:
