@@ -8,15 +8,17 @@ from typing import Any
 
 import boto3
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
-from rigbench.cli import app
 from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import result_rows, run_sweep, sweep_input
 
 runner = CliRunner()
+app = typer.Typer()  # the cloud commands alone (rigbench.cli's `run` also goes local)
+cloud.register(app)
 
 
 @pytest.fixture
