@@ -21,9 +21,7 @@ app.command("bench", cls=BenchCommand)(bench)
 app.command("bench-demo")(demo)
 
 from rigbench import cloud  # noqa: E402
-from rigbench.local.cli import demo_command, run_command  # noqa: E402
+from rigbench.local.cli import demo_command  # noqa: E402
 
-cloud.register(app)
-# Registered after the cloud commands: `run` goes local with --local or without credentials.
-app.command("run")(run_command)
+cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)

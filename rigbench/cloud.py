@@ -32,6 +32,7 @@ from functions.execution_input import parse_sweep_input
 from functions.reaper import overdue_instances, reap
 from functions.settings import Clients
 from rigbench.bundle import REPO_ROOT, build_bundle, rig_names, upload_bundle
+from rigbench.local import cli as local_cli
 from rigbench.progress import boot_progress, progress_table
 
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
@@ -170,8 +171,14 @@ def run_command(
     name: Annotated[str | None, typer.Option(help="Execution name")] = None,
     no_follow: Annotated[bool, typer.Option("--no-follow", help="Print the ARN and exit")] = False,
     stack: StackOption = DEFAULT_STACK,
+    local: local_cli.LocalOption = False,
+    dry_run: local_cli.DryRunOption = False,
+    quota_vcpus: local_cli.QuotaOption = None,
+    spot_price: local_cli.PriceOption = None,
+    home: local_cli.HomeOption = None,
 ) -> None:
-    """Start a sweep on the deployed stack and follow it until it ends."""
+    """Start a sweep on the deployed stack and follow it until it ends (--local: on this
+    machine; with no AWS credentials it runs locally and says so)."""
     console = Console()
     try:
         flags: dict[str, Any] = {
@@ -180,6 +187,15 @@ def run_command(
         }  # fmt: skip
         if concurrency:
             flags["cells"] = {"concurrency": [int(c) for c in concurrency.split(",")]}
+        if local or dry_run or not local_cli.has_aws_credentials():
+            if not (local or dry_run):
+                Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
+            given = input_file is not None or any(v is not None for v in flags.values())
+            code = local_cli.run_local(
+                sweep_body(input_file, flags) if given else None, dry_run=dry_run,
+                quota_vcpus=quota_vcpus, spot_price=spot_price, home=home, console=console,
+            )  # fmt: skip
+            raise typer.Exit(code)
         body = sweep_body(input_file, flags)
         session, refs = resolve(stack)
         sfn = session.client("stepfunctions")
@@ -394,17 +410,32 @@ def results_command(
     sweep: Annotated[str | None, typer.Option(help="Only this sweep id")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, json or csv")] = "table",
     stack: StackOption = DEFAULT_STACK,
+    local: local_cli.LocalOption = False,
+    home: local_cli.HomeOption = None,
 ) -> None:
-    """Results rows from the results table (by Query, never Scan)."""
+    """Results rows from the results table (by Query, never Scan); --local (or no AWS
+    credentials): the results local sweeps saved."""
     console = Console()
     try:
         if fmt not in ("table", "json", "csv"):
             raise CloudError(f"--format must be table, json or csv, not {fmt!r}")
-        session, refs = resolve(stack)
-        rows = query_results(
-            session.client("dynamodb"), refs.results_table, sweep=sweep, rig=rig, model=model,
-            instance_type=instance_type, since=parse_since(since),
-        )  # fmt: skip
+        when = parse_since(since)
+        if local or not local_cli.has_aws_credentials():
+            if not local:
+                Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
+            with local_cli.local_account(home) as account:
+                emulation = account.emulation
+                assert emulation is not None
+                rows = query_results(
+                    emulation.client("dynamodb"), emulation.stack_refs().results_table,
+                    sweep=sweep, rig=rig, model=model, instance_type=instance_type, since=when,
+                )  # fmt: skip
+        else:
+            session, refs = resolve(stack)
+            rows = query_results(
+                session.client("dynamodb"), refs.results_table, sweep=sweep, rig=rig,
+                model=model, instance_type=instance_type, since=when,
+            )  # fmt: skip
     except CloudError as exc:
         fail(exc)
     rendered = render_results(rows, fmt)  # type: ignore[arg-type]

@@ -124,10 +124,13 @@ class Seams:
         original_put = DynamoDBBackend.put_item
 
         def send_command(backend: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
+            # Copied first: moto's Command extends the list it is given with every instance
+            # of the account when Targets is empty, which would send the command to all.
+            instance_ids = list(dict.fromkeys(kwargs.get("instance_ids") or []))
             command = original_send(backend, **kwargs)
             commands = list((kwargs.get("parameters") or {}).get("commands", []))
             timeout = int(((kwargs.get("parameters") or {}).get("executionTimeout") or ["3600"])[0])
-            for instance_id in kwargs.get("instance_ids") or []:
+            for instance_id in instance_ids:
                 seams.fleet.send_command(command.command_id, instance_id, commands, timeout)
             return command
 

@@ -1,7 +1,13 @@
 """Local mode: the sweep's control plane on an embedded AWS emulation, instances as processes.
 
 - `home`: where local state lives (`$RIGBENCH_HOME`, else `./.rigbench`).
-- `procs`: process groups with pidfiles, so nothing outlives a run (`watchdog` covers SIGKILL).
-- `fleet`: instance ids mapped to workspaces and rig processes; SSM commands run as subprocesses.
+- `procs`: process groups with pidfiles, so nothing outlives a run (`watchdog` covers SIGKILL;
+  the next run reaps what a dead run left).
+- `fleet`: instance ids mapped to workspaces and rig processes; SSM commands run there.
+- `emulated`: the fleet as the emulation's `Fleet` seam, with an emulated quota and price.
 - `persist`: emulated DynamoDB tables and S3 objects saved to and restored from disk.
+- `session`: one run: emulation + fleet + saved state, cleaned up however it ends.
+- `progress`: per rig and boot, from the execution history (a rich Live table).
+- `sweep`, `dryrun`: the local sweep with its comparison table; the cloud rehearsal.
+- `cli`: `rigbench demo`, and what `rigbench run/results --local` call.
 """

@@ -36,6 +36,16 @@ PriceOption = Annotated[
         min=0.000001,
     ),
 ]
+LocalOption = Annotated[
+    bool, typer.Option("--local", help="On this machine, on an embedded AWS emulation")
+]
+DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Rehearse locally: validate, check quota, price and budget, launch nothing",
+    ),
+]
 HomeOption = Annotated[
     Path | None,
     typer.Option("--home", help=f"Local state directory (env {HOME_ENV}; default ./.rigbench)"),
@@ -51,8 +61,8 @@ def has_aws_credentials() -> bool:
 
 
 LOCAL_FALLBACK_NOTICE = (
-    "no AWS credentials found: running locally on an embedded AWS emulation "
-    "(rigbench run --local; configure credentials to run on AWS)"
+    "no AWS credentials found: using the local embedded AWS emulation, as --local does "
+    "(configure AWS credentials to use your account)"
 )
 
 
@@ -66,7 +76,7 @@ def _account(quota_vcpus: float | None, spot_price: float | None) -> "EmulatedAc
 
 
 def run_local(
-    input_path: Path | None = None,
+    sweep: Path | dict[str, Any] | None = None,
     *,
     dry_run: bool = False,
     quota_vcpus: float | None = None,
@@ -75,6 +85,7 @@ def run_local(
     console: Console | None = None,
 ) -> int:
     """The local sweep (the demo when no input is given) or, with `dry_run`, its rehearsal.
+    `sweep` is an input file or the input itself.
 
     Returns the exit code: 0 when the sweep succeeded (or the plan is valid), 1 when not,
     2 for bad input, 130 when interrupted.
@@ -87,13 +98,13 @@ def run_local(
     console = console or Console()
     account = _account(quota_vcpus, spot_price)
     local_home = LocalHome.resolve(home)
-    if dry_run and input_path is None:
+    if dry_run and sweep is None:
         console.print(
             "[red]error:[/] --dry-run needs a sweep input file: "
             "rigbench run --local --dry-run INPUT.json"
         )
         return 2
-    if input_path is None:
+    if sweep is None:
         rigs = local_rigs()
         if not rigs:
             console.print("[red]error:[/] no rig supports this machine (see rigbench rig list)")
@@ -106,7 +117,7 @@ def run_local(
         )
     else:
         try:
-            sweep_input = read_input(input_path)
+            sweep_input = read_input(sweep) if isinstance(sweep, Path) else dict(sweep)
             parse_sweep_input(sweep_input)  # fail fast, before starting anything
         except (ValueError, InvalidInput) as exc:
             console.print(f"[red]error:[/] {exc}")
@@ -141,49 +152,19 @@ def _dry_run(
     ) as session:
         name = sweep_input.get("sweep_id") or None
         arn = session.start({**sweep_input, "sweep_id": name} if name else sweep_input)
-        session._emu().wait(arn, timeout_s=300)
+        session.emu.wait(arn, timeout_s=300)
         events = session.history(arn)
         zones = {
             s["SubnetId"]: s["AvailabilityZone"]
-            for s in session._emu().client("ec2").describe_subnets()["Subnets"]
+            for s in session.emu.client("ec2").describe_subnets()["Subnets"]
         }
-        launched = session._emu().running_instances()
+        launched = session.emu.running_instances()
     plan = plan_from(events, fleets[0].requests)
     print_plan(console, plan, account, zones)
     if launched:  # the seam refuses every launch; anything else is a bug worth shouting about
         console.print(f"[red]BUG: the dry run launched {launched}[/]")
         return 1
     return 0 if plan.valid else 1
-
-
-def run_command(
-    input_file: Annotated[
-        Path | None,
-        typer.Argument(help="Sweep input JSON (see statemachine/sweep-input.schema.json)"),
-    ] = None,
-    local: Annotated[
-        bool, typer.Option("--local", help="Run on this machine (embedded AWS)")
-    ] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="With --local: validate and price, launch nothing")
-    ] = False,
-    quota_vcpus: QuotaOption = None,
-    spot_price: PriceOption = None,
-    home: HomeOption = None,
-) -> None:
-    """Run a sweep. Without AWS credentials (or with --local) it runs on this machine."""
-    if not local:
-        if has_aws_credentials():
-            from rigbench.cloud import run_command as run_on_aws
-
-            run_on_aws(input_file)  # the deployed stack: start, print the ARN, follow
-            return
-        Console(stderr=True).print(LOCAL_FALLBACK_NOTICE)
-    raise typer.Exit(
-        run_local(
-            input_file, dry_run=dry_run, quota_vcpus=quota_vcpus, spot_price=spot_price, home=home
-        )
-    )
 
 
 def demo_command(

@@ -2,11 +2,14 @@
 
 Each launched instance id gets a workspace under `instances/<id>/` and a rig process that
 serves on a free loopback port (an instance's rig serves on 8000; here many share one host).
+The workspace holds what the instance's bootstrap would leave: `bundle/` (this checkout),
+`status.json` (starting, serving, or failed with the rig's last log lines if it exits).
 Commands sent to an instance over SSM run in its workspace as `bash` subprocesses, the same
-script text an instance runs with three translations, which are the only differences between
-an instance and a workspace:
-- `/var/lib/rigbench` (the instance's home) becomes the workspace,
-- `127.0.0.1:8000` / `localhost:8000` becomes the rig's own port,
+script text an instance runs, pointed at the workspace, which is the only difference:
+- the environment: RIGBENCH_HOME (the workspace), RIGBENCH_PYTHON (this interpreter),
+  RIGBENCH_URL (the rig's URL), and AWS_ENDPOINT_URL & co (the emulation);
+- the text: `/opt/rigbench` and `/var/lib/rigbench` become the workspace, the instance's
+  venv python this interpreter, and `127.0.0.1:8000` / `localhost:8000` the rig's port;
 - `python3`, `python`, `rigbench` resolve to this interpreter (a shim directory on PATH).
 Output and status are reported as SSM reports them (Pending, InProgress, Success, Failed,
 TimedOut; stdout capped at 24,000 characters, stderr at 8,000). Terminating an instance
@@ -15,7 +18,6 @@ ends its rig's and its commands' process groups.
 
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -33,8 +35,10 @@ from rigbench.local.ports import free_port
 from rigbench.local.procs import ProcessGroups
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-INSTANCE_HOME = "/var/lib/rigbench"
-INSTANCE_ROOT = "/opt/rigbench"  # rigs/bootstrap: bundle/ and venv/ on an instance
+# Where an instance keeps things (rigs/bootstrap): its install root (bundle/, venv/) and its
+# state (status.json); a workspace plays both.
+INSTANCE_PYTHON = "/opt/rigbench/venv/bin/python"
+INSTANCE_DIRS = ("/opt/rigbench", "/var/lib/rigbench")
 INSTANCE_PORT = 8000
 STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
 STDERR_LIMIT = 8_000
@@ -118,28 +122,13 @@ def _tail_end(path: Path, limit: int, lines: int = 6) -> str:
 
 
 def write_status(
-    workspace: Path, phase: str, *, error: str | None = None, provenance: dict[str, str]
+    workspace: Path, phase: str, *, step: str | None = None, error: str | None = None
 ) -> None:
-    """The instance's status.json (what the readiness probe reads), written atomically."""
-    body = {"phase": phase, "error": error, "provenance": provenance, "updated": time.time()}
+    """The instance's install status file (rigs.bootstrap.status), written atomically."""
+    body = {"phase": phase, "step": step, "error": error, "updated": time.time()}
     tmp = workspace / ".status.json.tmp"
     tmp.write_text(json.dumps(body))
     os.replace(tmp, workspace / "status.json")
-
-
-def local_provenance(rig: str, port: int) -> dict[str, str]:
-    """What a results row says about the machine when the instance was a local process."""
-    return {
-        "instance": "local process",
-        "host": platform.node(),
-        "machine": platform.machine(),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "gpu": "none (local mode)",
-        "driver": "none",
-        "ami": "none (local mode)",
-        "rig_port": str(port),
-    }
 
 
 def _tail(path: Path, limit: int) -> str:
@@ -184,14 +173,9 @@ class LocalFleet:
         bundle = workspace / "bundle"  # an instance runs the harness from the fetched bundle
         if not bundle.exists():
             bundle.symlink_to(REPO_ROOT, target_is_directory=True)
-        venv_python = workspace / "venv" / "bin" / "python"
-        if not venv_python.exists():
-            venv_python.parent.mkdir(parents=True, exist_ok=True)
-            venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-            venv_python.chmod(0o755)
         port = free_port()
         argv = self._rig_command(rig, model, port, settings or {})
-        write_status(workspace, "starting", provenance=local_provenance(rig, port))
+        write_status(workspace, "starting")
         proc = self._groups.spawn(
             argv,
             label=f"rig {rig} on {instance_id}",
@@ -199,8 +183,6 @@ class LocalFleet:
             log_path=workspace / "rig.log",
             env=self._instance_env(workspace, port),
         )
-        # The rig process is up: what systemd starting the unit means on an instance.
-        write_status(workspace, "serving", provenance=local_provenance(rig, port))
         instance = LocalInstance(
             instance_id=instance_id,
             rig=rig,
@@ -215,6 +197,7 @@ class LocalFleet:
         )
         with self._lock:
             self._instances[instance_id] = instance
+        write_status(workspace, "serving")  # as the bootstrap does once the unit is started
         threading.Thread(
             target=self._watch_rig, args=(instance, proc), name=f"rig-{instance_id}", daemon=True
         ).start()
@@ -229,8 +212,8 @@ class LocalFleet:
         write_status(
             instance.workspace,
             "failed",
+            step="serve",
             error=f"rig {instance.rig} exited with code {code}: {log or 'no output'}",
-            provenance=local_provenance(instance.rig, instance.port),
         )
 
     def get(self, instance_id: str) -> LocalInstance:
@@ -291,6 +274,9 @@ class LocalFleet:
         instance = self.get(instance_id)
         if not self.agent_online(instance_id):
             raise UnknownInstanceError(f"instance {instance_id} is not online")
+        with self._lock:
+            if command_id in instance.commands:
+                return  # SSM delivers a command to an instance once
         directory = instance.workspace / "commands" / command_id
         directory.mkdir(parents=True, exist_ok=True)
         script = self.translate("\n".join(commands), instance)
@@ -321,11 +307,13 @@ class LocalFleet:
         )
 
     def translate(self, script: str, instance: LocalInstance) -> str:
-        """The instance script as it runs here: home and port pointed at this workspace."""
+        """The instance script as it runs here: paths and port pointed at this workspace."""
         for host in ("127.0.0.1", "localhost"):
             script = script.replace(f"{host}:{INSTANCE_PORT}", f"127.0.0.1:{instance.port}")
-        script = script.replace(INSTANCE_ROOT, str(instance.workspace))
-        return script.replace(INSTANCE_HOME, str(instance.workspace))
+        script = script.replace(INSTANCE_PYTHON, shlex.quote(sys.executable))
+        for directory in INSTANCE_DIRS:
+            script = script.replace(directory, str(instance.workspace))
+        return script
 
     def _run(self, instance: LocalInstance, command: _Command) -> None:
         stdout = (command.directory / "stdout").open("wb")

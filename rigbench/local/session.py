@@ -206,7 +206,7 @@ class LocalSession:
     # -- results on disk ---------------------------------------------------------------------
 
     def _restore(self) -> persist.SnapshotSummary:
-        emu = self._emu()
+        emu = self.emu
         return persist.restore(
             emu.client("dynamodb"),
             emu.client("s3"),
@@ -215,7 +215,7 @@ class LocalSession:
         )
 
     def save(self) -> persist.SnapshotSummary:
-        emu = self._emu()
+        emu = self.emu
         return persist.save(
             emu.client("dynamodb"),
             emu.client("s3"),
@@ -225,7 +225,9 @@ class LocalSession:
 
     # -- executions --------------------------------------------------------------------------
 
-    def _emu(self) -> Emulation:
+    @property
+    def emu(self) -> Emulation:
+        """The running emulation (an error outside the `with` block)."""
         if self.emulation is None:
             raise RuntimeError("the local session is not running")
         return self.emulation
@@ -243,17 +245,17 @@ class LocalSession:
             for rig in body.get("rigs") or []:
                 with contextlib.suppress(Exception):  # an unknown rig fails validation anyway
                     self.emulated.settings[(body["sweep_id"], rig)] = host_settings(rig, body)
-        return self._emu().start_execution(json.dumps(body), name=name)
+        return self.emu.start_execution(json.dumps(body), name=name)
 
     def history(self, arn: str) -> list[dict[str, Any]]:
-        sfn = self._emu().client("stepfunctions")
+        sfn = self.emu.client("stepfunctions")
         events: list[dict[str, Any]] = []
         for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
             events.extend(page["events"])
         return events
 
     def describe(self, arn: str) -> dict[str, Any]:
-        return dict(self._emu().client("stepfunctions").describe_execution(executionArn=arn))
+        return dict(self.emu.client("stepfunctions").describe_execution(executionArn=arn))
 
     def follow(
         self, arn: str, *, title: str = "", live: bool = True, poll_s: float = 0.5
@@ -276,7 +278,7 @@ class LocalSession:
 
     def reports(self, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
         """The raw harness reports a sweep stored, per rig, in boot order."""
-        emu = self._emu()
+        emu = self.emu
         s3 = emu.client("s3")
         bucket = emu.physical[next(iter(emu.template.of_type("AWS::S3::Bucket")))]
         found: dict[str, dict[int, dict[str, Any]]] = {}

@@ -98,7 +98,7 @@ def run_sweep(
         return 1
     console.print(
         f"sweep {sweep_id} succeeded; results saved in {home.data} "
-        f"(see them with: rigbench results --local)"
+        f"(see them with: rigbench results --local --sweep {sweep_id})"
     )
     return 0
 

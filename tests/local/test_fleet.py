@@ -1,5 +1,8 @@
 """The local fleet: instance commands run in workspaces, report like SSM, and die on terminate."""
 
+import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,46 @@ def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
     assert not fleet.terminate("i-0eee")  # already gone: a second terminate is a no-op
     with pytest.raises(UnknownInstanceError, match="not online"):
         fleet.send_command("late", "i-0eee", ["true"], 5)
+
+
+def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0fff")
+    script = [
+        "cd /opt/rigbench/bundle",
+        '/opt/rigbench/venv/bin/python -c "import rigbench, sys; print(sys.executable)"',
+        "cat /var/lib/rigbench/status.json",
+    ]
+    fleet.send_command("paths", "i-0fff", script, 30)
+    assert _done(fleet, "paths", "i-0fff") == "Success", fleet.invocation("paths", "i-0fff")
+    python, status = fleet.invocation("paths", "i-0fff").StandardOutputContent.splitlines()
+    assert python == sys.executable
+    assert json.loads(status)["phase"] == "serving"
+
+
+def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
+    fleet: LocalFleet,
+) -> None:
+    crashing = LocalFleet(
+        fleet._home,
+        fleet._groups,
+        lambda rig, model, port, settings: [
+            sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(4)"
+        ],
+    )  # fmt: skip
+    instance = crashing.launch("i-0dead", "torch", "random:tiny")
+    status_file = instance.workspace / "status.json"
+    wait_for(lambda: json.loads(status_file.read_text())["phase"] == "failed")
+    status = json.loads(status_file.read_text())
+    assert status["error"] == "rig torch exited with code 4: no GPU here"
+    assert crashing.agent_online("i-0dead")  # SSM can still reach it to read that
+    assert crashing.terminate("i-0dead")
+    assert not crashing.agent_online("i-0dead")
+
+
+def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalFleet) -> None:
+    _online(fleet, "i-0111")
+    for _ in range(3):
+        fleet.send_command("once", "i-0111", ["echo run >> /var/lib/rigbench/runs.txt"], 30)
+    assert _done(fleet, "once", "i-0111") == "Success"
+    time.sleep(0.3)
+    assert (fleet.get("i-0111").workspace / "runs.txt").read_text() == "run\n"

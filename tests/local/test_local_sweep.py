@@ -54,21 +54,18 @@ def _input(tmp_path: Path, **overrides: Any) -> Path:
 
 
 def _env(home: Path) -> dict[str, str]:
+    """A child environment with no AWS credentials anywhere boto3 would look."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return {**env, "PYTHONPATH": str(REPO), "RIGBENCH_HOME": str(home), "COLUMNS": "160"}
-
-
-READ_BACK = """
-import json, sys
-from rigbench.local.cli import local_account
-with local_account() as session:
-    emu = session.emulation
-    rows = emu.client("dynamodb").query(
-        TableName=emu.table("ResultsTable"), KeyConditionExpression="sweep_id = :s",
-        ExpressionAttributeValues={":s": {"S": sys.argv[1]}},
-    )["Items"]
-    print(json.dumps(sorted(r["row_key"]["S"] for r in rows)))
-"""
+    nowhere = str(home / "no-such-aws-file")
+    return {
+        **env,
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHONPATH": str(REPO),
+        "RIGBENCH_HOME": str(home),
+        "COLUMNS": "160",
+    }
 
 
 @pytest.mark.slow
@@ -99,15 +96,26 @@ def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     assert all(c["requests_ok"] == 2 and c["requests_failed"] == 0 for c in cells), cells
     assert all(c["output_tok_s"] > 0 for c in cells)
 
-    # A new process restores the tables and queries them as on AWS (a Query by sweep id).
+    # A new process restores the tables; `rigbench results` queries them as on AWS.
     read = subprocess.run(
-        [sys.executable, "-c", READ_BACK, "e2e-one"],
-        env=_env(home), capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", "e2e-one",
+         "--format", "json"],
+        cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert read.returncode == 0, read.stderr[-2000:]
-    rows = json.loads(read.stdout.strip().splitlines()[-1])
-    assert len(rows) == 2
-    assert all(r.startswith("torch#") for r in rows)
+    rows = json.loads(read.stdout)
+    assert [(r["sweep_id"], r["rig"], r["model"]) for r in rows] == [
+        ("e2e-one", "torch", "random:tiny")
+    ] * 2
+    # Without AWS credentials `rigbench results` falls back to local, saying so in one line.
+    table = subprocess.run(
+        [sys.executable, "-m", "rigbench", "results", "--rig", "torch"],
+        cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert "no AWS credentials found" in table.stderr
+    assert len(table.stderr.strip().splitlines()) == 1
+    assert "2 result rows" in table.stdout
     assert processes_under(tmp_path) == []
 
 
@@ -140,7 +148,8 @@ def test_ctrl_c_then_kill_leave_no_process_and_the_next_run_cleans_up(tmp_path: 
     assert processes_under(tmp_path) == []
 
     # 2. SIGKILL of the CLI and of its watchdog: the rig processes are orphaned...
-    cli = _start_cli(["run", "--local", str(sweep), "--quota-vcpus", "8"], home)
+    # (no --local: without AWS credentials `rigbench run` runs locally and says so)
+    cli = _start_cli(["run", str(sweep), "--quota-vcpus", "8"], home)
     wait_for(lambda: len(_rig_groups(home)) == 1, timeout=180, what="a rig started")
     orphans = _rig_groups(home)
     watchdogs = [
@@ -150,7 +159,8 @@ def test_ctrl_c_then_kill_leave_no_process_and_the_next_run_cleans_up(tmp_path: 
     assert len(watchdogs) == 1
     for proc in (*watchdogs, psutil.Process(cli.pid)):
         proc.kill()
-    cli.communicate(timeout=30)
+    out, _ = cli.communicate(timeout=30)
+    assert out.splitlines()[0].startswith("no AWS credentials found: using the local")
     time.sleep(0.5)
     assert all(group_alive(g) for g in orphans)
 
