@@ -98,6 +98,14 @@ def resolve(stack_name: str) -> tuple["boto3.session.Session", StackRefs]:
         raise CloudError(f"cannot reach AWS: {exc}") from exc
 
 
+def resolve_or_exit(stack_name: str) -> tuple["boto3.session.Session", StackRefs]:
+    """`resolve` for a command with nothing to do without the stack: say why and exit."""
+    try:
+        return resolve(stack_name)
+    except CloudError as exc:
+        fail(exc)
+
+
 # ---------------------------------------------------------------------------------- run
 
 
@@ -212,10 +220,7 @@ def status_command(
 ) -> None:
     """One execution's progress per rig and boot, or the recent executions."""
     console = Console()
-    try:
-        session, refs = resolve(stack)
-    except CloudError as exc:
-        fail(exc)
+    session, refs = resolve_or_exit(stack)
     sfn = session.client("stepfunctions")
     if execution is None:
         console.print(executions_table(sfn, refs))
@@ -440,10 +445,7 @@ def reap_command(
     from functions.settings import Clients
 
     console = Console()
-    try:
-        session, refs = resolve(stack)
-    except CloudError as exc:
-        fail(exc)
+    session, refs = resolve_or_exit(stack)
     clients = Clients(session)
     if dry_run:
         overdue = overdue_instances(clients.ec2, refs.stack_name, time.time())
