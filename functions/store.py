@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
 from functions.instance_commands import provenance_key
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, metrics
 from functions.report import InstanceProvenance, Report
 from functions.settings import Clients, Settings
 
@@ -118,9 +118,7 @@ def store_results(state: BootState, clients: Clients, settings: Settings) -> Sto
     return Stored(rows=len(rows), report_key=key)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     stored = store_results(event, Clients(), Settings.from_env())
