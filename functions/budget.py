@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from functions.errors import OverBudget
 from functions.events import Reservation, SweepState
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented
 from functions.settings import Clients, Settings
 
 MICRO = 1_000_000
@@ -301,9 +301,7 @@ def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     return found
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
     reservation = reserve_budget(event, Clients(), Settings.from_env())

@@ -11,7 +11,7 @@ from functions.errors import CommandFailed, CommandTimedOut, InstanceLost
 from functions.events import BootState, CommandState, Instance
 from functions.instance_commands import bench_commands, report_key
 from functions.instance_state import ensure_alive
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented
 from functions.settings import Clients, Settings
 
 RUNNING = {"Pending", "InProgress", "Delayed"}
@@ -96,18 +96,14 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
     )
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     command = dispatch_bench(event, Clients(), Settings.from_env())
     return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def poll_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     command = poll_bench(event, Clients(), Settings.from_env())

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from functions.budget import reconcile_boot
 from functions.events import BootOutcome, BootState, CaughtError
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
 
 
@@ -64,9 +64,7 @@ def finish_boot(state: BootState, clients: Clients, settings: Settings) -> BootO
     )
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     return finish_boot(event, Clients(), Settings.from_env()).model_dump(mode="json")

@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.events import SpotInterruptionEvent
 from functions.instance_state import instance_state
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, logger
 from functions.settings import PROJECT_TAG, Clients, Settings
 
 
@@ -38,9 +38,7 @@ def record_interruption(event: SpotInterruptionEvent, clients: Clients, settings
     return True
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=SpotInterruptionEvent)
 def handler(event: SpotInterruptionEvent, context: LambdaContext) -> dict[str, Any]:
     return {"recorded": record_interruption(event, Clients(), Settings.from_env())}

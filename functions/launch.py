@@ -19,7 +19,7 @@ from functions.bootstrap import instance_plan, user_data
 from functions.budget import subnet_zones
 from functions.errors import CapacityUnavailable
 from functions.events import BootState, Instance
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, logger, metrics
 from functions.settings import (
     BOOT_TAG,
     DEADLINE_TAG,
@@ -131,9 +131,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings) -> I
     )
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()

@@ -3,8 +3,12 @@ from the environment (template Globals), with the same values as fallbacks so th
 a handler outside Lambda (tests, the local emulation) behaves the same."""
 
 import os
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "rigbench")
 
@@ -13,3 +17,13 @@ tracer = Tracer(service=SERVICE)
 metrics = Metrics(
     namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "rigbench"), service=SERVICE
 )
+
+
+def instrumented(handler: Handler) -> Handler:
+    """What every Lambda handler wears: the invocation's context in the logs, a trace
+    segment, and its metrics flushed at the end (outermost first, as powertools documents)."""
+    # Each wrapper keeps the handler's signature (functools.wraps); powertools types it loosely.
+    wrapped = logger.inject_lambda_context(
+        tracer.capture_lambda_handler(metrics.log_metrics(handler))
+    )
+    return cast(Handler, wrapped)

@@ -7,7 +7,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.errors import QuotaExhausted
 from functions.events import Quota, SweepState
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented
 from functions.settings import Clients
 
 SPOT_G_VT_QUOTA = "L-3819A6DF"  # All G and VT Spot Instance Requests (vCPU)
@@ -78,9 +78,7 @@ def check_quota(state: SweepState, clients: Clients) -> Quota:
     )
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
     quota = check_quota(event, Clients())

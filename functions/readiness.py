@@ -13,7 +13,7 @@ from functions.errors import AgentNeverOnline, InstallFailed, RigNeverReady
 from functions.events import AgentCheck, BootState, Instance, ReadyCheck
 from functions.instance_commands import parse_probe, probe_commands
 from functions.instance_state import ensure_alive
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented
 from functions.settings import Clients, Settings
 
 PROBE_TIMEOUT_S = 180
@@ -133,18 +133,14 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
     )
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     agent = check_agent(event, Clients(), Settings.from_env())
     return event.model_copy(update={"agent": agent}).model_dump(mode="json", exclude_none=True)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def ready_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     ready = check_ready(event, Clients(), Settings.from_env())

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from functions.budget import _key, close_sweep, open_boots, open_sweeps, reconcile_boot
 from functions.finish import terminate
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, logger, metrics
 from functions.settings import (
     BOOT_TAG,
     DEADLINE_TAG,
@@ -123,9 +123,7 @@ def reap(
     return reaped
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     reaped = reap(Clients(), settings.project, settings.ledger_table)

@@ -8,23 +8,24 @@ time is one Query); GSI `by_month`: `month`, `started_at` (recent rows without a
 
 import json
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import ClientError
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
 from functions.instance_commands import provenance_key
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, metrics
 from functions.report import InstanceProvenance, Report
 from functions.settings import Clients, Settings
 
 _serializer = TypeSerializer()
+M = TypeVar("M", bound=BaseModel)
 
 
 def config_key(rig: str, model: str, instance_type: str) -> str:
@@ -35,28 +36,23 @@ def row_key(rig: str, boot: int, cell_key: str) -> str:
     return f"{rig}#{boot:02d}#{cell_key}"
 
 
-def read_report(s3: Any, bucket: str, key: str) -> Report:
+def _read_s3_json(s3: Any, bucket: str, key: str, model: type[M], what: str) -> M:
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        raise ReportInvalid(f"no harness report at s3://{bucket}/{key}: {exc}") from exc
+        raise ReportInvalid(f"no {what} at s3://{bucket}/{key}: {exc}") from exc
     try:
-        return Report.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
-        raise ReportInvalid(
-            f"the harness report s3://{bucket}/{key} does not parse: {exc}"
-        ) from exc
+        raise ReportInvalid(f"the {what} s3://{bucket}/{key} does not parse: {exc}") from exc
+
+
+def read_report(s3: Any, bucket: str, key: str) -> Report:
+    return _read_s3_json(s3, bucket, key, Report, "harness report")
 
 
 def read_instance_provenance(s3: Any, bucket: str, key: str) -> InstanceProvenance:
-    try:
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except ClientError as exc:
-        raise ReportInvalid(f"no provenance at s3://{bucket}/{key}: {exc}") from exc
-    try:
-        return InstanceProvenance.model_validate_json(body)
-    except ValidationError as exc:
-        raise ReportInvalid(f"the provenance s3://{bucket}/{key} does not parse: {exc}") from exc
+    return _read_s3_json(s3, bucket, key, InstanceProvenance, "provenance")
 
 
 def result_rows(
@@ -122,9 +118,7 @@ def store_results(state: BootState, clients: Clients, settings: Settings) -> Sto
     return Stored(rows=len(rows), report_key=key)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     stored = store_results(event, Clients(), Settings.from_env())

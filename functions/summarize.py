@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from functions.budget import close_sweep
 from functions.events import SummarizeEvent
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented
 from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
@@ -49,9 +49,7 @@ def summarize(event: SummarizeEvent) -> Summary:
     )
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=SummarizeEvent)
 def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
     summary = summarize(event)

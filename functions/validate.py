@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from functions.errors import InvalidInput
 from functions.events import BootItem, BundleRef, SweepConfig, SweepState, ValidateEvent
 from functions.execution_input import parse_sweep_input
-from functions.observability import logger, metrics, tracer
+from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
 
 
@@ -60,9 +60,7 @@ def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -
     return SweepState(sweep=config, items=items)
 
 
-@logger.inject_lambda_context
-@tracer.capture_lambda_handler
-@metrics.log_metrics
+@instrumented
 @event_parser(model=ValidateEvent)
 def handler(event: ValidateEvent, context: LambdaContext) -> dict[str, Any]:
     state = validate_sweep(event, Clients(), Settings.from_env())

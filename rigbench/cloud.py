@@ -4,6 +4,9 @@ reap overdue instances, deploy the stack and its bundle.
 Every command works on `StackRefs` (the stack's outputs). On AWS they come from
 CloudFormation (`--stack`, default `rigbench`); the local mode builds them from its
 emulation (`Emulation.stack_refs()`), so the same code queries both.
+
+boto3 and the Lambda code in `functions/` load inside the commands that use them, so that
+`import rigbench.cli` stays light on GPU machines that run only `bench` and `rig serve`.
 """
 
 import csv
@@ -16,29 +19,28 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
-import boto3
 import typer
-from boto3.dynamodb.types import TypeDeserializer
-from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from functions.errors import InvalidInput
 from functions.execution_input import parse_sweep_input
-from functions.reaper import overdue_instances, reap
-from functions.settings import Clients
 from rigbench.bundle import REPO_ROOT, build_bundle, rig_names, upload_bundle
 from rigbench.local import cli as local_cli
 from rigbench.progress import boot_progress, progress_table
 
+if TYPE_CHECKING:
+    import boto3
+    from boto3.dynamodb.types import TypeDeserializer
+
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 FOLLOW_POLL_S = 2.0
-_deserializer = TypeDeserializer()
 
 StackOption = Annotated[str, typer.Option("--stack", help="CloudFormation stack name")]
 
@@ -61,7 +63,9 @@ class StackRefs:
     bucket: str
 
 
-def stack_refs(session: boto3.session.Session, stack_name: str) -> StackRefs:
+def stack_refs(session: "boto3.session.Session", stack_name: str) -> StackRefs:
+    from botocore.exceptions import ClientError
+
     try:
         stacks = session.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
     except ClientError as exc:
@@ -84,12 +88,23 @@ def stack_refs(session: boto3.session.Session, stack_name: str) -> StackRefs:
         ) from exc
 
 
-def resolve(stack_name: str) -> tuple[boto3.session.Session, StackRefs]:
+def resolve(stack_name: str) -> tuple["boto3.session.Session", StackRefs]:
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
     session = boto3.session.Session()
     try:
         return session, stack_refs(session, stack_name)
     except BotoCoreError as exc:
         raise CloudError(f"cannot reach AWS: {exc}") from exc
+
+
+def resolve_or_exit(stack_name: str) -> tuple["boto3.session.Session", StackRefs]:
+    """`resolve` for a command with nothing to do without the stack: say why and exit."""
+    try:
+        return resolve(stack_name)
+    except CloudError as exc:
+        fail(exc)
 
 
 # ---------------------------------------------------------------------------------- run
@@ -221,10 +236,7 @@ def status_command(
 ) -> None:
     """One execution's progress per rig and boot, or the recent executions."""
     console = Console()
-    try:
-        session, refs = resolve(stack)
-    except CloudError as exc:
-        fail(exc)
+    session, refs = resolve_or_exit(stack)
     sfn = session.client("stepfunctions")
     if execution is None:
         console.print(executions_table(sfn, refs))
@@ -274,8 +286,15 @@ def _number(value: Any) -> Any:
     return str(value)
 
 
+@cache
+def _deserializer() -> "TypeDeserializer":
+    from boto3.dynamodb.types import TypeDeserializer
+
+    return TypeDeserializer()
+
+
 def _plain(item: dict[str, Any]) -> dict[str, Any]:
-    value = {k: _deserializer.deserialize(v) for k, v in item.items()}
+    value = {k: _deserializer().deserialize(v) for k, v in item.items()}
     return json.loads(json.dumps(value, default=_number))
 
 
@@ -453,11 +472,11 @@ def reap_command(
     stack: StackOption = DEFAULT_STACK,
 ) -> None:
     """End the stack's instances past their deadline or whose sweep has ended; reconcile."""
+    from functions.reaper import overdue_instances, reap
+    from functions.settings import Clients
+
     console = Console()
-    try:
-        session, refs = resolve(stack)
-    except CloudError as exc:
-        fail(exc)
+    session, refs = resolve_or_exit(stack)
     clients = Clients(session)
     if dry_run:
         overdue = overdue_instances(clients.ec2, refs.stack_name, time.time())
@@ -480,7 +499,7 @@ def reap_command(
 
 
 def deploy_bundle(
-    session: boto3.session.Session, refs: StackRefs, root: Path = REPO_ROOT
+    session: "boto3.session.Session", refs: StackRefs, root: Path = REPO_ROOT
 ) -> dict[str, Any]:
     bundle = build_bundle(root)
     return upload_bundle(session.client("s3"), refs.bucket, bundle)

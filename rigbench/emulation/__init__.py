@@ -1,5 +1,6 @@
 """An embedded AWS account for the orchestrator: moto plus seams a fleet fills."""
 
+from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import (
     CommandNotDelivered,
     CommandResult,
@@ -15,6 +16,7 @@ __all__ = [
     "CommandNotDelivered",
     "CommandResult",
     "Emulation",
+    "EnvironOverride",
     "Faults",
     "Fleet",
     "LaunchRequest",

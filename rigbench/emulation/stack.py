@@ -12,7 +12,6 @@ the handlers in this process; what moto cannot emulate is asked of the fleet (se
 
 import io
 import json
-import os
 import socket
 import threading
 import time
@@ -27,6 +26,7 @@ import httpx
 from moto.server import ThreadedMotoServer
 
 from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
+from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
@@ -84,7 +84,7 @@ class Emulation:
         self.port = 0
         self._server: ThreadedMotoServer | None = None
         self._seams: Seams | None = None
-        self._saved_env: dict[str, str | None] = {}
+        self._environ = EnvironOverride()
         self.physical: dict[str, str] = {}  # logical id -> name / id / ARN (Ref)
         self.state_machine_arn = ""
         self.bundle: dict[str, Any] = {}
@@ -125,10 +125,7 @@ class Emulation:
             raise RuntimeError("an emulation is already running in this process; stop it first")
         Emulation._running = self
         self.port = free_port()
-        env = {**self.aws_env(), "MOTO_PORT": str(self.port), **_LAMBDA_RUNTIME_ENV}
-        for key, value in env.items():
-            self._saved_env[key] = os.environ.get(key)
-            os.environ[key] = value
+        self._environ.set({**self.aws_env(), "MOTO_PORT": str(self.port), **_LAMBDA_RUNTIME_ENV})
         self._clients.clear()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
@@ -157,12 +154,7 @@ class Emulation:
         if self._seams is not None:
             self._seams.uninstall()
             self._seams = None
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env.clear()
+        self._environ.restore()
         if Emulation._running is self:
             Emulation._running = None
 

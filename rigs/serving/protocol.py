@@ -191,13 +191,8 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
 
 
-class CompletionChunk(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage | None = None
+class CompletionChunk(CompletionResponse):
+    """A streamed piece of a completion: OpenAI gives it the response's very body."""
 
 
 class ModelCard(BaseModel):

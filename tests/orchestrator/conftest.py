@@ -45,11 +45,15 @@ def emulation(bundle_root: Path) -> Iterator[Emulation]:
         emulation.stop()
 
 
+def fleet_of(emu: Emulation) -> ScriptedFleet:
+    assert isinstance(emu.fleet, ScriptedFleet)
+    return emu.fleet
+
+
 @pytest.fixture
 def emu(emulation: Emulation) -> Emulation:
     """The module's emulation with a fresh fleet and no pending faults."""
-    assert isinstance(emulation.fleet, ScriptedFleet)
-    emulation.fleet.reset()
+    fleet_of(emulation).reset()
     emulation.faults.lambdas.clear()
     emulation.faults.throttles.clear()
     return emulation

@@ -9,20 +9,16 @@ from typing import Any
 import pytest
 
 from functions.quota import SPOT_G_VT_QUOTA
-from rigbench.emulation import Emulation, ScriptedFleet
+from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import (
     assert_clean,
     error_of,
+    fleet_of,
     result_rows,
     run_sweep,
     sweep_id_of,
     sweep_input,
 )
-
-
-def fleet_of(emu: Emulation) -> ScriptedFleet:
-    assert isinstance(emu.fleet, ScriptedFleet)
-    return emu.fleet
 
 
 @pytest.fixture(scope="module")

@@ -9,20 +9,16 @@ import pytest
 from botocore.exceptions import ClientError
 
 from functions.quota import ON_DEMAND_G_VT_QUOTA
-from rigbench.emulation import Emulation, ScriptedFleet
+from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import (
     assert_clean,
     error_of,
+    fleet_of,
     ledger_items,
     run_sweep,
     sweep_id_of,
     sweep_input,
 )
-
-
-def fleet_of(emu: Emulation) -> ScriptedFleet:
-    assert isinstance(emu.fleet, ScriptedFleet)
-    return emu.fleet
 
 
 def first_state_failure(emu: Emulation, described: dict[str, Any]) -> tuple[str, str]:

@@ -41,13 +41,19 @@ def rig_server(
         _wait_healthy(proc, base, timeout_s, log)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_group(proc)
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM a process started with `start_new_session=True` and its children; SIGKILL
+    them after `grace_s`. Nothing to do once it has exited."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], base: str, timeout_s: float, log: Path) -> None:

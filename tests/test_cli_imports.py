@@ -1,0 +1,36 @@
+"""`python -m rigbench bench ...` and `rig serve ...` run on GPU machines that may lack the
+control-plane packages: importing the CLI must not pull them (or the model libraries) in."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("boto3", "botocore", "moto", "aws_lambda_powertools", "torch", "transformers", "jax")
+# Still imported at the top of rigbench/local/cli.py (`import boto3`, which brings botocore).
+# A known set to shrink: once that import moves into the function that checks credentials,
+# this set becomes empty.
+STILL_PULLED_IN_BY_LOCAL_CLI = frozenset({"boto3", "botocore"})
+
+
+def loaded_after_import(module: str) -> set[str]:
+    probe = (
+        f"import {module}, json, sys; "
+        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_importing_the_cli_loads_no_control_plane_or_model_library() -> None:
+    loaded = loaded_after_import("rigbench.cli")
+    assert loaded <= STILL_PULLED_IN_BY_LOCAL_CLI, sorted(loaded - STILL_PULLED_IN_BY_LOCAL_CLI)
+
+
+def test_the_probe_sees_a_heavy_import() -> None:
+    # The probe itself must be able to fail: the Lambda code does load powertools and boto3.
+    assert {"aws_lambda_powertools", "boto3"} <= loaded_after_import("functions.reaper")
