@@ -8,10 +8,6 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("boto3", "botocore", "moto", "aws_lambda_powertools", "torch", "transformers", "jax")
-# Still imported at the top of rigbench/local/cli.py (`import boto3`, which brings botocore).
-# A known set to shrink: once that import moves into the function that checks credentials,
-# this set becomes empty.
-STILL_PULLED_IN_BY_LOCAL_CLI = frozenset({"boto3", "botocore"})
 
 
 def loaded_after_import(module: str) -> set[str]:
@@ -27,8 +23,7 @@ def loaded_after_import(module: str) -> set[str]:
 
 
 def test_importing_the_cli_loads_no_control_plane_or_model_library() -> None:
-    loaded = loaded_after_import("rigbench.cli")
-    assert loaded <= STILL_PULLED_IN_BY_LOCAL_CLI, sorted(loaded - STILL_PULLED_IN_BY_LOCAL_CLI)
+    assert loaded_after_import("rigbench.cli") == set()
 
 
 def test_the_probe_sees_a_heavy_import() -> None:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import boto3
 import typer
 from rich.console import Console
 
@@ -54,6 +53,8 @@ HomeOption = Annotated[
 
 def has_aws_credentials() -> bool:
     """Whether boto3 finds credentials (environment, profile, SSO, instance role...)."""
+    import boto3  # the control plane's client: not needed to run the harness or a rig
+
     try:
         return boto3.session.Session().get_credentials() is not None
     except Exception:  # a broken profile is as good as none for this question

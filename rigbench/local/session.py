@@ -15,7 +15,6 @@ import atexit
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -28,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from rigbench.emulation import Emulation
+from rigbench.emulation import Emulation, EnvironOverride
 from rigbench.local import persist
 from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
 from rigbench.local.fleet import LocalFleet, RigCommand
@@ -119,7 +118,7 @@ class LocalSession:
         self._fleet: LocalFleet | None = None
         self.emulated: Any = None
         self.emulation: Emulation | None = None
-        self._saved_env: dict[str, str | None] = {}
+        self._environ = EnvironOverride()
         self._redirected: list[tuple[logging.StreamHandler[Any], Any]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -129,9 +128,7 @@ class LocalSession:
         # every request; the handlers' own logs and metrics go to stdout as in Lambda.
         logging.getLogger("moto").setLevel(logging.CRITICAL)
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        for key, value in QUIET_HANDLERS.items():
-            self._saved_env[key] = os.environ.get(key)
-            os.environ[key] = value
+        self._environ.set(QUIET_HANDLERS)
         self._redirect_handler_logs()
         self.stale = reap_stale(self.home)
         for record in self.stale:
@@ -183,12 +180,7 @@ class LocalSession:
                 for handler, stream in self._redirected:
                     handler.setStream(stream).close()  # type: ignore[union-attr]
                 self._redirected.clear()
-                for key, value in self._saved_env.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-                self._saved_env.clear()
+                self._environ.restore()
 
     def _redirect_handler_logs(self) -> None:
         """The handlers' JSON logs (CloudWatch's on AWS) go to lambda.log in the state dir."""
