@@ -111,9 +111,7 @@ def test_multimodal_checkpoint_names_and_bfloat16(tiny_checkpoint: Any, tmp_path
 
 
 def test_e2b_config_from_constructor_kwargs() -> None:
-    raw = json.loads(
-        Path(__file__).parents[3].joinpath("../shared/data/gemma4-e2b-text-config.json").read_text()
-    )
+    raw = json.loads(Path(__file__).parents[3].joinpath("rigs/configs/e2b.json").read_text())
     cfg = model.Config.from_hf(raw)
     assert cfg.num_layers == 35
     assert cfg.cache_layers == tuple(range(15))
