@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rigs.sources import ModelSource
-from tests.rigs.rig_process import REPO, free_port
+from tests.rigs.rig_process import REPO, free_port, stop_process_group
 
 # Longer than the tiny config's sliding window (16), so generation crosses it.
 PROMPT_IDS = [2, *range(300, 330)]
@@ -67,13 +66,7 @@ def jax_rig(
             time.sleep(0.2)
         yield Rig(base, codes)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_group(proc)
 
 
 @pytest.fixture(scope="module")
