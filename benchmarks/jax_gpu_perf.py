@@ -494,7 +494,8 @@ def main() -> None:
         remaining = args.budget_s - (time.monotonic() - started)
         child = [sys.executable, __file__, str(out), "--child", "engine", *passthrough]
         try:
-            timeout = max(60.0, remaining - args.http_reserve_s)
+            reserve = args.http_reserve_s if "http" in phases else 0.0
+            timeout = max(60.0, remaining - reserve)
             code = subprocess.run(child, cwd=REPO, timeout=timeout, check=False).returncode
             summary["engine_exit"] = code
         except subprocess.TimeoutExpired:
