@@ -245,6 +245,8 @@ class OpenAIBackend:
                         if wire is not None and times and times[-1] == now:
                             # Read late, together with the previous chunk: one stamp for both.
                             record.shared_read_chunks += 1
+                            if len(times) == 1:
+                                record.first_token_shared_read = True
                         times.append(now)
                     elif "error" in event and not event.get("choices"):
                         _fail(record, "error_event", json.dumps(event["error"])[:300])

@@ -15,6 +15,20 @@
   send to last completion).
 Failed requests never enter a latency figure; they are counted by reason. Queue wait (due
 time to send time) is summarised apart from every latency.
+
+What was really measured, beside what was asked for:
+- Achieved concurrency: requests in flight (send to completion), averaged over time; a cell
+  under 90% of its nominal load, or a rate cell whose sends fell over 10% behind their
+  schedule, says so in words (`load_shortfall`).
+- Validity: chunks the client read late, together with a later one, share the later one's
+  kernel stamp. From the records the harness predicts each figure's error: a first token
+  read with k more chunks makes TTFT late by k gaps; within ITL, a run of k chunks read
+  together turns k gaps into zeros and the gap before them into k + 1 gaps (the sum stays,
+  so the ITL mean is sound). A gap is estimated as the request's mean chunk gap. The
+  predicted error of a percentile is that percentile of the per-sample errors; a figure
+  whose predicted error exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms) is marked invalid.
+- Delivery: "burst" when more than half of the gaps between separately read chunks are
+  under 0.2 ms (the server writes tokens in groups); ITL then describes the groups.
 """
 
 from __future__ import annotations
@@ -24,7 +38,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.schemas import CellReport, MetricSummary, RequestRecord
+from harness.schemas import CellReport, Delivery, MetricSummary, MetricValidity, RequestRecord
+
+TTFT_TOLERANCE_MS = 2.0
+ITL_TOLERANCE_MS = 0.5
+BURST_GAP_S = 0.0002
+SHORTFALL = 0.9  # achieved / nominal load under which a cell says it fell short
 
 
 def summarize(samples_s: Sequence[float] | np.ndarray) -> MetricSummary:
@@ -55,6 +74,133 @@ def itl_samples(record: RequestRecord) -> np.ndarray:
         per_gap = np.diff(np.rint(np.linspace(0, tokens - 1, chunks)).astype(int))
         gaps = np.repeat(gaps * ((chunks - 1) / (tokens - 1)), per_gap)
     return gaps
+
+
+def in_flight(records: Sequence[RequestRecord], start: float, end: float) -> float:
+    """Time-weighted mean of requests in flight (send to end) over [start, end]."""
+    if end <= start:
+        return 0.0
+    busy = sum(
+        max(min(r.end_time, end) - max(r.send_time, start), 0.0)
+        for r in records
+        if r.end_time is not None
+    )
+    return busy / (end - start)
+
+
+def achieved_concurrency(
+    sent: Sequence[RequestRecord], concurrency: int | None
+) -> tuple[float | None, int | None]:
+    """(achieved, nominal) requests in flight; see CellReport.achieved_concurrency.
+
+    A closed loop should hold min(concurrency, requests) in flight from the moment its first
+    request was due until fewer requests remain than slots: that is, until the completion
+    numbered requests - nominal + 1. A rate cell has no nominal figure.
+    """
+    ended = sorted(r.end_time for r in sent if r.end_time is not None)
+    if not ended:
+        return None, None
+    if concurrency is None:
+        return in_flight(sent, min(r.send_time for r in sent), ended[-1]), None
+    nominal = min(concurrency, len(sent))
+    start = min(r.ready_time for r in sent)
+    end = ended[min(len(sent) - nominal, len(ended) - 1)]
+    if end <= start:
+        return None, nominal
+    return in_flight(sent, start, end), nominal
+
+
+def load_shortfall(
+    sent: Sequence[RequestRecord],
+    achieved: float | None,
+    nominal: int | None,
+    queue_wait_p50_ms: float | None,
+) -> str | None:
+    """In words, how the cell fell short of its nominal load; None when it did not."""
+    if nominal is not None and achieved is not None and achieved < SHORTFALL * nominal:
+        return (
+            f"fell short of its load: {achieved:.1f} of {nominal} requests in flight on average "
+            f"({100 * achieved / nominal:.0f}%); requests waited {queue_wait_p50_ms or 0:.1f} ms "
+            "(p50) for the client before they left, so the server saw a lighter load"
+        )
+    if nominal is None and len(sent) >= 2:
+        due = max(r.ready_time for r in sent) - min(r.ready_time for r in sent)
+        went = max(r.send_time for r in sent) - min(r.send_time for r in sent)
+        if due > 0 and went > due / SHORTFALL:
+            return (
+                f"fell short of its rate: requests due over {due:.2f} s left over {went:.2f} s "
+                f"({100 * due / went:.0f}% of the rate; queue wait p50 "
+                f"{queue_wait_p50_ms or 0:.1f} ms)"
+            )
+    return None
+
+
+def _leading_zeros(gaps: np.ndarray) -> int:
+    nonzero = np.flatnonzero(gaps)
+    return int(nonzero[0]) if nonzero.size else int(gaps.size)
+
+
+def _gap_errors(gaps: np.ndarray, gap: float) -> np.ndarray:
+    """Predicted error of each chunk gap: -gap where read together, +k gaps before a run of k."""
+    zero = gaps == 0
+    errors = np.where(zero, -gap, 0.0)
+    # Runs of zeros: each adds its length to the gap just before it (when there is one).
+    edges = np.diff(np.concatenate(([0], zero.astype(np.int8), [0])))
+    for run_start, run_end in zip(
+        np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True
+    ):
+        if run_start > 0:
+            errors[run_start - 1] += (run_end - run_start) * gap
+    return errors
+
+
+def _validity(
+    errors_s: Sequence[float] | np.ndarray, tolerance_ms: float, reason: str
+) -> MetricValidity:
+    predicted = summarize(errors_s)
+    checks = {
+        figure: value is None or abs(value) <= tolerance_ms
+        for figure in ("mean", "p50", "p90", "p99")
+        for value in [getattr(predicted, figure)]
+    }
+    return MetricValidity(
+        **checks, predicted_error_ms=predicted, reason=None if all(checks.values()) else reason
+    )
+
+
+def validity(ok: Sequence[RequestRecord]) -> tuple[MetricValidity, MetricValidity, Delivery]:
+    """TTFT and ITL validity from the chunks read together, and how tokens were delivered."""
+    ttft_errors: list[float] = []
+    itl_errors: list[np.ndarray] = []
+    separate: list[np.ndarray] = []
+    for r in ok:
+        times = np.asarray(r.content_times, dtype=float)
+        if times.size < 2:
+            ttft_errors.append(0.0)
+            continue
+        gaps = np.diff(times)
+        gap = float(times[-1] - times[0]) / (times.size - 1)
+        ttft_errors.append(_leading_zeros(gaps) * gap if r.first_token_shared_read else 0.0)
+        itl_errors.append(_gap_errors(gaps, gap))
+        separate.append(gaps[gaps > 0])
+    shared_first = sum(r.first_token_shared_read for r in ok)
+    chunks = max(sum(r.content_chunks for r in ok), 1)
+    shared = sum(r.shared_read_chunks for r in ok)
+    ttft = _validity(
+        ttft_errors,
+        TTFT_TOLERANCE_MS,
+        f"{shared_first} of {len(ok)} first tokens ({100 * shared_first / max(len(ok), 1):.0f}%) "
+        "were read together with the next token, so their TTFT is late by a token gap",
+    )
+    itl = _validity(
+        np.concatenate(itl_errors) if itl_errors else [],
+        ITL_TOLERANCE_MS,
+        f"{100 * shared / chunks:.0f}% of chunks were read together with an earlier one, so "
+        "their gaps read as zero and the gap before them as several",
+    )
+    gaps_apart = np.concatenate(separate) if separate else np.empty(0)
+    burst = gaps_apart.size > 0 and float(np.mean(gaps_apart < BURST_GAP_S)) > 0.5
+    return ttft, itl, "burst" if burst else "streamed"
 
 
 def cell_report(
@@ -90,6 +236,9 @@ def cell_report(
         end = max((r.end_time or r.send_time) for r in sent)
         duration = max(end - start, 0.0)
 
+    queue_wait = summarize([r.queue_wait for r in sent])
+    achieved, nominal = achieved_concurrency(sent, concurrency)
+    ttft_validity, itl_validity, delivery = validity(ok)
     return CellReport(
         concurrency=concurrency,
         rate=rate,
@@ -102,7 +251,7 @@ def cell_report(
         itl_ms=summarize(np.concatenate(itl) if itl else []),
         tpot_ms=summarize(tpot),
         e2e_ms=summarize(e2e),
-        queue_wait_ms=summarize([r.queue_wait for r in sent]),
+        queue_wait_ms=queue_wait,
         failure_reasons=dict(Counter(str(r.error) for r in failed)),
         length_mismatches=sum(r.output_tokens != r.output_len for r in ok),
         prompt_length_mismatches=sum(
@@ -116,4 +265,11 @@ def cell_report(
         ),
         event_loop_lag_ms=summarize(loop_lag_s),
         complete=complete,
+        achieved_concurrency=achieved,
+        achieved_request_rate=len(sent) / duration if duration > 0 else None,
+        load_shortfall=load_shortfall(sent, achieved, nominal, queue_wait.p50),
+        first_token_shared_reads=sum(r.first_token_shared_read for r in ok),
+        ttft_validity=ttft_validity,
+        itl_validity=itl_validity,
+        delivery=delivery,
     )

@@ -8,7 +8,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness.schemas import BenchmarkReport, MetricSummary, RequestRecord
+from harness.schemas import (
+    BenchmarkReport,
+    CellReport,
+    MetricSummary,
+    MetricValidity,
+    RequestRecord,
+)
 
 
 def records_path(report_path: Path) -> Path:
@@ -41,12 +47,28 @@ def _ms(summary: MetricSummary, field: str = "p50") -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _checked(summary: MetricSummary, validity: MetricValidity, field: str, why: str) -> str:
+    """A figure, or `invalid (...)` where its predicted error exceeds the tolerance."""
+    if not validity.valid(field) and getattr(summary, field) is not None:
+        return f"invalid ({why})"
+    return _ms(summary, field)
+
+
+def _load(cell: CellReport) -> tuple[str, str, str]:
+    nominal = str(cell.concurrency if cell.concurrency is not None else cell.rate)
+    achieved = "-" if cell.achieved_concurrency is None else f"{cell.achieved_concurrency:.1f}"
+    rate = "-" if cell.achieved_request_rate is None else f"{cell.achieved_request_rate:.1f}"
+    return nominal, achieved, rate
+
+
 def results_table(report: BenchmarkReport) -> Table:
     table = Table(title=f"rigbench bench: {report.model} at {report.url} ({report.endpoint})")
     load = "concurrency" if report.config.concurrency is not None else "rate (req/s)"
-    for column in (load, "ok", "failed", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50",
-                   "ITL p99", "TPOT p50", "E2E p50", "queue p50", "flags"):  # fmt: skip
+    for column in (load, "in flight", "req/s", "ok", "failed", "out tok/s", "TTFT p50",
+                   "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "E2E p50", "queue p50",
+                   "flags"):  # fmt: skip
         table.add_column(column, justify="right" if column != "flags" else "left")
+    notes: list[str] = []
     for cell in report.cells:
         flags = [f"{k}={v}" for k, v in sorted(cell.failure_reasons.items())]
         if cell.length_mismatches:
@@ -55,21 +77,39 @@ def results_table(report: BenchmarkReport) -> Table:
             flags.append(f"multi_token_chunks={cell.multi_token_chunk_requests}")
         if cell.shared_read_fraction > 0.01:
             flags.append(f"shared_reads={100 * cell.shared_read_fraction:.0f}%")
+        if cell.delivery == "burst":
+            flags.append("burst delivery (compare on TPOT)")
+        if cell.load_shortfall:
+            flags.append("SHORT OF LOAD")
         if not cell.complete:
             flags.append("INTERRUPTED")
+        nominal, achieved, rate = _load(cell)
+        if cell.load_shortfall:
+            notes.append(f"{nominal}: {cell.load_shortfall}")
+        first = 100 * cell.first_token_shared_reads / max(cell.requests_ok, 1)
+        ttft_why = f"{first:.0f}% first tokens read late"
+        itl_why = f"{100 * cell.shared_read_fraction:.0f}% shared reads"
         table.add_row(
-            str(cell.concurrency if cell.concurrency is not None else cell.rate),
+            nominal,
+            achieved,
+            rate,
             str(cell.requests_ok),
             str(cell.requests_failed),
             f"{cell.output_tok_s:.1f}",
-            _ms(cell.ttft_ms),
-            _ms(cell.ttft_ms, "p99"),
-            _ms(cell.itl_ms),
-            _ms(cell.itl_ms, "p99"),
+            _checked(cell.ttft_ms, cell.ttft_validity, "p50", ttft_why),
+            _checked(cell.ttft_ms, cell.ttft_validity, "p99", ttft_why),
+            _checked(cell.itl_ms, cell.itl_validity, "p50", itl_why),
+            _checked(cell.itl_ms, cell.itl_validity, "p99", itl_why),
             _ms(cell.tpot_ms),
             _ms(cell.e2e_ms),
             _ms(cell.queue_wait_ms),
             " ".join(flags),
         )
-    table.caption = "latencies in ms; " + report.harness_ceiling_note
+    caption = [
+        "latencies in ms; in flight: requests in flight on average (achieved concurrency); "
+        "req/s: requests completed per second",
+        *notes,
+        report.harness_ceiling_note,
+    ]
+    table.caption = "\n".join(caption)
     return table

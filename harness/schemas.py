@@ -13,6 +13,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Endpoint = Literal["completions", "chat"]
+# How a cell's tokens reached the client: one chunk at a time ("streamed"), or in groups
+# written back to back ("burst", e.g. a server that emits several tokens per device call).
+Delivery = Literal["streamed", "burst"]
 PromptKind = Literal["token_ids", "text"]
 
 # Failure reasons a request can end with. "interrupted" (Ctrl-C) is kept in the records but is
@@ -124,6 +127,11 @@ class RequestRecord(_Model):
         description="Content chunks that reached the client in one socket read with an earlier "
         "one (read late), so they share its arrival stamp: a sign of client strain.",
     )
+    first_token_shared_read: bool = Field(
+        default=False,
+        description="The first content chunk reached the client in one socket read with the "
+        "next one, so its stamp is the later chunk's arrival: TTFT reads late by about a gap.",
+    )
     http_status: int | None = None
     error: FailureReason | None = None
     error_detail: str | None = None
@@ -152,6 +160,29 @@ class MetricSummary(_Model):
     p90: float | None = None
     p99: float | None = None
     count: int = Field(default=0, description="Number of samples summarised.")
+
+
+class MetricValidity(_Model):
+    """Which figures of one metric the harness measured within its tolerance.
+
+    A figure is invalid when the error the harness predicts for it from its own records
+    (chunks it read late, together with a later one: see `harness.metrics.validity`)
+    exceeds the tolerance: 2 ms for TTFT, 0.5 ms for ITL. Invalid figures are kept in the
+    summary for the record but are never shown as clean numbers.
+    """
+
+    mean: bool = True
+    p50: bool = True
+    p90: bool = True
+    p99: bool = True
+    predicted_error_ms: MetricSummary = Field(
+        default_factory=MetricSummary,
+        description="The predicted error of each figure (measured minus true), in ms.",
+    )
+    reason: str | None = Field(default=None, description="Why a figure is invalid, in words.")
+
+    def valid(self, figure: str) -> bool:
+        return bool(getattr(self, figure, True))
 
 
 class CellReport(_Model):
@@ -199,6 +230,35 @@ class CellReport(_Model):
         "about 1 ms means the harness itself is near its ceiling.",
     )
     complete: bool = Field(default=True, description="False when Ctrl-C cut the cell short.")
+    achieved_concurrency: float | None = Field(
+        default=None,
+        description="Requests in flight (sent, not yet complete), averaged over time: for a "
+        "concurrency cell over the stretch in which the nominal number should have been in "
+        "flight (from the first request due to the completion that left fewer requests to "
+        "send than slots); for a rate cell from first send to last completion.",
+    )
+    achieved_request_rate: float | None = Field(
+        default=None,
+        description="Requests completed (ok or failed) per second over duration_s.",
+    )
+    load_shortfall: str | None = Field(
+        default=None,
+        description="Set, in words, when the cell did not reach its nominal load (achieved "
+        "concurrency under 90% of nominal, or sends behind a rate's schedule by over 10%).",
+    )
+    first_token_shared_reads: int = Field(
+        default=0,
+        description="Successful requests whose first content chunk was read together with the "
+        "next one (their TTFT is late by about one token gap).",
+    )
+    ttft_validity: MetricValidity = Field(default_factory=MetricValidity)
+    itl_validity: MetricValidity = Field(default_factory=MetricValidity)
+    delivery: Delivery = Field(
+        default="streamed",
+        description="burst: more than half of the gaps between separately read content chunks "
+        "were under 0.2 ms, so the server emits tokens in groups and ITL describes the groups, "
+        "not a per-token pace; compare such cells on TPOT.",
+    )
 
 
 class BenchmarkReport(_Model):

@@ -7,13 +7,22 @@ parent, which derives the cell's figures from all of them together. Every proces
 `time.perf_counter` (CLOCK_MONOTONIC, one clock for the whole machine) against the parent's
 origin, so their records share one time base, and all shares start at one agreed instant.
 Ctrl-C sets a shared event; each worker cancels its share and returns what it has.
+No worker outlives its run: workers ignore SIGINT (the parent decides when to stop, and a
+terminal's Ctrl-C reaches the whole process group), the pool is shut down in a `finally`,
+and on Linux each worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG),
+so even a parent killed outright leaves none behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import multiprocessing
 import multiprocessing.synchronize
+import os
+import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +59,25 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
 
-def _init(stop: multiprocessing.synchronize.Event) -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _init(stop: multiprocessing.synchronize.Event, parent: int) -> None:
     global _stop
     _stop = stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
 
 
 def _ready() -> None:
@@ -115,7 +140,10 @@ class WorkerPool:
         self.processes = processes
         self.stop = context.Event()
         self._pool = ProcessPoolExecutor(
-            max_workers=processes, mp_context=context, initializer=_init, initargs=(self.stop,)
+            max_workers=processes,
+            mp_context=context,
+            initializer=_init,
+            initargs=(self.stop, os.getpid()),
         )
 
     async def start(self) -> None:
