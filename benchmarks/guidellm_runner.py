@@ -56,6 +56,7 @@ class GuidellmResult(BaseModel):
     requests_incomplete: int
     duration_s: float
     request_rate: float  # successful requests / measured duration
+    achieved_concurrency: float | None = None  # requests in flight, averaged over the window
     output_tokens: int
     output_tok_s: float  # output tokens of successful requests / measured duration
     ttft_ms: Percentiles
@@ -248,6 +249,13 @@ def parse_report(
         return percentiles(values)
 
     output_tokens = sum(int(r["output_tokens"] or 0) for r in measured)
+    spans = [
+        (r["request_start_time"], r["request_end_time"])
+        for kind in ("successful", "errored", "incomplete")
+        for r in bench["requests"][kind]
+        if r.get("request_start_time") is not None and r.get("request_end_time") is not None
+    ]
+    busy = sum(max(min(e, end) - max(s, start), 0.0) for s, e in spans)
     return GuidellmResult(
         concurrency=concurrency,
         rate=rate,
@@ -256,6 +264,7 @@ def parse_report(
         requests_incomplete=len(incomplete),
         duration_s=duration,
         request_rate=len(measured) / duration,
+        achieved_concurrency=busy / duration if duration > 0 else None,
         output_tokens=output_tokens,
         output_tok_s=output_tokens / duration,
         ttft_ms=series("time_to_first_token_ms"),

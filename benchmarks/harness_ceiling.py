@@ -1,25 +1,25 @@
-"""The harness's own ceiling on this machine, and GuideLLM's, against the reference server.
+"""The harness's own edge on this machine, and GuideLLM's, against the reference server.
 
-    python -m benchmarks.harness_ceiling [--levels 8,16,32,64,128,256] [--workers 1]
-                                         [--no-guidellm]
+    python -m benchmarks.harness_ceiling [--levels 16,32,64,96,128,192,256] [--runs 3]
+                                         [--workers 1] [--no-guidellm]
 
 Level by level, each tool in turn (so both meet the same conditions on a shared machine), a
-fresh reference server (first token after --ttft-ms, then one every --itl-ms) is measured
-with the same load: a closed loop of `level` streams, --rounds x level requests of
---output-len tokens, after `level` warm-up requests. A tool *sustains* a level when every
-request succeeds and its TTFT p50 is within 2 ms and its ITL p50 within 0.5 ms of the
-schedule the server kept. That schedule is the server's own record (/stats: from each
-request's arrival at its socket to its first token, and the gaps between its writes); on an
-idle machine it is the nominal one, and where other processes delay the server, it is what
-the clients were sent, so the comparison stays about the clients. Nominal deviations are
-printed too. The aggregate token-event rate of a level is the output tokens a tool received
-per second. A tool's ceiling is the highest event rate it sustained (with that concurrency);
-a tool is no longer tried after two levels in a row that it did not sustain. GuideLLM
-reports no per-gap ITL; its per-request (last - first token) / (tokens - 1) is used
-(benchmarks/guidellm_runner.py, which runs it offline from its own virtualenv). rigbench also
-says how many chunks it read together with an earlier one (a late read: both share one
-stamp, which leaves ITL p50 right but widens p90/p99); its ceiling under the stricter rule
-of at most 1% such chunks is printed as well.
+fresh reference server (first token after --ttft-ms, then one every --itl-ms, --output-len
+tokens) is measured with the same load: a closed loop of `level` streams, --rounds x level
+requests, after `level` warm-up requests. A tool *sustains* a level when every request
+succeeds and its TTFT p50 is within 2 ms and its ITL p50 within 0.5 ms of the schedule the
+server kept (its own record, /stats: from each request's arrival at its socket to its first
+token, and the gaps between its writes), so the comparison stays about the clients even
+where other processes delay the server. Per level it prints the errors, the concurrency
+really achieved (requests in flight, time-weighted), and for rigbench its strain warning
+(`harness.runner.strained_figures`: a TTFT or ITL p50 whose predicted error exceeds the
+tolerance) and whether the warning was right: fired exactly when an error was beyond the
+tolerance. A tool's edge is the highest token-event rate it sustained; a tool is no longer
+tried after two levels in a row that it did not sustain. With --runs N the sweep is
+repeated and the median edge printed, with how often the warning was right over all cells.
+GuideLLM reports no per-gap ITL; its per-request (last - first token) / (tokens - 1) is
+used (benchmarks/guidellm_runner.py, which runs it offline from its own virtualenv); when
+its CLI is not installed, rigbench is measured alone and the output says so.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from harness.demo import reference_server_process
-from harness.runner import run_benchmark
+from harness.runner import run_benchmark, strained_figures
 from harness.schemas import BenchmarkConfig
 
 TTFT_TOL_MS, ITL_TOL_MS = 2.0, 0.5
@@ -57,7 +58,17 @@ class Level:
     server_gap_p50: float
     wall_s: float
     note: str = ""
-    shared_reads: float | None = None  # rigbench only: share of chunks read together
+    achieved_concurrency: float | None = None
+    warned: bool | None = None  # rigbench only: its strain warning fired for this cell
+
+    @property
+    def within_tolerance(self) -> bool:
+        return (
+            self.ttft_p50 is not None
+            and self.itl_p50 is not None
+            and abs(self.ttft_p50 - self.server_ttft_p50) <= TTFT_TOL_MS
+            and abs(self.itl_p50 - self.server_gap_p50) <= ITL_TOL_MS
+        )
 
     @property
     def sustained(self) -> bool:
@@ -66,11 +77,13 @@ class Level:
             # GuideLLM turns a request count into a time window and measures fewer: at least
             # one request per stream must have been measured.
             and self.ok >= min(self.requests, self.concurrency)
-            and self.ttft_p50 is not None
-            and self.itl_p50 is not None
-            and abs(self.ttft_p50 - self.server_ttft_p50) <= TTFT_TOL_MS
-            and abs(self.itl_p50 - self.server_gap_p50) <= ITL_TOL_MS
+            and self.within_tolerance
         )
+
+    @property
+    def warning_right(self) -> bool | None:
+        """Whether the strain warning fired exactly when an error was beyond the tolerance."""
+        return None if self.warned is None else self.warned == (not self.within_tolerance)
 
 
 def server_record(url: str) -> tuple[float, float]:
@@ -92,14 +105,16 @@ def run_rigbench(url: str, level: int, args: argparse.Namespace) -> Level:
     start = time.perf_counter()
     cell = asyncio.run(run_benchmark(config)).cells[0]
     wall = time.perf_counter() - start
+    first = 100 * cell.first_token_shared_reads / max(cell.requests_ok, 1)
     note = (
-        f"lag p99 {cell.event_loop_lag_ms.p99 or 0:.0f} ms, "
-        f"{100 * cell.shared_read_fraction:.1f}% chunks read together"
+        f"predicted TTFT {cell.ttft_validity.predicted_error_ms.p50 or 0:+.1f} "
+        f"ITL {cell.itl_validity.predicted_error_ms.p50 or 0:+.1f}; read late: "
+        f"{first:.0f}% first tokens, {100 * cell.shared_read_fraction:.0f}% chunks"
     )
     return Level(
         "rigbench", level, config.requests, cell.requests_ok, cell.requests_failed,
         cell.output_tok_s, cell.ttft_ms.p50, cell.itl_ms.p50, *server_record(url), wall, note,
-        cell.shared_read_fraction,
+        cell.achieved_concurrency, bool(strained_figures(cell)),
     )  # fmt: skip
 
 
@@ -116,34 +131,70 @@ def run_guidellm(url: str, level: int, args: argparse.Namespace) -> Level:
     return Level(
         "guidellm", level, requests, result["requests_ok"], result["requests_failed"],
         result["output_tok_s"], result["ttft_ms"]["p50"], result["itl_ms"]["p50"],
-        *server_record(url), wall,
+        *server_record(url), wall, "", result.get("achieved_concurrency"),
     )  # fmt: skip
 
 
-def print_level(row: Level, args: argparse.Namespace) -> None:
-    def ms(value: float | None, nominal: float) -> str:
-        return "       -        " if value is None else f"{value:7.2f} ({value - nominal:+5.2f})"
+def print_level(row: Level) -> None:
+    def err(value: float | None, kept: float) -> str:
+        return "     -" if value is None else f"{value - kept:+6.2f}"
 
+    achieved = "-" if row.achieved_concurrency is None else f"{row.achieved_concurrency:.0f}"
+    if row.warned is None:
+        warning = "warning n/a"
+    else:
+        warning = f"warning {'FIRED' if row.warned else 'quiet'} "
+        warning += "(right)" if row.warning_right else "(WRONG)"
     print(
-        f"{row.tool:8s} c={row.concurrency:4d} {row.event_rate:7.0f} ev/s  ok {row.ok:4d} "
-        f"failed {row.failed:2d}  TTFT p50 {ms(row.ttft_p50, row.server_ttft_p50)}  "
-        f"ITL p50 {ms(row.itl_p50, row.server_gap_p50)}  | server kept TTFT "
-        f"{row.server_ttft_p50:6.2f} ({row.server_ttft_p50 - args.ttft_ms:+.2f}) "
-        f"gap {row.server_gap_p50:6.2f}  | {'sustained' if row.sustained else 'OFF':9s} "
-        f"{row.note} ({row.wall_s:.0f} s, load {os.getloadavg()[0]:.1f})",
+        f"{row.tool:8s} c={row.concurrency:4d} in flight {achieved:>4s} "
+        f"{row.event_rate:6.0f} ev/s ok {row.ok:4d} failed {row.failed:2d} | error TTFT p50 "
+        f"{err(row.ttft_p50, row.server_ttft_p50)} ITL p50 {err(row.itl_p50, row.server_gap_p50)}"
+        f" ms | {'sustained' if row.sustained else 'OFF':9s} | {warning:22s} {row.note} "
+        f"({row.wall_s:.0f} s, load {os.getloadavg()[0]:.1f})",
         flush=True,
     )
 
 
+def sweep(
+    levels: list[int],
+    runners: dict[str, Callable[[str, int, argparse.Namespace], Level]],
+    args: argparse.Namespace,
+) -> dict[str, list[Level]]:
+    """One pass over the levels, tools interleaved; each tool stops two levels past its edge."""
+    schedule = ("--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms))
+    rows: dict[str, list[Level]] = {tool: [] for tool in runners}
+    misses = dict.fromkeys(runners, 0)
+    for level in levels:
+        for tool, runner in runners.items():
+            if misses[tool] >= 2:  # two levels off in a row: past this tool's edge
+                continue
+            with reference_server_process(*schedule, nice=args.nice - 5) as url:
+                try:
+                    row = runner(url, level, args)
+                except Exception as exc:  # a tool that falls over at a level is off there
+                    print(f"{tool:8s} c={level:4d}  failed to run: {exc}", flush=True)
+                    misses[tool] += 1
+                    continue
+            rows[tool].append(row)
+            print_level(row)
+            misses[tool] = 0 if row.sustained else misses[tool] + 1
+    return rows
+
+
+def edge(rows: list[Level]) -> Level | None:
+    return max((r for r in rows if r.sustained), key=lambda r: r.event_rate, default=None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--levels", default="8,16,32,64,128,256")
-    parser.add_argument("--ttft-ms", type=float, default=50.0)
-    parser.add_argument("--itl-ms", type=float, default=20.0)
-    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--levels", default="16,32,64,96,128,192,256")
+    parser.add_argument("--ttft-ms", type=float, default=20.0)
+    parser.add_argument("--itl-ms", type=float, default=5.0)
+    parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream per level")
     parser.add_argument("--workers", type=int, default=1, help="rigbench client processes")
+    parser.add_argument("--runs", type=int, default=1, help="sweeps; the median edge is printed")
     parser.add_argument("--no-guidellm", action="store_true")
     parser.add_argument(
         "--nice",
@@ -157,60 +208,54 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(args.nice)
     levels = [int(x) for x in args.levels.split(",")]
     runners: dict[str, Callable[[str, int, argparse.Namespace], Level]] = {"rigbench": run_rigbench}
+    guidellm_note = "GuideLLM not measured (--no-guidellm)"
     if not args.no_guidellm:
-        runners["guidellm"] = run_guidellm
-    schedule = ("--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms))
+        from benchmarks.guidellm_runner import guidellm_executable
+
+        try:
+            guidellm_note = f"GuideLLM from {guidellm_executable()}"
+            runners["guidellm"] = run_guidellm
+        except FileNotFoundError as exc:
+            guidellm_note = f"rigbench measured alone: {exc}"
     print(
         f"schedule: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, {args.output_len} tokens; "
         f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; nice {os.nice(0)}; "
-        f"rigbench workers {args.workers}. Figures: measured (minus what the server kept).",
+        f"rigbench workers {args.workers}; {guidellm_note}. Errors: measured minus what the "
+        "server kept; tolerance TTFT 2 ms, ITL 0.5 ms.",
         flush=True,
     )
-    rows: dict[str, list[Level]] = {tool: [] for tool in runners}
-    misses = dict.fromkeys(runners, 0)
-    for level in levels:
-        for tool, runner in runners.items():
-            if misses[tool] >= 2:  # two levels off in a row: past this tool's ceiling
-                continue
-            with reference_server_process(*schedule, nice=args.nice - 5) as url:
-                try:
-                    row = runner(url, level, args)
-                except Exception as exc:  # a tool that falls over at a level is off there
-                    print(f"{tool:8s} c={level:4d}  failed to run: {exc}", flush=True)
-                    misses[tool] += 1
-                    continue
-            rows[tool].append(row)
-            print_level(row, args)
-            misses[tool] = 0 if row.sustained else misses[tool] + 1
+    edges: dict[str, list[Level | None]] = {tool: [] for tool in runners}
+    judged: list[Level] = []
+    for run in range(args.runs):
+        if args.runs > 1:
+            print(f"-- run {run + 1} of {args.runs} (load average {os.getloadavg()[0]:.1f})")
+        rows = sweep(levels, runners, args)
+        judged += rows["rigbench"]
+        for tool, found in rows.items():
+            edges[tool].append(edge(found))
 
     print()
-    best = {
-        tool: max((r for r in found if r.sustained), key=lambda r: r.event_rate, default=None)
-        for tool, found in rows.items()
-    }
-    for tool, top in best.items():
-        if top is None:
-            print(f"{tool}: sustained no level")
-        else:
-            print(
-                f"{tool} ceiling: {top.event_rate:.0f} token events/s "
-                f"at concurrency {top.concurrency}"
-            )
-    strict = max(
-        (r for r in rows["rigbench"] if r.sustained and (r.shared_reads or 0.0) <= 0.01),
-        key=lambda r: r.event_rate,
-        default=None,
-    )
-    if strict is not None:
-        print(
-            f"rigbench ceiling with at most 1% of chunks read together (ITL p90/p99 clean "
-            f"too): {strict.event_rate:.0f} token events/s at concurrency {strict.concurrency}"
+    for tool, per_run in edges.items():
+        figures = ", ".join(
+            "none" if top is None else f"{top.event_rate:.0f} ev/s at c={top.concurrency}"
+            for top in per_run
         )
-    ours, theirs = best.get("rigbench"), best.get("guidellm")
-    if ours is not None and theirs is not None:
-        print(f"ratio rigbench / guidellm: {ours.event_rate / theirs.event_rate:.2f}x")
-    elif "guidellm" in best and theirs is None and ours is not None:
-        print("ratio: GuideLLM sustained no level tried, so no ratio; try lower --levels")
+        rates = [0.0 if top is None else top.event_rate for top in per_run]
+        print(f"{tool} edge per run: {figures}; median {statistics.median(rates):.0f} ev/s")
+    right = sum(bool(r.warning_right) for r in judged)
+    fired = sum(bool(r.warned) for r in judged)
+    print(
+        f"rigbench strain warning: right in {right} of {len(judged)} cells "
+        f"(fired in {fired}; an error was beyond tolerance in "
+        f"{sum(not r.within_tolerance for r in judged)})"
+    )
+    if "guidellm" in edges:
+        ours = statistics.median(0.0 if t is None else t.event_rate for t in edges["rigbench"])
+        theirs = statistics.median(0.0 if t is None else t.event_rate for t in edges["guidellm"])
+        if theirs > 0:
+            print(f"median ratio rigbench / guidellm: {ours / theirs:.2f}x")
+    else:
+        print(guidellm_note)
     return 0
 
 

@@ -112,6 +112,9 @@ def test_parse_report_reads_rigbench_figures() -> None:
     assert result.e2e_ms.p50 == pytest.approx(result.ttft_ms.p50 + 310.0, abs=10.0)
     # GuideLLM's TPOT counts TTFT in: (TTFT + 31 * 10) / 32.
     assert result.guidellm_tpot_ms.p50 == pytest.approx((result.ttft_ms.p50 + 310.0) / 32, abs=0.3)
+    # Four streams kept busy: between 3 and 4 in flight on average (gaps between requests).
+    assert result.achieved_concurrency is not None
+    assert 3.0 < result.achieved_concurrency <= 4.0
 
 
 def test_parse_report_leaves_out_warmup_requests(tmp_path: Path) -> None:
