@@ -24,7 +24,7 @@ What was really measured, beside what was asked for:
   kernel stamp. From the records the harness predicts each figure's error: a first token
   read with k more chunks makes TTFT late by k gaps; within ITL, a run of k chunks read
   together turns k gaps into zeros and the gap before them into k + 1 gaps (the sum stays,
-  so the ITL mean is sound). A gap is estimated as the request's mean chunk gap. The
+  so the ITL mean is sound). A gap is estimated as the request's mean gap between reads. The
   predicted error of a percentile is that percentile of the per-sample errors; a figure
   whose predicted error exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms) is marked invalid.
 - Delivery: "burst" when more than half of the gaps between separately read chunks are
@@ -179,8 +179,11 @@ def validity(ok: Sequence[RequestRecord]) -> tuple[MetricValidity, MetricValidit
             ttft_errors.append(0.0)
             continue
         gaps = np.diff(times)
-        gap = float(times[-1] - times[0]) / (times.size - 1)
-        ttft_errors.append(_leading_zeros(gaps) * gap if r.first_token_shared_read else 0.0)
+        # The first stamp is that of the last chunk of the first read: the span from it to
+        # the last chunk holds the gaps after the leading zeros.
+        lead = _leading_zeros(gaps)
+        gap = float(times[-1] - times[0]) / max(gaps.size - lead, 1)
+        ttft_errors.append(lead * gap if r.first_token_shared_read else 0.0)
         itl_errors.append(_gap_errors(gaps, gap))
         separate.append(gaps[gaps > 0])
     shared_first = sum(r.first_token_shared_read for r in ok)

@@ -23,6 +23,7 @@ import multiprocessing.synchronize
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -148,9 +149,17 @@ class WorkerPool:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await asyncio.gather(
-            *(loop.run_in_executor(self._pool, _ready) for _ in range(self.processes))
-        )
+        # The pool spawns a process per submission; with SIGINT ignored meanwhile they are
+        # born ignoring it (Python keeps an inherited SIG_IGN), so a Ctrl-C while they still
+        # import cannot kill one and break the pool.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            ready = [loop.run_in_executor(self._pool, _ready) for _ in range(self.processes)]
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
+        await asyncio.gather(*ready)
 
     async def run(
         self, shares: list[Share], stop: asyncio.Event

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from harness.metrics import cell_report, itl_samples, summarize
@@ -86,3 +88,94 @@ def test_chunks_read_together_are_reported() -> None:
     r = record([0.1, 0.12, 0.12, 0.16], usage=4)
     r.shared_read_chunks = 1
     assert cell_report([r]).shared_read_fraction == pytest.approx(0.25)
+
+
+def streamed(send: float, *, ttft: float = 0.020, gap: float = 0.005, tokens: int = 20,
+             ready: float | None = None) -> RequestRecord:  # fmt: skip
+    times = [send + ttft + k * gap for k in range(tokens)]
+    r = record(times, usage=tokens, send=send, ready=send if ready is None else ready,
+               output_len=tokens)  # fmt: skip
+    return r
+
+
+def read_late(r: RequestRecord, every: int) -> RequestRecord:
+    """Chunks read in groups of `every`: each takes the stamp of the last of its group."""
+    times = r.content_times
+    stamped = [times[min((i // every + 1) * every - 1, len(times) - 1)] for i in range(len(times))]
+    r.content_times = stamped
+    r.first_content_time = stamped[0]
+    r.shared_read_chunks = sum(a == b for a, b in itertools.pairwise(stamped))
+    r.first_token_shared_read = stamped[0] == stamped[1]
+    return r
+
+
+def test_achieved_concurrency_of_a_closed_loop_that_kept_its_slots() -> None:
+    # Four slots, eight requests of 0.115 s back to back: four in flight until the fifth
+    # completion, when fewer requests remain than slots.
+    records = [streamed(slot * 0.001 + k * 0.116) for slot in range(4) for k in range(2)]
+    cell = cell_report(records, concurrency=4)
+    assert cell.achieved_concurrency == pytest.approx(4.0, rel=0.05)
+    assert cell.load_shortfall is None
+    assert cell.achieved_request_rate == pytest.approx(8 / cell.duration_s)
+
+
+def test_a_closed_loop_whose_requests_left_late_says_it_fell_short() -> None:
+    # Eight slots all due at 0, but the client sent them 0.1 s apart: never 8 in flight.
+    records = [streamed(0.1 * k, ready=0.0) for k in range(8)]
+    cell = cell_report(records, concurrency=8)
+    assert cell.achieved_concurrency is not None
+    assert cell.achieved_concurrency < 2.0
+    assert cell.load_shortfall is not None
+    assert "of 8 requests in flight" in cell.load_shortfall
+
+
+def test_a_rate_cell_whose_sends_fell_behind_says_so() -> None:
+    on_time = [streamed(0.5 * k) for k in range(5)]
+    assert cell_report(on_time, rate=2.0).load_shortfall is None
+    late = [streamed(0.7 * k, ready=0.5 * k) for k in range(5)]
+    shortfall = cell_report(late, rate=2.0).load_shortfall
+    assert shortfall is not None
+    assert "fell short of its rate" in shortfall
+
+
+def test_clean_reads_leave_every_figure_valid() -> None:
+    cell = cell_report([streamed(0.0), streamed(0.01)])
+    for validity in (cell.ttft_validity, cell.itl_validity):
+        assert (validity.mean, validity.p50, validity.p90, validity.p99) == (True,) * 4
+        assert validity.reason is None
+    assert cell.first_token_shared_reads == 0
+    assert cell.delivery == "streamed"
+
+
+def test_chunks_read_in_pairs_invalidate_itl_p50_and_ttft_but_not_the_itl_mean() -> None:
+    cell = cell_report([read_late(streamed(0.01 * k), 2) for k in range(10)])
+    # Half the gaps read as zero, half as two gaps: the p50 cannot be trusted.
+    assert cell.shared_read_fraction == pytest.approx(0.5)
+    assert not cell.itl_validity.p50
+    assert not cell.itl_validity.p99
+    assert cell.itl_validity.mean  # the gaps still sum to the span
+    assert cell.itl_ms.mean == pytest.approx(5.0, abs=0.3)
+    # Every first token shared its read with the second: TTFT late by one gap (5 ms).
+    assert cell.first_token_shared_reads == 10
+    assert cell.ttft_ms.p50 == pytest.approx(25.0)
+    assert not cell.ttft_validity.p50
+    assert cell.ttft_validity.predicted_error_ms.p50 == pytest.approx(5.0, abs=0.1)
+    assert cell.ttft_validity.reason is not None
+    assert "10 of 10 first tokens" in cell.ttft_validity.reason
+
+
+def test_a_few_late_reads_spoil_only_the_tail() -> None:
+    clean = [streamed(0.01 * k) for k in range(18)]
+    cell = cell_report([*clean, read_late(streamed(0.5), 2), read_late(streamed(0.6), 2)])
+    assert cell.ttft_validity.p50
+    assert cell.itl_validity.p50
+    assert not cell.ttft_validity.p99
+    assert not cell.itl_validity.p99
+
+
+def test_back_to_back_chunks_are_burst_delivery() -> None:
+    # Eight tokens per device call, written 0.05 ms apart, a call every 40 ms.
+    times = [0.02 + (k // 8) * 0.04 + (k % 8) * 0.00005 for k in range(64)]
+    cell = cell_report([record(times, usage=64, output_len=64)])
+    assert cell.delivery == "burst"
+    assert cell.shared_read_fraction == 0.0
