@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import ssl
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
+from harness.http1 import Connection
 from harness.schemas import Endpoint, FailureReason, RequestRecord
 from harness.sse import SSEDecoder
 from harness.transport import StampedStream, stamping_transport
@@ -32,6 +35,9 @@ _PATHS: dict[Endpoint, str] = {
     "completions": "/v1/completions",
     "chat": "/v1/chat/completions",
 }
+
+
+_LEAN_HEADERS = b"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
 
 
 class ServerUnreachableError(Exception):
@@ -116,6 +122,16 @@ class OpenAIBackend:
         self._idle: list[httpx.AsyncClient] = []
         self._clients: list[httpx.AsyncClient] = []
         self._pacer = SendPacer()
+        # Over http:// requests go through the lean client (harness.http1); httpx serves
+        # https:// and the reachability check.
+        self._lean = self.url.startswith("http://")
+        self._lean_idle: list[Connection] = []
+        self._connections: list[Connection] = []
+
+    def _new_connection(self) -> Connection:
+        connection = Connection(self.url, self._connect_timeout_s)
+        self._connections.append(connection)
+        return connection
 
     def _new_client(self) -> httpx.AsyncClient:
         client = httpx.AsyncClient(
@@ -137,6 +153,10 @@ class OpenAIBackend:
             await client.aclose()
         self._clients.clear()
         self._idle.clear()
+        for connection in self._connections:
+            await connection.aclose()
+        self._connections.clear()
+        self._lean_idle.clear()
 
     async def __aenter__(self) -> OpenAIBackend:
         return self
@@ -179,11 +199,18 @@ class OpenAIBackend:
             record.error, record.error_detail = "interrupted", "cancelled before sending"
             record.end_time = self.now()
             raise
-        client = self._idle.pop() if self._idle else self._new_client()
+        client: httpx.AsyncClient | Connection
+        if self._lean:
+            client = self._lean_idle.pop() if self._lean_idle else self._new_connection()
+        else:
+            client = self._idle.pop() if self._idle else self._new_client()
         record.send_time = self.now()
         try:
             async with asyncio.timeout(self._request_timeout_s):
-                await self._stream(client, body, record)
+                if isinstance(client, Connection):
+                    await self._stream_lean(client, body, record)
+                else:
+                    await self._stream(client, body, record)
         except asyncio.CancelledError:
             record.error, record.error_detail = "interrupted", "cancelled by the caller"
             record.end_time = self.now()
@@ -203,14 +230,14 @@ class OpenAIBackend:
         except Exception as exc:  # anything else must still end as a counted failure
             _fail(record, "stream_dropped", f"{type(exc).__name__}: {exc}")
         finally:
-            self._idle.append(client)
+            if isinstance(client, Connection):
+                self._lean_idle.append(client)
+            else:
+                self._idle.append(client)
         if record.error is not None and record.end_time is None:
             record.end_time = self.now()
 
     async def _stream(self, client: httpx.AsyncClient, body: bytes, record: RequestRecord) -> None:
-        chat = self.endpoint == "chat"
-        decoder = SSEDecoder()
-        done = False
         async with client.stream("POST", self._path, content=body) as response:
             record.http_status = response.status_code
             if response.status_code >= 400:
@@ -223,40 +250,69 @@ class OpenAIBackend:
                 wire = None
             else:
                 record.send_time = wire.request_sent_at - self._origin
-            times = record.content_times
-            async for raw in response.aiter_bytes():
-                arrival = wire.last_arrival if wire is not None else None
-                now = (arrival if arrival is not None else time.perf_counter()) - self._origin
-                for data in decoder.feed(raw):
-                    if done:
-                        continue  # anything after [DONE] is ignored
-                    if data == "[DONE]":
-                        done = True
-                        continue
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        _fail(record, "malformed_sse", f"not JSON: {data[:120]!r}")
-                        return
-                    if not isinstance(event, dict):
-                        _fail(record, "malformed_sse", f"not a JSON object: {data[:120]!r}")
-                        return
-                    if _has_content(event, chat):
-                        if wire is not None and times and times[-1] == now:
-                            # Read late, together with the previous chunk: one stamp for both.
-                            record.shared_read_chunks += 1
-                            if len(times) == 1:
-                                record.first_token_shared_read = True
-                        times.append(now)
-                    elif "error" in event and not event.get("choices"):
-                        _fail(record, "error_event", json.dumps(event["error"])[:300])
-                        return
-                    usage = event.get("usage")
-                    if usage:
-                        record.usage_output_tokens = usage.get("completion_tokens")
-                        record.usage_prompt_tokens = usage.get("prompt_tokens")
+            await self._read_events(response.aiter_bytes(), wire, record)
+
+    async def _stream_lean(
+        self, connection: Connection, body: bytes, record: RequestRecord
+    ) -> None:
+        response = await connection.post(self._path, body, _LEAN_HEADERS)
+        record.http_status = response.status_code
+        wire = response.wire
+        async with contextlib.aclosing(response.chunks()) as pieces:
+            if response.status_code >= 400:
+                text = b"".join([piece async for piece in pieces])[:300]
+                _fail(
+                    record,
+                    "http_error",
+                    f"HTTP {response.status_code}: {text.decode('utf-8', 'replace')}",
+                )
+                return
+            assert wire.request_sent_at is not None
+            record.send_time = wire.request_sent_at - self._origin
+            await self._read_events(pieces, wire, record)
+
+    async def _read_events(
+        self, pieces: AsyncIterator[bytes], wire: StampedStream | None, record: RequestRecord
+    ) -> None:
+        """Decode the SSE body into the record: a stamp per content chunk, usage, failures."""
+        chat = self.endpoint == "chat"
+        decoder = SSEDecoder()
+        done = False
+        times = record.content_times
+        origin = self._origin
+        async for raw in pieces:
+            arrival = wire.last_arrival if wire is not None else None
+            now = (arrival if arrival is not None else time.perf_counter()) - origin
+            for data in decoder.feed(raw):
+                if done:
+                    continue  # anything after [DONE] is ignored
+                if data == "[DONE]":
+                    done = True
+                    continue
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    _fail(record, "malformed_sse", f"not JSON: {data[:120]!r}")
+                    return
+                if not isinstance(event, dict):
+                    _fail(record, "malformed_sse", f"not a JSON object: {data[:120]!r}")
+                    return
+                if _has_content(event, chat):
+                    if wire is not None and times and times[-1] == now:
+                        # Read late, together with the previous chunk: one stamp for both.
+                        record.shared_read_chunks += 1
+                        if len(times) == 1:
+                            record.first_token_shared_read = True
+                    times.append(now)
+                elif "error" in event and not event.get("choices"):
+                    _fail(record, "error_event", json.dumps(event["error"])[:300])
+                    return
+                usage = event.get("usage")
+                if usage:
+                    record.usage_output_tokens = usage.get("completion_tokens")
+                    record.usage_prompt_tokens = usage.get("prompt_tokens")
         last = wire.last_arrival if wire is not None else None
-        record.end_time = (last - self._origin) if last is not None else self.now()
+        record.end_time = (last - origin) if last is not None else self.now()
         record.content_chunks = len(record.content_times)
         if times:
             record.first_content_time = times[0]
