@@ -37,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.backend import OpenAIBackend
 from harness.demo import reference_server_process
 from harness.runner import run_benchmark, strained_figures
 from harness.schemas import BenchmarkConfig
@@ -60,6 +61,7 @@ class Level:
     note: str = ""
     achieved_concurrency: float | None = None
     warned: bool | None = None  # rigbench only: its strain warning fired for this cell
+    cpu_us_per_event: float | None = None  # rigbench only: client CPU time per token event
 
     @property
     def within_tolerance(self) -> bool:
@@ -102,9 +104,11 @@ def run_rigbench(url: str, level: int, args: argparse.Namespace) -> Level:
         output_len=args.output_len,
         workers=args.workers,
     )
-    start = time.perf_counter()
+    OpenAIBackend.lean_http = not args.httpx
+    start, cpu = time.perf_counter(), time.process_time()
     cell = asyncio.run(run_benchmark(config)).cells[0]
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    events = (config.requests + config.warmup) * config.output_len
     first = 100 * cell.first_token_shared_reads / max(cell.requests_ok, 1)
     note = (
         f"predicted TTFT {cell.ttft_validity.predicted_error_ms.p50 or 0:+.1f} "
@@ -114,7 +118,7 @@ def run_rigbench(url: str, level: int, args: argparse.Namespace) -> Level:
     return Level(
         "rigbench", level, config.requests, cell.requests_ok, cell.requests_failed,
         cell.output_tok_s, cell.ttft_ms.p50, cell.itl_ms.p50, *server_record(url), wall, note,
-        cell.achieved_concurrency, bool(strained_figures(cell)),
+        cell.achieved_concurrency, bool(strained_figures(cell)), 1e6 * cpu / events,
     )  # fmt: skip
 
 
@@ -149,7 +153,8 @@ def print_level(row: Level) -> None:
         f"{row.tool:8s} c={row.concurrency:4d} in flight {achieved:>4s} "
         f"{row.event_rate:6.0f} ev/s ok {row.ok:4d} failed {row.failed:2d} | error TTFT p50 "
         f"{err(row.ttft_p50, row.server_ttft_p50)} ITL p50 {err(row.itl_p50, row.server_gap_p50)}"
-        f" ms | {'sustained' if row.sustained else 'OFF':9s} | {warning:22s} {row.note} "
+        f" ms | {'sustained' if row.sustained else 'OFF':9s} | {warning:22s} {row.note}"
+        f"{'' if row.cpu_us_per_event is None else f'; {row.cpu_us_per_event:.0f} us CPU/event'} "
         f"({row.wall_s:.0f} s, load {os.getloadavg()[0]:.1f})",
         flush=True,
     )
@@ -197,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="sweeps; the median edge is printed")
     parser.add_argument("--no-guidellm", action="store_true")
     parser.add_argument(
+        "--httpx", action="store_true", help="rigbench reads through httpx (the old read path)"
+    )
+    parser.add_argument(
         "--nice",
         type=int,
         default=-10,
@@ -217,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
             runners["guidellm"] = run_guidellm
         except FileNotFoundError as exc:
             guidellm_note = f"rigbench measured alone: {exc}"
+    path = "httpx" if args.httpx else "lean"
     print(
         f"schedule: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, {args.output_len} tokens; "
         f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; nice {os.nice(0)}; "
-        f"rigbench workers {args.workers}; {guidellm_note}. Errors: measured minus what the "
+        f"rigbench workers {args.workers}, read path {path}; "
+        f"{guidellm_note}. Errors: measured minus what the "
         "server kept; tolerance TTFT 2 ms, ITL 0.5 ms.",
         flush=True,
     )

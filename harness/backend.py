@@ -103,6 +103,10 @@ class OpenAIBackend:
     which costs more than the request itself at a few dozen connections.
     """
 
+    # False reads http:// streams through httpx as well (benchmarks/harness_ceiling.py
+    # --httpx measures the difference).
+    lean_http = True
+
     def __init__(
         self,
         url: str,
@@ -124,7 +128,7 @@ class OpenAIBackend:
         self._pacer = SendPacer()
         # Over http:// requests go through the lean client (harness.http1); httpx serves
         # https:// and the reachability check.
-        self._lean = self.url.startswith("http://")
+        self._lean = self.lean_http and self.url.startswith("http://")
         self._lean_idle: list[Connection] = []
         self._connections: list[Connection] = []
 
@@ -275,6 +279,27 @@ class OpenAIBackend:
         self, pieces: AsyncIterator[bytes], wire: StampedStream | None, record: RequestRecord
     ) -> None:
         """Decode the SSE body into the record: a stamp per content chunk, usage, failures."""
+        times = record.content_times
+        origin = self._origin
+        # Counted in a list, set once: a pydantic attribute write costs a validation.
+        shared: list[float] = []
+        try:
+            await self._decode_events(pieces, wire, record, shared)
+        finally:
+            record.shared_read_chunks = len(shared)
+        last = wire.last_arrival if wire is not None else None
+        record.end_time = (last - origin) if last is not None else self.now()
+        record.content_chunks = len(record.content_times)
+        if times:
+            record.first_content_time = times[0]
+
+    async def _decode_events(
+        self,
+        pieces: AsyncIterator[bytes],
+        wire: StampedStream | None,
+        record: RequestRecord,
+        shared: list[float],
+    ) -> None:
         chat = self.endpoint == "chat"
         decoder = SSEDecoder()
         done = False
@@ -300,7 +325,7 @@ class OpenAIBackend:
                 if _has_content(event, chat):
                     if wire is not None and times and times[-1] == now:
                         # Read late, together with the previous chunk: one stamp for both.
-                        record.shared_read_chunks += 1
+                        shared.append(now)
                         if len(times) == 1:
                             record.first_token_shared_read = True
                     times.append(now)
@@ -311,11 +336,6 @@ class OpenAIBackend:
                 if usage:
                     record.usage_output_tokens = usage.get("completion_tokens")
                     record.usage_prompt_tokens = usage.get("prompt_tokens")
-        last = wire.last_arrival if wire is not None else None
-        record.end_time = (last - origin) if last is not None else self.now()
-        record.content_chunks = len(record.content_times)
-        if times:
-            record.first_content_time = times[0]
         if not done:
             _fail(record, "missing_done", "the stream ended without data: [DONE]")
         elif not times:

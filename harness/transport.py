@@ -88,8 +88,11 @@ class StampedStream(httpcore.AsyncNetworkStream):
             self._watching = True
         self._reader = self._loop.create_future()
         try:
-            async with asyncio.timeout(timeout):
+            if timeout is None:  # the lean client: the request's own deadline covers it
                 await self._reader
+            else:
+                async with asyncio.timeout(timeout):
+                    await self._reader
         except TimeoutError as exc:
             raise httpcore.ReadTimeout(f"no data in {timeout} s") from exc
         finally:
