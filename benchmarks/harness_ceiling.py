@@ -1,7 +1,7 @@
 """The harness's own edge on this machine, and GuideLLM's, against the reference server.
 
     python -m benchmarks.harness_ceiling [--levels 16,32,64,96,128,192,256] [--runs 3]
-                                         [--workers 1] [--no-guidellm]
+                                         [--workers 1] [--no-guidellm] [--httpx]
 
 Level by level, each tool in turn (so both meet the same conditions on a shared machine), a
 fresh reference server (first token after --ttft-ms, then one every --itl-ms, --output-len
@@ -17,6 +17,8 @@ tolerance) and whether the warning was right: fired exactly when an error was be
 tolerance. A tool's edge is the highest token-event rate it sustained; a tool is no longer
 tried after two levels in a row that it did not sustain. With --runs N the sweep is
 repeated and the median edge printed, with how often the warning was right over all cells.
+rigbench's client CPU time per token event is printed too; --httpx reads through httpx, as
+rigbench did before its lean read path (harness.http1), for comparison.
 GuideLLM reports no per-gap ITL; its per-request (last - first token) / (tokens - 1) is
 used (benchmarks/guidellm_runner.py, which runs it offline from its own virtualenv); when
 its CLI is not installed, rigbench is measured alone and the output says so.

@@ -1,10 +1,12 @@
-"""How the harness talks to a server: OpenAI-compatible streaming over httpx.AsyncClient.
+"""How the harness talks to a server: OpenAI-compatible streaming, one request per record.
 
 One request fills one `RequestRecord` with raw client-side timestamps; nothing is derived
-here. Over http:// the times come from the wire (harness.transport): a request is stamped
-as it is handed to the kernel, each chunk with the kernel's arrival time of its bytes, so
-the client's own scheduling stays out of TTFT and ITL. Each in-flight request has a client
-(and keep-alive connection) of its own, and sends are paced one per event-loop turn.
+here. Over http:// requests go through a lean HTTP/1.1 client (harness.http1) and the
+times come from the wire (harness.transport): a request is stamped as it is handed to the
+kernel, each chunk with the kernel's arrival time of its bytes, so the client's own
+scheduling stays out of TTFT and ITL. Over https:// httpx.AsyncClient streams and chunks
+are stamped when the task resumes. Each in-flight request has a connection of its own
+(kept alive), and sends are paced one per event-loop turn.
 
 A chunk counts as content when it carries generated text (`choices[0].text` for completions,
 `choices[0].delta.content` or a reasoning delta for chat): role-only or empty chunks,
@@ -98,9 +100,10 @@ class SendPacer:
 class OpenAIBackend:
     """Clients for one server; `generate` streams one request into a record.
 
-    Each in-flight request gets an httpx.AsyncClient of its own (one keep-alive connection),
-    taken from a free list: httpcore's shared pool scans every connection for every request,
-    which costs more than the request itself at a few dozen connections.
+    Each in-flight request gets a connection of its own (a lean `Connection` over http://,
+    an httpx.AsyncClient over https://), taken from a free list: httpcore's shared pool
+    scans every connection for every request, which costs more than the request itself at
+    a few dozen connections.
     """
 
     # False reads http:// streams through httpx as well (benchmarks/harness_ceiling.py

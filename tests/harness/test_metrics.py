@@ -179,3 +179,24 @@ def test_back_to_back_chunks_are_burst_delivery() -> None:
     cell = cell_report([record(times, usage=64, output_len=64)])
     assert cell.delivery == "burst"
     assert cell.shared_read_fraction == 0.0
+
+
+def test_the_strain_warning_fires_exactly_when_a_p50_is_invalid() -> None:
+    from harness.runner import ceiling_note, strained_figures
+
+    clean = cell_report([streamed(0.01 * k) for k in range(10)], concurrency=10)
+    assert strained_figures(clean) == []
+    assert not ceiling_note([clean]).startswith("WARNING")
+    # Only the tail spoiled: the figures say so, the run-level warning does not fire.
+    tail = cell_report(
+        [*(streamed(0.01 * k) for k in range(18)), read_late(streamed(0.5), 2)], concurrency=19
+    )
+    assert not tail.itl_validity.p99
+    assert strained_figures(tail) == []
+    late = cell_report([read_late(streamed(0.01 * k), 2) for k in range(10)], concurrency=10)
+    assert [s.split(" p50")[0] for s in strained_figures(late)] == ["TTFT", "ITL"]
+    note = ceiling_note([clean, late])
+    assert note.startswith("WARNING")
+    assert "c=10: TTFT p50 off by about +5.0 ms" in note
+    short = cell_report([streamed(0.1 * k, ready=0.0) for k in range(8)], concurrency=8)
+    assert "Load not reached in c=8" in ceiling_note([short])
