@@ -21,12 +21,12 @@ What was really measured, beside what was asked for:
   under 90% of its nominal load, or a rate cell whose sends fell over 10% behind their
   schedule, says so in words (`load_shortfall`).
 - Validity: chunks the client read late, together with a later one, share the later one's
-  kernel stamp. From the records the harness predicts each figure's error: a first token
-  read with k more chunks makes TTFT late by k gaps; within ITL, a run of k chunks read
-  together turns k gaps into zeros and the gap before them into k + 1 gaps (the sum stays,
-  so the ITL mean is sound). A gap is estimated as the request's mean gap between reads. The
-  predicted error of a percentile is that percentile of the per-sample errors; a figure
-  whose predicted error exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms) is marked invalid.
+  kernel stamp: a first token read with k more chunks makes TTFT late by k gaps; within
+  ITL, k chunks read together turn k gaps into zeros and the gap before them into k + 1
+  gaps. Each figure is computed again with every such group spread evenly over the gap
+  that ends in its stamp (`spread_times`); the difference is the figure's predicted error,
+  and a figure whose predicted error exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms) is
+  marked invalid.
 - Delivery: "burst" when more than half of the gaps between separately read chunks are
   under 0.2 ms (the server writes tokens in groups); ITL then describes the groups.
 """
@@ -135,75 +135,89 @@ def load_shortfall(
     return None
 
 
-def _leading_zeros(gaps: np.ndarray) -> int:
-    nonzero = np.flatnonzero(gaps)
-    return int(nonzero[0]) if nonzero.size else int(gaps.size)
+def spread_times(times: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Content times as they would have been stamped had every chunk been read on its own.
 
-
-def _gap_errors(gaps: np.ndarray, gap: float) -> np.ndarray:
-    """Predicted error of each chunk gap: -gap where read together, +k gaps before a run of k."""
-    zero = gaps == 0
-    errors = np.where(zero, -gap, 0.0)
-    # Runs of zeros: each adds its length to the gap just before it (when there is one).
-    edges = np.diff(np.concatenate(([0], zero.astype(np.int8), [0])))
-    for run_start, run_end in zip(
-        np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True
-    ):
-        if run_start > 0:
-            errors[run_start - 1] += (run_end - run_start) * gap
-    return errors
+    Chunks read together share the stamp of the last; here each group is spread evenly
+    over the gap that ends in that stamp. A group that holds the first chunk has no such
+    gap: it is spread backwards at the request's mean gap between separate reads.
+    """
+    t = np.asarray(times, dtype=float)
+    if t.size < 2:
+        return t.copy()
+    out = t.copy()
+    distinct = np.flatnonzero(np.diff(t) != 0) + 1  # the first chunk of every read
+    starts = np.concatenate(([0], distinct))
+    ends = np.concatenate((distinct, [t.size]))
+    span = t[-1] - t[ends[0] - 1]
+    mean_gap = span / max(t.size - ends[0], 1)
+    for first, stop in zip(starts, ends, strict=True):
+        size = stop - first
+        if size == 1:
+            continue
+        stamp = t[stop - 1]
+        if first == 0:
+            out[first:stop] = stamp - mean_gap * np.arange(size - 1, -1, -1)
+        else:
+            step = (stamp - t[first - 1]) / size
+            out[first:stop] = t[first - 1] + step * np.arange(1, size + 1)
+    return out
 
 
 def _validity(
-    errors_s: Sequence[float] | np.ndarray, tolerance_ms: float, reason: str
+    measured: MetricSummary, spread: MetricSummary, tolerance_ms: float, reason: str
 ) -> MetricValidity:
-    predicted = summarize(errors_s)
-    checks = {
-        figure: value is None or abs(value) <= tolerance_ms
+    errors = {
+        figure: None if m is None or e is None else m - e
         for figure in ("mean", "p50", "p90", "p99")
-        for value in [getattr(predicted, figure)]
+        for m, e in [(getattr(measured, figure), getattr(spread, figure))]
     }
+    checks = {f: e is None or abs(e) <= tolerance_ms for f, e in errors.items()}
     return MetricValidity(
-        **checks, predicted_error_ms=predicted, reason=None if all(checks.values()) else reason
+        **checks,
+        predicted_error_ms=MetricSummary(**errors, count=measured.count),
+        reason=None if all(checks.values()) else reason,
     )
 
 
 def validity(ok: Sequence[RequestRecord]) -> tuple[MetricValidity, MetricValidity, Delivery]:
-    """TTFT and ITL validity from the chunks read together, and how tokens were delivered."""
-    ttft_errors: list[float] = []
-    itl_errors: list[np.ndarray] = []
-    separate: list[np.ndarray] = []
+    """TTFT and ITL validity from the chunks read together, and how tokens were delivered.
+
+    The predicted error of a figure is the figure as measured minus the same figure over
+    the records with every group of chunks read together spread out (`spread_times`).
+    """
+    ttft, ttft_spread, itl, itl_spread, separate = [], [], [], [], []
     for r in ok:
         times = np.asarray(r.content_times, dtype=float)
-        if times.size < 2:
-            ttft_errors.append(0.0)
+        if times.size == 0:
             continue
+        spread = spread_times(times) if r.shared_read_chunks else times
+        ttft.append(times[0] - r.send_time)
+        ttft_spread.append(spread[0] - r.send_time)
+        itl.append(itl_samples(r))
+        itl_spread.append(itl_samples(r.model_copy(update={"content_times": spread.tolist()})))
         gaps = np.diff(times)
-        # The first stamp is that of the last chunk of the first read: the span from it to
-        # the last chunk holds the gaps after the leading zeros.
-        lead = _leading_zeros(gaps)
-        gap = float(times[-1] - times[0]) / max(gaps.size - lead, 1)
-        ttft_errors.append(lead * gap if r.first_token_shared_read else 0.0)
-        itl_errors.append(_gap_errors(gaps, gap))
         separate.append(gaps[gaps > 0])
     shared_first = sum(r.first_token_shared_read for r in ok)
     chunks = max(sum(r.content_chunks for r in ok), 1)
     shared = sum(r.shared_read_chunks for r in ok)
-    ttft = _validity(
-        ttft_errors,
+    ttft_validity = _validity(
+        summarize(ttft),
+        summarize(ttft_spread),
         TTFT_TOLERANCE_MS,
         f"{shared_first} of {len(ok)} first tokens ({100 * shared_first / max(len(ok), 1):.0f}%) "
-        "were read together with the next token, so their TTFT is late by a token gap",
+        "were read together with the next token, so their TTFT is late by a token gap or more",
     )
-    itl = _validity(
-        np.concatenate(itl_errors) if itl_errors else [],
+    itl_validity = _validity(
+        summarize(np.concatenate(itl) if itl else []),
+        summarize(np.concatenate(itl_spread) if itl_spread else []),
         ITL_TOLERANCE_MS,
         f"{100 * shared / chunks:.0f}% of chunks were read together with an earlier one, so "
         "their gaps read as zero and the gap before them as several",
     )
     gaps_apart = np.concatenate(separate) if separate else np.empty(0)
     burst = gaps_apart.size > 0 and float(np.mean(gaps_apart < BURST_GAP_S)) > 0.5
-    return ttft, itl, "burst" if burst else "streamed"
+    return ttft_validity, itl_validity, "burst" if burst else "streamed"
 
 
 def cell_report(
