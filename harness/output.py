@@ -47,10 +47,10 @@ def _ms(summary: MetricSummary, field: str = "p50") -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _checked(summary: MetricSummary, validity: MetricValidity, field: str, why: str) -> str:
-    """A figure, or `invalid (...)` where its predicted error exceeds the tolerance."""
+def _checked(summary: MetricSummary, validity: MetricValidity, field: str) -> str:
+    """A figure, or `invalid` where its predicted error exceeds the tolerance."""
     if not validity.valid(field) and getattr(summary, field) is not None:
-        return f"invalid ({why})"
+        return "invalid"
     return _ms(summary, field)
 
 
@@ -86,9 +86,9 @@ def results_table(report: BenchmarkReport) -> Table:
         nominal, achieved, rate = _load(cell)
         if cell.load_shortfall:
             notes.append(f"{nominal}: {cell.load_shortfall}")
-        first = 100 * cell.first_token_shared_reads / max(cell.requests_ok, 1)
-        ttft_why = f"{first:.0f}% first tokens read late"
-        itl_why = f"{100 * cell.shared_read_fraction:.0f}% shared reads"
+        for name, validity in (("TTFT", cell.ttft_validity), ("ITL", cell.itl_validity)):
+            if validity.reason:
+                notes.append(f"{nominal}: {name} invalid where marked: {validity.reason}")
         table.add_row(
             nominal,
             achieved,
@@ -96,10 +96,10 @@ def results_table(report: BenchmarkReport) -> Table:
             str(cell.requests_ok),
             str(cell.requests_failed),
             f"{cell.output_tok_s:.1f}",
-            _checked(cell.ttft_ms, cell.ttft_validity, "p50", ttft_why),
-            _checked(cell.ttft_ms, cell.ttft_validity, "p99", ttft_why),
-            _checked(cell.itl_ms, cell.itl_validity, "p50", itl_why),
-            _checked(cell.itl_ms, cell.itl_validity, "p99", itl_why),
+            _checked(cell.ttft_ms, cell.ttft_validity, "p50"),
+            _checked(cell.ttft_ms, cell.ttft_validity, "p99"),
+            _checked(cell.itl_ms, cell.itl_validity, "p50"),
+            _checked(cell.itl_ms, cell.itl_validity, "p99"),
             _ms(cell.tpot_ms),
             _ms(cell.e2e_ms),
             _ms(cell.queue_wait_ms),
