@@ -204,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="sweeps; the median edge is printed")
     parser.add_argument("--no-guidellm", action="store_true")
     parser.add_argument(
-        "--httpx", action="store_true", help="rigbench reads through httpx (the old read path)"
+        "--httpx",
+        action="store_true",
+        help="rigbench reads through httpx (the old read path; with --workers 1 only)",
     )
     parser.add_argument(
         "--nice",
