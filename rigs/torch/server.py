@@ -21,16 +21,39 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
-    parser.add_argument("--batching", default="serial", choices=["serial", "batched"])
-    parser.add_argument("--max-batch", type=int, default=32, help="rows per batch (batched)")
+    parser.add_argument(
+        "--batching", default="serial", choices=["serial", "batched", "continuous"]
+    )
+    parser.add_argument(
+        "--max-batch", type=int, default=32, help="rows per batch, or slots (continuous)"
+    )
+    parser.add_argument(
+        "--compile",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="continuous: torch.compile + CUDA graphs per width at start-up (auto: on CUDA)",
+    )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def load() -> tuple[Engine, ServingTokenizer]:
+        from rigs.torch.continuous import ContinuousEngine
         from rigs.torch.engine import TorchEngine
 
         source = resolve_model(args.model, seed=args.seed)
+        tokenizer = ServingTokenizer.from_pretrained(source.path)
+        engine: Engine
+        if args.batching == "continuous":
+            engine = ContinuousEngine(
+                source,
+                dtype=args.dtype,
+                device=args.device,
+                max_model_len=args.max_model_len,
+                slots=args.max_batch,
+                compile={"auto": None, "on": True, "off": False}[args.compile],
+            )
+            return engine, tokenizer
         engine = TorchEngine(
             source,
             dtype=args.dtype,
@@ -39,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             batching=args.batching,
             max_batch=args.max_batch,
         )
-        return engine, ServingTokenizer.from_pretrained(source.path)
+        return engine, tokenizer
 
     # As vLLM does, the served name defaults to the --model argument itself.
     serve(load, args.host, args.port, served_model_names=args.served_model_name or [args.model])
