@@ -133,6 +133,7 @@ class ContinuousEngine:
             torch._dynamo.config.cache_size_limit = max(
                 torch._dynamo.config.cache_size_limit, 4 * len(self.widths)
             )
+            self.slot_model.buffers.mark_static()
             decode = torch.compile(decode, dynamic=None)
         steps: dict[int, Step] = {}
         pool = torch.cuda.graph_pool_handle() if self.graphs else None

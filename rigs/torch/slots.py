@@ -1,7 +1,8 @@
 """A static, per-layer-shaped KV cache of fixed slots, and the forward passes over it.
 
 Each layer that computes its own K/V (Gemma 4's KV-sharing layers reuse an earlier layer's)
-gets buffers of shape [slots, max_len, kv_heads, head_dim] with that layer's own head_dim
+gets buffers of shape [slots * max_len, kv_heads, head_dim] (slot-major: row
+slot * max_len + position) with that layer's own head_dim
 (256 on sliding layers, 512 on global ones for E2B). A sequence owns one slot; its token at
 position p lives at row p of its slot. Sliding layers keep full-length rows too and see
 only the last `sliding_window` of them through their mask, so one write index serves all
@@ -71,11 +72,18 @@ class SlotBuffers:
                 continue
             head_dim = int(attn.head_dim)
             kv_heads = int(attn.k_proj.out_features) // head_dim
-            shape = (slots, max_len, kv_heads, head_dim)
+            shape = (slots * max_len, kv_heads, head_dim)
             self.layers[index] = (
                 torch.zeros(shape, device=device, dtype=dtype),
                 torch.zeros(shape, device=device, dtype=dtype),
             )
+
+    def mark_static(self) -> None:
+        """Tell torch.compile the buffers never move (as transformers' StaticCache does), so
+        writes into them compile to in-place updates rather than copies."""
+        for k, v in self.layers.values():
+            torch._dynamo.mark_static_address(k)
+            torch._dynamo.mark_static_address(v)
 
     def nbytes(self) -> int:
         return sum(k.nbytes + v.nbytes for k, v in self.layers.values())
@@ -110,12 +118,10 @@ class SlotView:
         k_buf, v_buf = self.buffers.layers[layer_idx]
         batch, kv_heads, q_len, dim = key_states.shape
         flat = (batch * q_len, kv_heads, dim)
-        k_buf.view(-1, kv_heads, dim).index_copy_(
-            0, self.write, key_states.transpose(1, 2).reshape(flat)
-        )
-        v_buf.view(-1, kv_heads, dim).index_copy_(
-            0, self.write, value_states.transpose(1, 2).reshape(flat)
-        )
+        k_buf.index_copy_(0, self.write, key_states.transpose(1, 2).reshape(flat))
+        v_buf.index_copy_(0, self.write, value_states.transpose(1, 2).reshape(flat))
+        shape = (self.buffers.slots, self.buffers.max_len, kv_heads, dim)
+        k_buf, v_buf = k_buf.view(shape), v_buf.view(shape)
         if self.read_slots is None:
             keys, values = k_buf[: self.width], v_buf[: self.width]
         else:
