@@ -156,6 +156,9 @@ def main() -> None:
     parser.add_argument("--cell-reserve-s", type=float, default=25.0)
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    # A timeout's SIGTERM unwinds through run_rig's `finally`, which stops the rig's server
+    # (started in its own session, so it would outlive this script).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stop_at = time.monotonic() + args.budget_s
     args.out.mkdir(parents=True, exist_ok=True)
 

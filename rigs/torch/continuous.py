@@ -6,10 +6,11 @@ sequences join and leave a running batch as in the JAX engine. A decode step run
 0..W-1, W the smallest served width (1, 2, 4, ... up to `slots`) holding every live slot;
 slots are handed out lowest first so W stays small.
 
-On CUDA, with `compile`, the decode step is compiled by `torch.compile` (Inductor) and one
-CUDA graph is captured for every served width at start-up, before the server reports
-ready, so serving never waits on a compile and a step costs one graph launch. Without
-`compile` (the CPU default) steps run eagerly; the outputs are the same.
+`compile` picks how a decode step runs: "inductor" (the CUDA default) compiles it with
+`torch.compile` and captures one CUDA graph for every served width at start-up, before the
+server reports ready, so serving never waits on a compile and a step costs one graph
+launch; "graphs" captures the eager step in CUDA graphs (no compile); "off" (the CPU
+default) runs it eagerly. The outputs are the same.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rigs.torch.engine import (
 from rigs.torch.slots import ATTENTION, SlotModel
 
 log = logging.getLogger("rigs.torch")
+COMPILE_MODES = ("auto", "inductor", "graphs", "off")
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -71,7 +73,7 @@ class ContinuousEngine:
         device: str | None = None,
         max_model_len: int | None = None,
         slots: int = 32,
-        compile: bool | None = None,
+        compile: str = "auto",
         prefill_tokens: int = 16384,
         admit_gap_s: float = 0.01,
         admit_wait_s: float = 0.1,
@@ -83,8 +85,15 @@ class ContinuousEngine:
             raise ValueError(f"slots must be at least 1, not {slots}")
         self.source = source
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.compile = self.device.type == "cuda" if compile is None else compile
-        self.graphs = self.compile and self.device.type == "cuda"
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {COMPILE_MODES}, not {compile!r}")
+        if compile == "auto":
+            compile = "inductor" if self.device.type == "cuda" else "off"
+        if compile == "graphs" and self.device.type != "cuda":
+            raise ValueError("compile=graphs needs a CUDA device")
+        self.compile_mode = compile
+        self.compile = compile == "inductor"
+        self.graphs = compile == "graphs" or (self.compile and self.device.type == "cuda")
         self.slots = slots
         self.prefill_tokens = prefill_tokens
         self.admit_gap_s, self.admit_wait_s = admit_gap_s, admit_wait_s
@@ -178,7 +187,7 @@ class ContinuousEngine:
             "batching": "continuous",
             "max_batch": str(self.slots),
             "decode_widths": ",".join(map(str, self.widths)),
-            "compile": "inductor" if self.compile else "off",
+            "compile": self.compile_mode,
             "cuda_graphs": str(self.graphs).lower(),
             "load_s": f"{self.load_s:.1f}",
             "compile_s": f"{self.compile_s:.1f}",

@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--compile",
         default="auto",
-        choices=["auto", "on", "off"],
-        help="continuous: torch.compile + CUDA graphs per width at start-up (auto: on CUDA)",
+        choices=["auto", "inductor", "graphs", "off"],
+        help="continuous: inductor = torch.compile + a CUDA graph per width at start-up; "
+        "graphs = CUDA graphs of the eager step; auto = inductor on CUDA, off on CPUs",
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                 device=args.device,
                 max_model_len=args.max_model_len,
                 slots=args.max_batch,
-                compile={"auto": None, "on": True, "off": False}[args.compile],
+                compile=args.compile,
             )
             return engine, tokenizer
         engine = TorchEngine(
