@@ -76,7 +76,7 @@ class ContinuousEngine:
         compile: str = "auto",
         prefill_tokens: int = 16384,
         admit_gap_s: float = 0.01,
-        admit_wait_s: float = 0.1,
+        admit_wait_s: float = 0.25,
     ) -> None:
         started = time.monotonic()
         if dtype != "auto" and dtype not in DTYPES:

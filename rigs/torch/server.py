@@ -28,6 +28,18 @@ def main(argv: list[str] | None = None) -> None:
         "--max-batch", type=int, default=32, help="rows per batch, or slots (continuous)"
     )
     parser.add_argument(
+        "--batch-gap-ms",
+        type=float,
+        default=10.0,
+        help="batched and continuous: a wave of requests ends after this long with no arrival",
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=250.0,
+        help="batched and continuous: the longest a wave is gathered after its first request",
+    )
+    parser.add_argument(
         "--compile",
         default="auto",
         choices=["auto", "inductor", "graphs", "off"],
@@ -53,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
                 max_model_len=args.max_model_len,
                 slots=args.max_batch,
                 compile=args.compile,
+                admit_gap_s=args.batch_gap_ms / 1000,
+                admit_wait_s=args.batch_wait_ms / 1000,
             )
             return engine, tokenizer
         engine = TorchEngine(
@@ -62,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             max_model_len=args.max_model_len,
             batching=args.batching,
             max_batch=args.max_batch,
+            batch_gap_s=args.batch_gap_ms / 1000,
+            batch_wait_s=args.batch_wait_ms / 1000,
         )
         return engine, tokenizer
 
