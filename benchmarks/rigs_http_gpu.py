@@ -61,6 +61,14 @@ def _cell(report: Path) -> dict[str, float | None]:
     return row
 
 
+def _medians(runs: list[dict[str, float | None]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for metric in METRICS:
+        values = [v for run in runs if (v := run[metric]) is not None]
+        out[metric] = statistics.median(values) if values else None
+    return out
+
+
 def run_rig(
     rig: str, settings: list[str], args: argparse.Namespace, out: Path, stop_at: float
 ) -> dict[str, Any]:
@@ -99,15 +107,7 @@ def run_rig(
                     runs.append(_cell(report))
                     print(f"{rig} c={c} run {r}: {runs[-1]}", flush=True)
             if runs:
-                result["cells"][str(c)] = {
-                    "runs": runs,
-                    "median": {
-                        m: statistics.median(x[m] for x in runs if x[m] is not None)
-                        if any(x[m] is not None for x in runs)
-                        else None
-                        for m in METRICS
-                    },
-                }
+                result["cells"][str(c)] = {"runs": runs, "median": _medians(runs)}
         result["bench_command"] = " ".join(_bench_cmd(base, args.model, 0, Path("OUT"))[1:])
         result["provenance_after"] = httpx.get(f"{base}/provenance", timeout=10).json()
         return result

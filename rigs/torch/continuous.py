@@ -156,7 +156,9 @@ class ContinuousEngine:
                     t0 = time.monotonic()
                     decode(ids, positions)  # compiles here, at start-up
                     log.info("width %d: first compiled step %.1f s", width, time.monotonic() - t0)
-                steps[width] = self._capture(decode, ids, positions, pool) if self.graphs else decode
+                steps[width] = (
+                    self._capture(decode, ids, positions, pool) if self.graphs else decode
+                )
         return steps
 
     def _capture(self, decode: Step, ids: torch.Tensor, positions: torch.Tensor, pool: Any) -> Step:
@@ -345,4 +347,3 @@ def _sample(
         keep = sorted_probs.cumsum(-1) - sorted_probs < params.top_p
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
     return torch.multinomial(probs, 1, generator=generator)[0]
-

@@ -21,9 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
-    parser.add_argument(
-        "--batching", default="serial", choices=["serial", "batched", "continuous"]
-    )
+    parser.add_argument("--batching", default="serial", choices=["serial", "batched", "continuous"])
     parser.add_argument(
         "--max-batch", type=int, default=32, help="rows per batch, or slots (continuous)"
     )

@@ -62,7 +62,7 @@ class SlotBuffers:
     """The K/V buffers of every layer that computes K/V, for `slots` sequences."""
 
     def __init__(
-        self, decoder: nn.Module, slots: int, max_len: int, device: torch.device, dtype: torch.dtype
+        self, decoder: Any, slots: int, max_len: int, device: torch.device, dtype: torch.dtype
     ) -> None:
         self.slots, self.max_len = slots, max_len
         self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -133,9 +133,9 @@ class SlotView:
 class SlotModel:
     """A causal LM's decode and prefill passes over `SlotBuffers`."""
 
-    def __init__(self, model: nn.Module, slots: int, max_len: int) -> None:
-        self.model = model
-        self.decoder: nn.Module = model.get_decoder()
+    def __init__(self, model: Any, slots: int, max_len: int) -> None:
+        self.model = model  # a transformers causal LM (Any: its attributes are dynamic)
+        self.decoder: Any = model.get_decoder()
         config = model.config.get_text_config()
         self.window = int(getattr(config, "sliding_window", None) or max_len)
         self.softcap = getattr(config, "final_logit_softcapping", None)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -267,7 +267,12 @@ async def _greedy_ids(
     await asyncio.sleep(delay_s)
     response = await client.post(
         "/v1/completions",
-        json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "return_token_ids": True},
+        json={
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "return_token_ids": True,
+        },
     )
     assert response.status_code == 200, response.text
     ids: list[int] = response.json()["choices"][0]["token_ids"]
@@ -310,7 +315,9 @@ def test_continuous_greedy_outputs_equal_generate(continuous_rig: str, reference
     prompts = [[2, *range(600 + 11 * i, 610 + 11 * i + 4 * i)] for i in range(7)]
     max_tokens = [12, 30, 5, 17, 40, 9, 3]  # prompts up to 35 tokens: past the window (16)
     outputs = _wave(continuous_rig, prompts, max_tokens, 0.0)
-    assert outputs == [_until_eos(reference(p, n)) for p, n in zip(prompts, max_tokens)]
+    assert outputs == [
+        _until_eos(reference(p, n)) for p, n in zip(prompts, max_tokens, strict=True)
+    ]
     assert [len(o) for o in outputs] == max_tokens  # no EOS reached: every row ran its length
 
 
