@@ -3,11 +3,11 @@
 One worker thread runs `model.generate` with a streamer. Batching modes:
 - "serial" (the default): one request at a time, so greedy output is `generate`'s output
   token for token;
-- "batched": the requests waiting when the worker is free (up to `max_batch`, with the same
-  sampling settings) run as one left-padded `generate` batch; a request arriving meanwhile
-  waits for the next batch (static batching, not continuous).
-transformers' continuous batching cannot serve Gemma 4: its paged cache assumes one
-head_dim, and Gemma 4 has 256 on sliding layers and 512 on global ones (see README).
+- "batched": a wave of requests (closed by an idle gap, see `gather_wave`; up to
+  `max_batch`, with the same sampling settings) runs as one left-padded `generate` batch;
+  a request arriving meanwhile waits for the next batch (static batching).
+Continuous batching is `continuous.py` (transformers' own cannot serve Gemma 4: its paged
+cache assumes one head_dim, and Gemma 4 has 256 on sliding layers and 512 on global ones).
 """
 
 from __future__ import annotations
