@@ -3,11 +3,11 @@
 One worker thread runs `model.generate` with a streamer. Batching modes:
 - "serial" (the default): one request at a time, so greedy output is `generate`'s output
   token for token;
-- "batched": the requests waiting when the worker is free (up to `max_batch`, with the same
-  sampling settings) run as one left-padded `generate` batch; a request arriving meanwhile
-  waits for the next batch (static batching, not continuous).
-transformers' continuous batching cannot serve Gemma 4: its paged cache assumes one
-head_dim, and Gemma 4 has 256 on sliding layers and 512 on global ones (see README).
+- "batched": a wave of requests (closed by an idle gap, see `gather_wave`; up to
+  `max_batch`, with the same sampling settings) runs as one left-padded `generate` batch;
+  a request arriving meanwhile waits for the next batch (static batching).
+Continuous batching is `continuous.py` (transformers' own cannot serve Gemma 4: its paged
+cache assumes one head_dim, and Gemma 4 has 256 on sliding layers and 512 on global ones).
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ class TorchEngine:
         attn_implementation: str | None = None,
         batching: Batching = "serial",
         max_batch: int = 32,
-        batch_wait_s: float = 0.02,
+        batch_gap_s: float = 0.01,
+        batch_wait_s: float = 0.25,
     ) -> None:
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, not {dtype!r}")
@@ -170,7 +171,7 @@ class TorchEngine:
         self.source = source
         self.batching = batching
         self.max_batch = 1 if batching == "serial" else max_batch
-        self.batch_wait_s = 0.0 if batching == "serial" else batch_wait_s
+        self.batch_gap_s, self.batch_wait_s = batch_gap_s, batch_wait_s
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model: Any = AutoModelForCausalLM.from_pretrained(
             source.path,
@@ -190,26 +191,18 @@ class TorchEngine:
         self.max_model_len = min(limit, max_model_len or DEFAULT_MAX_MODEL_LEN)
         self.model_name = source.spec
         self.pad_token_id = int(text_config.pad_token_id or 0)
+        self.batch_sizes: list[int] = []  # rows per generate() call, most recent last
         self._pending: queue.Queue[_Request] = queue.Queue()
         self._worker = threading.Thread(target=self._serve_forever, daemon=True, name="generate")
         self._worker.start()
 
     def provenance(self) -> Mapping[str, str]:
         return {
-            "rig": "torch",
-            "runtime": "transformers",
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "cuda": str(torch.version.cuda),
-            "device": _device_name(self.device),
-            "dtype": str(self.model.dtype).removeprefix("torch."),
+            **base_provenance(self.source, self.model, self.device, self.max_model_len),
             "attn_implementation": str(self.model.config._attn_implementation),
             "batching": self.batching,
             "max_batch": str(self.max_batch),
-            "model": self.source.name,
-            "model_revision": self.source.revision,
-            "max_model_len": str(self.max_model_len),
-            "python": platform.python_version(),
+            "recent_batches": ",".join(map(str, self.batch_sizes[-64:])),
         }
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
@@ -243,17 +236,13 @@ class TorchEngine:
                     request.send(None)
 
     def _next_batch(self) -> list[_Request]:
-        """The first waiting request plus compatible ones arriving within `batch_wait_s`."""
+        """The first waiting request plus the compatible ones of its wave (see `gather_wave`)."""
         first = self._pending.get()
-        batch: list[_Request] = [first]
-        others: list[_Request] = []
-        deadline = time.monotonic() + self.batch_wait_s
-        while len(batch) < self.max_batch:
-            try:
-                request = self._pending.get(timeout=max(deadline - time.monotonic(), 1e-4))
-            except queue.Empty:
-                break
-            (batch if request.batch_key() == first.batch_key() else others).append(request)
+        if self.max_batch == 1:
+            return [first]
+        batch, others = gather_wave(
+            self._pending, first, self.max_batch, self.batch_gap_s, self.batch_wait_s
+        )
         for request in others:
             self._pending.put(request)
         return batch
@@ -262,6 +251,8 @@ class TorchEngine:
         live = [r for r in batch if not r.cancel.is_set()]
         if not live:
             return
+        self.batch_sizes.append(len(live))
+        del self.batch_sizes[:-256]
         prompt_len = max(len(r.prompt_ids) for r in live)
         input_ids = torch.full((len(live), prompt_len), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
@@ -292,6 +283,54 @@ class TorchEngine:
                 stopping_criteria=StoppingCriteriaList([_BatchStop(rows)]),
                 streamer=_BatchStreamer(rows),
             )
+
+
+def base_provenance(
+    source: ModelSource, model: Any, device: torch.device, max_model_len: int
+) -> dict[str, str]:
+    """What every torch engine reports: versions, device, dtype, model."""
+    return {
+        "rig": "torch",
+        "runtime": "transformers",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "device": _device_name(device),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "model": source.name,
+        "model_revision": source.revision,
+        "max_model_len": str(max_model_len),
+        "python": platform.python_version(),
+    }
+
+
+def gather_wave(
+    pending: queue.Queue[_Request],
+    first: _Request,
+    limit: int,
+    gap_s: float,
+    wait_s: float,
+) -> tuple[list[_Request], list[_Request]]:
+    """`first` plus the requests that keep arriving less than `gap_s` apart.
+
+    A batch closes when no request arrived for `gap_s` (an idle gap), when it holds `limit`
+    requests, or `wait_s` after `first`, whichever comes first: a wave of concurrent
+    requests is never split by a window counted from its first arrival. Returns the batch
+    (requests with `first`'s sampling settings) and the incompatible requests taken meanwhile.
+    """
+    batch: list[_Request] = [first]
+    others: list[_Request] = []
+    deadline = time.monotonic() + wait_s
+    while len(batch) < limit:
+        timeout = min(gap_s, deadline - time.monotonic())
+        if timeout <= 0:
+            break
+        try:
+            request = pending.get(timeout=timeout)
+        except queue.Empty:
+            break
+        (batch if request.batch_key() == first.batch_key() else others).append(request)
+    return batch, others
 
 
 def _ids(value: int | list[int] | None) -> set[int]:

@@ -21,16 +21,52 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
-    parser.add_argument("--batching", default="serial", choices=["serial", "batched"])
-    parser.add_argument("--max-batch", type=int, default=32, help="rows per batch (batched)")
+    parser.add_argument("--batching", default="serial", choices=["serial", "batched", "continuous"])
+    parser.add_argument(
+        "--max-batch", type=int, default=32, help="rows per batch, or slots (continuous)"
+    )
+    parser.add_argument(
+        "--batch-gap-ms",
+        type=float,
+        default=10.0,
+        help="batched and continuous: a wave of requests ends after this long with no arrival",
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=250.0,
+        help="batched and continuous: the longest a wave is gathered after its first request",
+    )
+    parser.add_argument(
+        "--compile",
+        default="auto",
+        choices=["auto", "inductor", "graphs", "off"],
+        help="continuous: inductor = torch.compile + a CUDA graph per width at start-up; "
+        "graphs = CUDA graphs of the eager step; auto = inductor on CUDA, off on CPUs",
+    )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def load() -> tuple[Engine, ServingTokenizer]:
+        from rigs.torch.continuous import ContinuousEngine
         from rigs.torch.engine import TorchEngine
 
         source = resolve_model(args.model, seed=args.seed)
+        tokenizer = ServingTokenizer.from_pretrained(source.path)
+        engine: Engine
+        if args.batching == "continuous":
+            engine = ContinuousEngine(
+                source,
+                dtype=args.dtype,
+                device=args.device,
+                max_model_len=args.max_model_len,
+                slots=args.max_batch,
+                compile=args.compile,
+                admit_gap_s=args.batch_gap_ms / 1000,
+                admit_wait_s=args.batch_wait_ms / 1000,
+            )
+            return engine, tokenizer
         engine = TorchEngine(
             source,
             dtype=args.dtype,
@@ -38,8 +74,10 @@ def main(argv: list[str] | None = None) -> None:
             max_model_len=args.max_model_len,
             batching=args.batching,
             max_batch=args.max_batch,
+            batch_gap_s=args.batch_gap_ms / 1000,
+            batch_wait_s=args.batch_wait_ms / 1000,
         )
-        return engine, ServingTokenizer.from_pretrained(source.path)
+        return engine, tokenizer
 
     # As vLLM does, the served name defaults to the --model argument itself.
     serve(load, args.host, args.port, served_model_names=args.served_model_name or [args.model])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,125 @@ def test_serves_a_local_checkpoint_directory(
         )
         assert body["choices"][0]["token_ids"] == reference(PROMPT_IDS, 16)
         assert httpx.get(f"{base}/provenance").json()["model_revision"] == "local"
+
+
+# -- batched and continuous modes ---------------------------------------------------------
+
+# Requests of a wave are sent 15 ms apart: a window counted from the first arrival (the old
+# rule, 20 ms) splits them. The idle gap is wide so that a loaded machine (load 17 on two
+# cores, seen here) does not open one inside a wave.
+WAVE_SETTINGS = ["batch_gap_ms=400", "batch_wait_ms=5000"]
+WAVE_SPACING_S = 0.015
+
+
+@pytest.fixture(scope="module")
+def batched_rig(rig_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("torch-batched") / "server.log"
+    settings = ["batching=batched", *WAVE_SETTINGS]
+    with rig_server("torch", "random:tiny", cache=rig_cache, log=log, settings=settings) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def continuous_rig(rig_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Three slots, so the tests' requests outnumber them and must join as others leave."""
+    log = tmp_path_factory.mktemp("torch-continuous") / "server.log"
+    settings = ["batching=continuous", "max_batch=3", *WAVE_SETTINGS]
+    with rig_server("torch", "random:tiny", cache=rig_cache, log=log, settings=settings) as base:
+        yield base
+
+
+async def _greedy_ids(
+    client: httpx.AsyncClient, prompt: list[int], max_tokens: int, delay_s: float = 0.0
+) -> list[int]:
+    await asyncio.sleep(delay_s)
+    response = await client.post(
+        "/v1/completions",
+        json={
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "return_token_ids": True,
+        },
+    )
+    assert response.status_code == 200, response.text
+    ids: list[int] = response.json()["choices"][0]["token_ids"]
+    return ids
+
+
+def _wave(base: str, prompts: list[list[int]], max_tokens: list[int], spacing_s: float) -> Any:
+    async def run() -> list[list[int]]:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            calls = (
+                _greedy_ids(client, p, n, i * spacing_s)
+                for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))
+            )
+            return list(await asyncio.gather(*calls))
+
+    return asyncio.run(run())
+
+
+def _recorded(base: str, key: str) -> list[int]:
+    value: str = httpx.get(f"{base}/provenance").json()[key]
+    return [int(n) for n in value.split(",") if n]
+
+
+def _until_eos(ids: list[int]) -> list[int]:
+    """generate() keeps the EOS it stops at; the rig does not send it."""
+    return ids[:-1] if ids and ids[-1] == 1 else ids
+
+
+def test_a_wave_of_concurrent_requests_runs_as_one_batch(batched_rig: str, reference: Any) -> None:
+    prompts = [[2, *range(500 + 9 * i, 520 + 9 * i)] for i in range(8)]  # one length: no padding
+    before = _recorded(batched_rig, "recent_batches")
+    outputs = _wave(batched_rig, prompts, [6] * 8, WAVE_SPACING_S)
+    assert _recorded(batched_rig, "recent_batches")[len(before) :] == [8]
+    assert outputs == [_until_eos(reference(p, 6)) for p in prompts]
+
+
+def test_continuous_greedy_outputs_equal_generate(continuous_rig: str, reference: Any) -> None:
+    """Seven requests of different lengths through three slots: each joins when one frees
+    up, between decode steps, and still gets plain `generate`'s greedy tokens."""
+    prompts = [[2, *range(600 + 11 * i, 610 + 11 * i + 4 * i)] for i in range(7)]
+    max_tokens = [12, 30, 5, 17, 40, 9, 3]  # prompts up to 35 tokens: past the window (16)
+    outputs = _wave(continuous_rig, prompts, max_tokens, 0.0)
+    assert outputs == [
+        _until_eos(reference(p, n)) for p, n in zip(prompts, max_tokens, strict=True)
+    ]
+    assert [len(o) for o in outputs] == max_tokens  # no EOS reached: every row ran its length
+
+
+def test_continuous_admits_a_wave_in_one_prefill(continuous_rig: str) -> None:
+    before = _recorded(continuous_rig, "recent_prefill_batches")
+    prompts = [[2, *range(700 + 13 * i, 716 + 13 * i)] for i in range(3)]
+    _wave(continuous_rig, prompts, [4] * 3, WAVE_SPACING_S)
+    assert _recorded(continuous_rig, "recent_prefill_batches")[len(before) :] == [3]
+
+
+def test_continuous_eos_min_tokens_and_seeded_sampling(continuous_rig: str) -> None:
+    prompt = eos_prompt()  # greedy reaches EOS after 20 tokens
+    stopped = _complete(continuous_rig, prompt=prompt, max_tokens=32, temperature=0)
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["usage"]["completion_tokens"] == 20
+    held = _complete(continuous_rig, prompt=prompt, max_tokens=32, min_tokens=25, temperature=0)
+    assert held["usage"]["completion_tokens"] >= 25
+    request = {"prompt": PROMPT_IDS, "max_tokens": 16, "temperature": 1.0, "ignore_eos": True}
+    first = _complete(continuous_rig, **request, seed=7, return_token_ids=True)
+    again = _complete(continuous_rig, **request, seed=7, return_token_ids=True)
+    other = _complete(continuous_rig, **request, seed=8, return_token_ids=True)
+    assert first["choices"][0]["token_ids"] == again["choices"][0]["token_ids"]
+    assert first["choices"][0]["token_ids"] != other["choices"][0]["token_ids"]
+
+
+def test_continuous_provenance_and_abandoned_stream(continuous_rig: str) -> None:
+    provenance = httpx.get(f"{continuous_rig}/provenance").json()
+    assert provenance["batching"] == "continuous"
+    assert provenance["compile"] == "off"  # the CPU default
+    assert provenance["decode_widths"] == "1,2,3"
+    assert float(provenance["ready_s"]) >= float(provenance["compile_s"]) >= 0
+    body = {"prompt": PROMPT_IDS, "max_tokens": 900, "ignore_eos": True, "stream": True}
+    for _ in range(3):  # as many abandoned streams as slots: each must free its slot
+        with httpx.stream("POST", f"{continuous_rig}/v1/completions", json=body) as response:
+            assert next(response.iter_lines()).startswith("data: ")
+    result = _complete(continuous_rig, prompt="again", max_tokens=2, ignore_eos=True)
+    assert result["usage"]["completion_tokens"] == 2
