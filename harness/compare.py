@@ -209,13 +209,18 @@ def delivers_in_bursts(itl_p50_ms: float | None, tpot_p50_ms: float | None) -> b
 
 
 def ratio_words(ratio: float, noun: str) -> str:
-    """A ratio of medians as people say it: "2.3x higher TTFT", "41% lower throughput"."""
+    """A ratio of medians as people say it: "2.3x higher TTFT", "41% lower throughput",
+    "6.9x lower throughput" (a ratio of 0.144: "86% lower" would hide how far apart)."""
     if not math.isfinite(ratio) or ratio < 0:
         raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
     if ratio >= 2:
         return f"{ratio:.1f}x higher {noun}" if ratio < 10 else f"{ratio:.0f}x higher {noun}"
     if ratio > 1:
         return f"{ratio - 1:.0%} higher {noun}"
+    if ratio == 0:
+        return f"no {noun}"
+    if ratio <= 0.5:
+        return ratio_words(1 / ratio, noun).replace("higher", "lower")
     if ratio < 1:
         return f"{1 - ratio:.0%} lower {noun}"
     return f"same {noun}"

@@ -357,7 +357,9 @@ def test_end_to_end_from_harness_reports(reference_server: StartServer) -> None:
         (88.916, "89x higher throughput"),
         (1.41, "41% higher throughput"),
         (0.59, "41% lower throughput"),
-        (0.144, "86% lower throughput"),
+        (0.144, "6.9x lower throughput"),
+        (0.5, "2.0x lower throughput"),
+        (0.0, "no throughput"),
         (1.0, "same throughput"),
     ],
 )
