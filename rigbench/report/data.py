@@ -67,12 +67,14 @@ class SweepData(BaseModel):
     reserved_usd: float | None = None  # still held: boots not reconciled yet
 
     def reports_by_rig(self) -> dict[str, list[dict[str, Any]]]:
-        """Each rig's harness reports in boot order (boots without one left out)."""
+        """Each rig's harness reports in boot order (boots without one left out), rigs in
+        name order as `LocalSession.reports` gives them, so the first rig (the comparison's
+        baseline) is the one the terminal table uses."""
         found: dict[str, list[dict[str, Any]]] = {}
         for boot in sorted(self.boots, key=lambda b: (b.rig, b.boot)):
             if boot.report is not None:
                 found.setdefault(boot.rig, []).append(boot.report)
-        return {rig: found[rig] for rig in self.rigs if rig in found}
+        return found
 
     @property
     def instance_hours(self) -> float | None:

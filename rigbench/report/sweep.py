@@ -328,7 +328,7 @@ def provenance_blocks(data: SweepData, local: bool) -> list[str]:
         blocks.append(
             Markup(
                 "<p>To reproduce, save this input as <code>sweep.json</code> and run "
-                "<code>rigbench run sweep.json{}</code>:</p><pre>{}</pre>"
+                "<code>rigbench run{} sweep.json</code>:</p><pre>{}</pre>"
             ).format(flag, json.dumps(body, indent=2, sort_keys=True))
         )
     else:
