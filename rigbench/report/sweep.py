@@ -23,7 +23,7 @@ from rigbench.report import analysis, figures
 from rigbench.report.data import BootData, SweepData
 from rigbench.report.html import Page, Section, figure_html, render_table
 
-_VERSION = re.compile(r"^v?\d+(\.\d+)+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
+_VERSION = re.compile(r"^v?\d+\.\d+\.\d+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
 _VERDICT_CLASS = {Verdict.FASTER: "better", Verdict.SLOWER: "worse"}
 
 

@@ -82,8 +82,9 @@ class Chromium:
                 return dict(reply.get("result", {}))
             self.events.append(reply)
 
-    def wait_event(self, method: str, timeout: float = 60.0) -> dict[str, Any]:
-        for event in self.events:
+    def wait_event(self, method: str, since: int = 0, timeout: float = 60.0) -> dict[str, Any]:
+        """The first `method` event at or after index `since` of `events`, waiting for it."""
+        for event in self.events[since:]:
             if event.get("method") == method:
                 return event
         deadline = time.monotonic() + timeout
@@ -108,8 +109,9 @@ class Chromium:
     def open(self, path: Path, timeout: float = 120.0) -> None:
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable")
+        since = len(self.events)
         self.send("Page.navigate", {"url": path.resolve().as_uri()})
-        self.wait_event("Page.loadEventFired", timeout=timeout)
+        self.wait_event("Page.loadEventFired", since=since, timeout=timeout)
 
     def evaluate(self, expression: str) -> Any:
         result = self.send(
