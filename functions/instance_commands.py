@@ -146,7 +146,7 @@ def bench_commands(
         f'MODEL=$("$PY" - "$URL" "$OUT/provenance.json" <<\'PY\'{_PROVENANCE_PY}PY\n)',
         '"$PY" -m rigbench bench ' + " ".join(bench),
         f'"$PY" - {shlex.quote(bucket)} {shlex.quote(prefix)} "$OUT/report.json" '
-        f"\"$OUT/report.requests.jsonl\" \"$OUT/provenance.json\" <<'PY'{_UPLOAD_PY}PY",
+        f'"$OUT/report.requests.jsonl" "$OUT/provenance.json" <<\'PY\'{_UPLOAD_PY}PY',
     ]
 
 

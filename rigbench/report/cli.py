@@ -4,19 +4,25 @@ import contextlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from rigbench.report.data import ReportError, Store, gather
-from rigbench.report.html import write
+from rigbench.report.errors import ReportError
+
+# boto3/botocore, plotly and jinja2 load only when a report is made: `import rigbench.cli`
+# stays light on GPU machines that run only `bench` and `rig serve`.
+if TYPE_CHECKING:
+    from rigbench.report.data import Store
 
 TREND_DAYS = 365
 
 
-def store_from(client: Callable[[str], Any], refs: Any) -> Store:
+def store_from(client: Callable[[str], Any], refs: Any) -> "Store":
     """A Store over a stack's outputs (`rigbench.cloud.StackRefs`) and a client factory."""
+    from rigbench.report.data import Store
+
     return Store(
         dynamodb=client("dynamodb"),
         s3=client("s3"),
@@ -29,10 +35,12 @@ def store_from(client: Callable[[str], Any], refs: Any) -> Store:
 
 
 def write_sweep_report(
-    store: Store, sweep_id: str, out: Path, *, cell: str | None = None, local: bool = False
+    store: "Store", sweep_id: str, out: Path, *, cell: str | None = None, local: bool = False
 ) -> Path:
     """Gather the sweep and write its page; ReportError when there is no such sweep."""
-    from rigbench.report.sweep import sweep_page  # plotly loads only when a report is made
+    from rigbench.report.data import gather
+    from rigbench.report.html import write
+    from rigbench.report.sweep import sweep_page
 
     data = gather(store, sweep_id)
     try:
@@ -43,7 +51,7 @@ def write_sweep_report(
 
 
 def write_trend_report(
-    store: Store,
+    store: "Store",
     out: Path,
     *,
     rig: str,
@@ -52,6 +60,7 @@ def write_trend_report(
     since: datetime,
 ) -> Path:
     from rigbench.cloud import query_results
+    from rigbench.report.html import write
     from rigbench.report.trend import trend_page
 
     rows = query_results(
@@ -66,7 +75,7 @@ def write_trend_report(
 
 
 @contextlib.contextmanager
-def _store(local: bool, home: Path | None, stack: str) -> Iterator[Store]:
+def _store(local: bool, home: Path | None, stack: str) -> Iterator["Store"]:
     from rigbench import cloud
     from rigbench.local import cli as local_cli
 

@@ -19,10 +19,9 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from rigbench.progress import boot_progress
+from rigbench.report.errors import ReportError
 
-
-class ReportError(Exception):
-    """The report cannot be made; the message says why and what to do."""
+__all__ = ["BootData", "ReportError", "Store", "SweepData", "gather"]
 
 
 @dataclass(frozen=True)

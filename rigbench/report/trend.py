@@ -8,7 +8,7 @@ from typing import Any
 from harness.compare import METRICS, cell_label
 from harness.stats import aggregate_boots
 from rigbench.report import analysis, figures
-from rigbench.report.data import ReportError
+from rigbench.report.errors import ReportError
 from rigbench.report.html import Page, Section, figure_html, render_table
 
 TREND_METRICS = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")
