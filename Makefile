@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 $(CHROMIUM):
-	apt-get update -qq && apt-get install -y -qq chromium
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 test: lint $(CHROMIUM)
 	$(BIN)/pytest

@@ -2,7 +2,7 @@
 instance type), by Query on the table's `by_config` index (or `by_month` without a type)."""
 
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from harness.compare import METRICS, cell_label
@@ -69,6 +69,10 @@ def trend_points(rows: list[dict[str, Any]]) -> Trend:
     return out
 
 
+def _sweeps(n: int) -> str:
+    return f"{n} sweep" if n == 1 else f"{n} sweeps"
+
+
 def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: str | None) -> Page:
     where = f"{rig} serving {model}" + (f" on {instance_type}" if instance_type else "")
     if not rows:
@@ -87,6 +91,9 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
     fig = figures.trend_figure(
         points, TITLES, f"{where}: median over boots per sweep (o: each boot)"
     )
+    if len(sweeps) == 1:  # one instant: a day either side, not an axis of microseconds
+        when = min(_when(r["started_at"]) for r in rows)
+        fig.update_xaxes(range=[when - timedelta(days=1), when + timedelta(days=1)])
     table_rows = []
     for sweep in sweeps:
         own = [r for r in rows if r["sweep_id"] == sweep]
@@ -105,9 +112,9 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
         )
     return Page(
         title=f"rigbench trend: {rig}",
-        subtitle=f"{where}, {len(sweeps)} sweeps",
+        subtitle=f"{where}, {_sweeps(len(sweeps))}",
         status="ok" if len(sweeps) > 1 else "warn",
-        status_text=f"{len(sweeps)} sweeps",
+        status_text=_sweeps(len(sweeps)),
         notes=notes,
         sections=[
             Section(
