@@ -5,6 +5,9 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
 .PHONY: install sweep test lint
 
+# The report test opens a real sweep report in Debian's headless Chromium (tests/report).
+CHROMIUM := /usr/bin/chromium
+
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -23,5 +26,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: lint $(CHROMIUM)
 	$(BIN)/pytest

@@ -107,6 +107,11 @@ def report_key(sweep_id: str, rig: str, boot: int) -> str:
     return report_prefix(sweep_id, rig, boot) + "report.json"
 
 
+def records_key(sweep_id: str, rig: str, boot: int) -> str:
+    """The harness's per-request records (harness.output.records_path), for latency CDFs."""
+    return report_prefix(sweep_id, rig, boot) + "report.requests.jsonl"
+
+
 def provenance_key(sweep_id: str, rig: str, boot: int) -> str:
     return report_prefix(sweep_id, rig, boot) + "provenance.json"
 
@@ -141,7 +146,7 @@ def bench_commands(
         f'MODEL=$("$PY" - "$URL" "$OUT/provenance.json" <<\'PY\'{_PROVENANCE_PY}PY\n)',
         '"$PY" -m rigbench bench ' + " ".join(bench),
         f'"$PY" - {shlex.quote(bucket)} {shlex.quote(prefix)} "$OUT/report.json" '
-        f"\"$OUT/provenance.json\" <<'PY'{_UPLOAD_PY}PY",
+        f'"$OUT/report.requests.jsonl" "$OUT/provenance.json" <<\'PY\'{_UPLOAD_PY}PY',
     ]
 
 

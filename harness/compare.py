@@ -9,11 +9,14 @@ shows that as a rich table.
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -43,6 +46,11 @@ class MetricSpec(BaseModel):
     label: str
     unit: str
     direction: Direction
+    noun: str = ""  # what a verdict calls it ("throughput"); the label when empty
+
+    @property
+    def name(self) -> str:
+        return self.noun or self.label
 
 
 def _metric_table() -> dict[str, MetricSpec]:
@@ -59,7 +67,11 @@ def _metric_table() -> dict[str, MetricSpec]:
                 key=key, label=f"{name} {stat}", unit="ms", direction=Direction.LOWER_IS_BETTER
             )
     specs["output_tok_s"] = MetricSpec(
-        key="output_tok_s", label="output", unit="tok/s", direction=Direction.HIGHER_IS_BETTER
+        key="output_tok_s",
+        label="output",
+        unit="tok/s",
+        direction=Direction.HIGHER_IS_BETTER,
+        noun="throughput",
     )
     return specs
 
@@ -89,6 +101,7 @@ class RigResult(BaseModel):
     aggregate: BootAggregate | None  # None: no boot produced a value
     verdict: Verdict | None  # against the baseline; None for the baseline or without data
     change_vs_baseline: float | None  # (median - baseline median) / baseline median
+    words: str = ""  # the verdict as people read it: "2.3x higher throughput (better)"
 
 
 class MetricComparison(BaseModel):
@@ -97,6 +110,9 @@ class MetricComparison(BaseModel):
     metric: MetricSpec
     results: list[RigResult]
     flips: RankingFlips | None  # None when fewer than two rigs have data
+    ranking: str = ""  # best first: "jax > torch" (intervals apart), "jax ≈ torch" (overlap)
+    flip_words: str = ""  # "order flipped between boots: jax/torch (boots 1,2)"
+    withheld: str = ""  # why this metric gets no verdicts in this cell (burst delivery)
 
 
 class CellComparison(BaseModel):
@@ -104,6 +120,7 @@ class CellComparison(BaseModel):
 
     cell: str
     metrics: list[MetricComparison]
+    burst_rigs: list[str] = []  # rigs that delivered tokens in bursts in this cell
 
 
 class Comparison(BaseModel):
@@ -174,6 +191,112 @@ def values_from_reports(
     return values
 
 
+# A rig that sends several tokens in quick succession and then pauses (a JAX engine stepping
+# many tokens per host round trip) shows an ITL p50 near zero while its TPOT is not: its ITL
+# measures the socket, not the decode, and only TPOT compares it fairly with other rigs.
+BURST_ITL_TO_TPOT = 0.1
+
+
+def delivers_in_bursts(itl_p50_ms: float | None, tpot_p50_ms: float | None) -> bool:
+    """Whether a cell's tokens came in bursts, judged from its ITL and TPOT medians.
+
+    A stand-in until the harness reports a per-cell burst-delivery flag (issue 15): switch
+    the callers to that field then and delete this function.
+    """
+    if itl_p50_ms is None or tpot_p50_ms is None or tpot_p50_ms <= 0:
+        return False
+    return itl_p50_ms < BURST_ITL_TO_TPOT * tpot_p50_ms
+
+
+def ratio_words(ratio: float, noun: str) -> str:
+    """A ratio of medians as people say it: "2.3x higher TTFT", "41% lower throughput",
+    "6.9x lower throughput" (a ratio of 0.144: "86% lower" would hide how far apart)."""
+    if not math.isfinite(ratio) or ratio < 0:
+        raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
+    if ratio >= 2:
+        return f"{ratio:.1f}x higher {noun}" if ratio < 10 else f"{ratio:.0f}x higher {noun}"
+    if ratio > 1:
+        return f"{ratio - 1:.0%} higher {noun}"
+    if ratio == 0:
+        return f"no {noun}"
+    if ratio <= 0.5:
+        return ratio_words(1 / ratio, noun).replace("higher", "lower")
+    if ratio < 1:
+        return f"{1 - ratio:.0%} lower {noun}"
+    return f"same {noun}"
+
+
+def verdict_words(
+    agg: BootAggregate | None, base: BootAggregate | None, judged: Verdict | None, noun: str
+) -> str:
+    """A rig's result against the baseline's, in the words the table and the report share."""
+    if agg is None:
+        return "no data"
+    if base is None:
+        return "baseline has no data"
+    if judged is None:
+        return ""
+    if base.value == 0:
+        return f"baseline {noun} is 0: no ratio"
+    words = ratio_words(agg.value / base.value, noun)
+    if judged is Verdict.FASTER:
+        return f"{words} (better)"
+    if judged is Verdict.SLOWER:
+        return f"{words} (worse)"
+    if not (agg.has_interval and base.has_interval):
+        return f"{words} (one boot: no verdict)"
+    return f"{words} (within noise)"
+
+
+def _ranking(aggregates: Mapping[str, BootAggregate | None], direction: Direction) -> str:
+    """Rigs best first; ">" where the intervals separate, "≈" where they overlap."""
+    present = [(rig, agg) for rig, agg in aggregates.items() if agg is not None]
+    if len(present) < 2:
+        return ""
+    sign = 1.0 if direction is Direction.LOWER_IS_BETTER else -1.0
+    present.sort(key=lambda item: sign * item[1].value)
+    text = present[0][0]
+    for (_, ahead), (rig, agg) in itertools.pairwise(present):
+        apart = verdict_from_aggregates(ahead, agg, direction) is Verdict.FASTER
+        text += f" {'>' if apart else '≈'} {rig}"
+    return text
+
+
+def _flip_words(flips: RankingFlips | None) -> str:
+    if flips is None or not flips.flipped:
+        return ""
+    pairs = ", ".join(f"{p.rig_a}/{p.rig_b}" for p in flips.pairs)
+    boots = ",".join(str(b + 1) for b in flips.boots)
+    return f"order flipped between boots: {pairs} (boots {boots})"
+
+
+def _median_of(series: Sequence[float | None]) -> float | None:
+    present = [v for v in series if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def burst_rigs(values: BootValues, cell: str) -> dict[str, tuple[float, float]]:
+    """Rigs whose tokens came in bursts in `cell`, with their (ITL p50, TPOT p50) medians."""
+    found: dict[str, tuple[float, float]] = {}
+    for rig, by_cell in values.items():
+        row = by_cell.get(cell, {})
+        itl = _median_of(row.get("itl_ms.p50", []))
+        tpot = _median_of(row.get("tpot_ms.p50", []))
+        if itl is not None and tpot is not None and delivers_in_bursts(itl, tpot):
+            found[rig] = (itl, tpot)
+    return found
+
+
+def _withheld(spec: MetricSpec, bursts: Mapping[str, tuple[float, float]]) -> str:
+    if not spec.key.startswith("itl_ms.") or not bursts:
+        return ""
+    who = ", ".join(
+        f"{rig} (ITL p50 {_fmt(itl)} ms, TPOT p50 {_fmt(tpot)} ms)"
+        for rig, (itl, tpot) in bursts.items()
+    )
+    return f"no ITL verdict: {who} delivers tokens in bursts; compare TPOT"
+
+
 def compare(
     values: BootValues,
     *,
@@ -210,22 +333,35 @@ def compare(
     keys = [k for k in METRICS if k in found] if metrics is None else list(metrics)
     specs = [metric_spec(k) for k in keys]
 
+    compared: list[CellComparison] = []
+    for cell in cells:
+        bursts = burst_rigs(values, cell)
+        compared.append(
+            CellComparison(
+                cell=cell,
+                metrics=[
+                    _compare_metric(
+                        values,
+                        cell,
+                        spec,
+                        base,
+                        confidence,
+                        seed,
+                        n_resamples,
+                        _withheld(spec, bursts),
+                    )
+                    for spec in specs
+                ],
+                burst_rigs=list(bursts),
+            )
+        )
     return Comparison(
         baseline=base,
         rigs=rigs,
         confidence=confidence,
         seed=seed,
         n_resamples=n_resamples,
-        cells=[
-            CellComparison(
-                cell=cell,
-                metrics=[
-                    _compare_metric(values, cell, spec, base, confidence, seed, n_resamples)
-                    for spec in specs
-                ],
-            )
-            for cell in cells
-        ],
+        cells=compared,
     )
 
 
@@ -237,6 +373,7 @@ def _compare_metric(
     confidence: float,
     seed: int,
     n_resamples: int,
+    withheld: str = "",
 ) -> MetricComparison:
     per_boot: dict[str, list[float | None]] = {
         rig: list(by_cell.get(cell, {}).get(spec.key, [])) for rig, by_cell in values.items()
@@ -258,10 +395,11 @@ def _compare_metric(
     for rig, agg in aggregates.items():
         judged: Verdict | None = None
         change: float | None = None
-        if rig != baseline and agg is not None and base is not None:
+        if rig != baseline and agg is not None and base is not None and not withheld:
             judged = verdict_from_aggregates(agg, base, spec.direction)
             if base.value != 0:
                 change = (agg.value - base.value) / base.value
+        words = "" if rig == baseline or withheld else verdict_words(agg, base, judged, spec.name)
         results.append(
             RigResult(
                 rig=rig,
@@ -269,11 +407,19 @@ def _compare_metric(
                 aggregate=agg,
                 verdict=judged,
                 change_vs_baseline=change,
+                words=words,
             )
         )
     with_data = {rig: s for rig, s in per_boot.items() if aggregates[rig] is not None}
     flips = ranking_flips(with_data, spec.direction) if len(with_data) >= 2 else None
-    return MetricComparison(metric=spec, results=results, flips=flips)
+    return MetricComparison(
+        metric=spec,
+        results=results,
+        flips=flips,
+        ranking="" if withheld else _ranking(aggregates, spec.direction),
+        flip_words="" if withheld else _flip_words(flips),
+        withheld=withheld,
+    )
 
 
 def _fmt(value: float) -> str:
@@ -294,33 +440,9 @@ _VERDICT_STYLE = {
 }
 
 
-def _rig_cell(result: RigResult, baseline: str, max_boots: int) -> Text:
-    agg = result.aggregate
-    if agg is None:
-        return Text("no data", style="dim")
-    text = Text(f"{_fmt(agg.value)} [{_fmt(agg.ci_low)}, {_fmt(agg.ci_high)}]")
-    if agg.n_boots < max_boots:
-        text.append(f" n={agg.n_boots}", style="yellow")
-    if result.rig == baseline:
-        text.append("\nbaseline", style="dim")
-    elif result.verdict is not None:
-        text.append("\n")
-        if result.change_vs_baseline is not None:
-            text.append(f"{result.change_vs_baseline:+.1%} ")
-        text.append(result.verdict.value, style=_VERDICT_STYLE[result.verdict])
-    return text
-
-
-def _flip_cell(flips: RankingFlips | None) -> Text:
-    if flips is None or not flips.flipped:
-        return Text("")
-    pairs = ", ".join(f"{p.rig_a}/{p.rig_b}" for p in flips.pairs)
-    boots = ",".join(str(b) for b in flips.boots)
-    return Text(f"FLIPPED {pairs}\nboots {boots}", style="bold yellow")
-
-
-def render(comparison: Comparison) -> Table:
-    max_boots = max(
+def max_boots(comparison: Comparison) -> int:
+    """The most boots any rig's aggregate was built from."""
+    return max(
         (
             r.aggregate.n_boots
             for c in comparison.cells
@@ -330,13 +452,51 @@ def render(comparison: Comparison) -> Table:
         ),
         default=0,
     )
+
+
+def fmt_value(value: float) -> str:
+    """A number as the table and the report print it."""
+    return _fmt(value)
+
+
+def _rig_cell(result: RigResult, baseline: str, max_boots: int) -> Text:
+    agg = result.aggregate
+    if agg is None:
+        return Text("no data", style="dim")
+    text = Text(f"{_fmt(agg.value)} [{_fmt(agg.ci_low)}, {_fmt(agg.ci_high)}]")
+    if agg.n_boots < max_boots:
+        text.append(f" n={agg.n_boots}", style="yellow")
+    if result.rig == baseline:
+        text.append("\nbaseline", style="dim")
+    elif result.words:
+        style = _VERDICT_STYLE[result.verdict] if result.verdict is not None else "dim"
+        text.append(f"\n{result.words}", style=style)
+    return text
+
+
+def _ranking_cell(metric: MetricComparison) -> Text:
+    if metric.withheld:
+        return Text(metric.withheld, style="yellow")
+    text = Text(metric.ranking)
+    if metric.flip_words:
+        text.append(f"\n{metric.flip_words}", style="bold yellow")
+    return text
+
+
+CAPTION = (
+    "median of {boots} boots [{level} bootstrap CI]; each rig against the baseline as a ratio "
+    "of medians: (better)/(worse) only when the intervals separate, else (within noise); "
+    "ranking best first, '>' intervals apart, '≈' overlapping; a flipped order between boots "
+    "is called out; a rig delivering tokens in bursts gets TPOT, not ITL, verdicts"
+)
+
+
+def render(comparison: Comparison) -> Table:
+    most = max_boots(comparison)
     level = f"{comparison.confidence:.0%}"
     table = Table(
         title=f"rigbench comparison (baseline {comparison.baseline})",
-        caption=(
-            f"median of {max_boots} boots [{level} bootstrap CI]; faster/slower only when the "
-            f"intervals separate; FLIPPED: the rigs' order reversed between boots"
-        ),
+        caption=CAPTION.format(boots=most, level=level),
         show_lines=True,
     )
     table.add_column("cell")
@@ -350,11 +510,8 @@ def render(comparison: Comparison) -> Table:
             table.add_row(
                 cell.cell,
                 f"{metric.metric.label} ({metric.metric.unit})",
-                *(
-                    _rig_cell(by_rig[rig], comparison.baseline, max_boots)
-                    for rig in comparison.rigs
-                ),
-                _flip_cell(metric.flips),
+                *(_rig_cell(by_rig[rig], comparison.baseline, most) for rig in comparison.rigs),
+                _ranking_cell(metric),
             )
     return table
 

@@ -11,6 +11,7 @@ from harness.compare import cell_label, compare, render, values_from_reports
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.session import LocalSession
+from rigbench.report.cli import report_after_run
 from rigs.launch import compute_capability
 from rigs.registry import discover
 
@@ -83,6 +84,7 @@ def run_sweep(
         title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
         described, progress = session.follow(arn, title=title, live=live)
         reports = session.reports(sweep_id)
+        report_line = report_after_run(session.emu, sweep_id, home.root / f"report-{sweep_id}.html")
     status = described["status"]
     console.print()
     if reports:
@@ -95,11 +97,13 @@ def run_sweep(
     if status != "SUCCEEDED":
         cause = described.get("cause") or described.get("error") or progress.error
         console.print(f"[red]sweep {status.lower()}:[/] {cause}")
+        console.print(report_line)
         return 1
     console.print(
         f"sweep {sweep_id} succeeded; results saved in {home.data} "
         f"(see them with: rigbench results --local --sweep {sweep_id})"
     )
+    console.print(report_line)
     return 0
 
 

@@ -15,6 +15,8 @@ from harness.compare import (
     app,
     cell_label,
     compare,
+    delivers_in_bursts,
+    ratio_words,
     render_text,
     values_from_reports,
 )
@@ -237,11 +239,12 @@ def test_render_text_shows_medians_intervals_verdicts_and_flips() -> None:
     assert "50.10 [49.80, 50.40]" in lines[ttft_row]
     assert "60.70 [60.20, 61.00]" in lines[ttft_row]
     assert "baseline" in lines[ttft_row + 1]
-    assert "+21.2% slower" in lines[ttft_row + 1]
+    assert "21% higher TTFT p50 (worse)" in lines[ttft_row + 1]
+    assert "torch > jax" in lines[ttft_row]  # the ranking column, best first
     tok_row = next(i for i, line in enumerate(lines) if "c=1" in line and "output (tok/s)" in line)
-    assert "FLIPPED jax/torch" in lines[tok_row]
-    assert "boots 0,1,2" in lines[tok_row + 1]
-    assert "indistinguishable" in lines[tok_row + 1]
+    assert "jax ≈ torch" in lines[tok_row]
+    assert "order flipped between boots: jax/torch (boots 1,2,3)" in text
+    assert "within noise" in lines[tok_row + 1]
     assert "median of 3 boots [95% bootstrap CI]" in text
 
 
@@ -249,7 +252,7 @@ def test_render_marks_rigs_with_fewer_boots() -> None:
     values = {"a": {"c=1": {"ttft_ms.p50": [5.0, 6.0, 5.5]}}, "b": {"c=1": {"ttft_ms.p50": [9.0]}}}
     text = render_text(compare(values))
     assert "9.00 [9.00, 9.00] n=1" in text
-    assert "indistinguishable" in text  # one boot never decides
+    assert "64% higher TTFT p50 (one boot: no verdict)" in text  # one boot never decides
 
 
 boot_lists = st.lists(
@@ -345,3 +348,49 @@ def test_end_to_end_from_harness_reports(reference_server: StartServer) -> None:
     itl = _by_key(comparison, "c=2", "itl_ms.p50").results
     assert itl[0].aggregate.value == pytest.approx(5.0, abs=1.0)
     assert itl[1].aggregate.value == pytest.approx(15.0, abs=1.0)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "words"),
+    [
+        (2.345, "2.3x higher throughput"),
+        (88.916, "89x higher throughput"),
+        (1.41, "41% higher throughput"),
+        (0.59, "41% lower throughput"),
+        (0.144, "6.9x lower throughput"),
+        (0.5, "2.0x lower throughput"),
+        (0.0, "no throughput"),
+        (1.0, "same throughput"),
+    ],
+)
+def test_ratio_words(ratio: float, words: str) -> None:
+    assert ratio_words(ratio, "throughput") == words
+
+
+def test_ratio_words_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="ratio must be a finite number >= 0"):
+        ratio_words(float("nan"), "TTFT")
+
+
+def test_a_rig_delivering_in_bursts_gets_tpot_not_itl_verdicts() -> None:
+    # jax sends its tokens in bursts: ITL p50 ~0.02 ms while its TPOT is 40 ms. torch streams
+    # one token per 45 ms. Comparing ITL would call torch "2250x higher ITL"; only TPOT is fair.
+    assert delivers_in_bursts(0.02, 40.0)
+    assert not delivers_in_bursts(44.0, 45.0)
+    assert not delivers_in_bursts(None, 45.0)
+    values = {
+        "torch": {"c=1": {"itl_ms.p50": [45.0, 46.0, 44.0], "tpot_ms.p50": [45.5, 46.2, 44.1]}},
+        "jax": {"c=1": {"itl_ms.p50": [0.02, 0.03, 0.02], "tpot_ms.p50": [40.0, 41.0, 40.5]}},
+    }
+    comparison = compare(values, baseline="torch", n_resamples=FAST)
+    assert comparison.cells[0].burst_rigs == ["jax"]
+    itl = _by_key(comparison, "c=1", "itl_ms.p50")
+    assert "jax (ITL p50 0.02 ms, TPOT p50 40.50 ms) delivers tokens in bursts" in itl.withheld
+    assert [r.verdict for r in itl.results] == [None, None]
+    assert itl.ranking == ""
+    tpot = _by_key(comparison, "c=1", "tpot_ms.p50")
+    assert tpot.results[1].words == "11% lower TPOT p50 (better)"
+    assert tpot.ranking == "jax > torch"
+    text = render_text(comparison, width=240)
+    assert "no ITL verdict" in text
+    assert "x higher ITL" not in text

@@ -2,6 +2,7 @@
 real harness (`python -m rigbench bench`) against the harness's reference server, uploads the
 report and provenance to the emulated S3, and the store step turns them into rows."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from functions.instance_commands import (
     parse_probe,
     probe_commands,
     provenance_key,
+    records_key,
     report_key,
     report_uri_of,
     step_of,
@@ -65,6 +67,10 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     assert found.served_model
     assert "no /provenance" in found.rig["error"]  # the reference server is not a rig
     assert found.gpu  # "none" where nvidia-smi is missing
+    # The per-request records ride along, for the report's latency distributions.
+    body = s3.get_object(Bucket=bucket, Key=records_key("s-1", "torch", 1))["Body"].read()
+    measured = [r for r in map(json.loads, body.decode().splitlines()) if not r["warmup"]]
+    assert sorted(r["cell"] for r in measured) == [0] * 4 + [1] * 4
 
 
 def test_probe_output_parses_both_shapes() -> None:

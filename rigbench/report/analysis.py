@@ -1,0 +1,153 @@
+"""The figures a report plots, computed from a sweep's boots: per-boot values per rig and cell,
+their medians with bootstrap intervals, cost per million output tokens, request latencies."""
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.compare import cell_label
+from harness.stats import BootAggregate, aggregate_boots
+from rigbench.report.data import BootData, SweepData
+
+# Fewer resamples than the comparison table: a plot band needs no fourth digit.
+PLOT_RESAMPLES = 1999
+
+
+class Point(BaseModel):
+    """One rig at one cell: every boot's value and their median with its interval."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: str
+    x: float  # the load: concurrency, or the Poisson rate in requests/s
+    boots: list[tuple[int, float]]  # (boot number, value)
+    aggregate: BootAggregate
+
+
+def cell_x(cell: dict[str, Any]) -> float:
+    if cell.get("concurrency") is not None:
+        return float(cell["concurrency"])
+    return float(cell["rate"])
+
+
+def load_kind(data: SweepData) -> str:
+    """What the x axis of a load plot is: "concurrency" or "rate (requests/s)"."""
+    for boot in data.boots:
+        for cell in (boot.report or {}).get("cells", []):
+            return "concurrency" if cell.get("concurrency") is not None else "rate (requests/s)"
+    return "concurrency"
+
+
+def read(cell: dict[str, Any], key: str) -> float | None:
+    node: Any = cell
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, bool) or not isinstance(node, int | float) or not math.isfinite(node):
+        return None
+    return float(node)
+
+
+def _measured_cells(boot: BootData) -> Iterable[dict[str, Any]]:
+    for cell in (boot.report or {}).get("cells", []):
+        if (cell.get("requests_ok") or 0) > 0:
+            yield cell
+
+
+def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
+    """Per rig, one Point per cell (in load order); `value_of(boot, cell)` gives a boot's value
+    or None. Cells where no boot has a value are left out."""
+    found: dict[str, dict[str, tuple[float, list[tuple[int, float]]]]] = {}
+    for boot in data.boots:
+        for cell in _measured_cells(boot):
+            value = value_of(boot, cell)
+            if value is None:
+                continue
+            by_cell = found.setdefault(boot.rig, {})
+            label = cell_label(cell)
+            by_cell.setdefault(label, (cell_x(cell), []))[1].append((boot.boot, value))
+    out: dict[str, list[Point]] = {}
+    for rig in data.rigs:
+        points = []
+        for label, (x, boots) in sorted(found.get(rig, {}).items(), key=lambda kv: kv[1][0]):
+            agg = aggregate_boots([v for _, v in boots], n_resamples=PLOT_RESAMPLES)
+            points.append(Point(cell=label, x=x, boots=boots, aggregate=agg))
+        if points:
+            out[rig] = points
+    return out
+
+
+def metric_series(data: SweepData, key: str) -> dict[str, list[Point]]:
+    return series(data, lambda boot, cell: read(cell, key))
+
+
+def usd_per_million_tokens(price_usd_per_hour: float, output_tok_s: float) -> float | None:
+    """What a million output tokens cost at this throughput on an instance at this price."""
+    if output_tok_s <= 0:
+        return None
+    return price_usd_per_hour / (output_tok_s * 3600) * 1e6
+
+
+def cost_series(data: SweepData) -> dict[str, list[Point]]:
+    """$ per million output tokens per rig and cell, from the price each boot paid."""
+
+    def value(boot: BootData, cell: dict[str, Any]) -> float | None:
+        tok_s = read(cell, "output_tok_s")
+        if boot.price_usd_per_hour is None or tok_s is None:
+            return None
+        return usd_per_million_tokens(boot.price_usd_per_hour, tok_s)
+
+    return series(data, value)
+
+
+class Latencies(BaseModel):
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+    e2e_ms: list[float]
+
+
+def request_latencies(boots: Sequence[BootData], cell: str) -> Latencies | None:
+    """Every successful measured request of `cell` over the boots; None without records."""
+    out = Latencies(ttft_ms=[], tpot_ms=[], e2e_ms=[])
+    any_records = False
+    for boot in boots:
+        if boot.records is None or boot.report is None:
+            continue
+        labels = [cell_label(c) for c in boot.report.get("cells", [])]
+        if cell not in labels:
+            continue
+        any_records = True
+        index = labels.index(cell)
+        for rec in boot.records:
+            if rec.get("cell") != index or rec.get("warmup") or rec.get("error") is not None:
+                continue
+            first, end, sent = rec.get("first_content_time"), rec.get("end_time"), rec["send_time"]
+            if first is None or end is None:
+                continue
+            out.ttft_ms.append((first - sent) * 1e3)
+            out.e2e_ms.append((end - sent) * 1e3)
+            usage = rec.get("usage_output_tokens")
+            tokens = usage if usage is not None else rec.get("content_chunks", 0)
+            if tokens > 1:
+                out.tpot_ms.append((end - first) * 1e3 / (tokens - 1))
+    return out if any_records else None
+
+
+def chosen_cell(data: SweepData, wanted: str | None = None) -> str | None:
+    """The cell the latency CDF shows: `wanted`, else the highest load every rig measured."""
+    cells: dict[str, tuple[float, set[str]]] = {}
+    for boot in data.boots:
+        for cell in _measured_cells(boot):
+            cells.setdefault(cell_label(cell), (cell_x(cell), set()))[1].add(boot.rig)
+    if wanted is not None:
+        if wanted not in cells:
+            known = ", ".join(cells) or "none"
+            raise ValueError(f"no cell {wanted!r} in this sweep (cells: {known})")
+        return wanted
+    if not cells:
+        return None
+    rigs = {b.rig for b in data.boots if b.report is not None}
+    everywhere = [(x, label) for label, (x, seen) in cells.items() if seen >= rigs]
+    pool = everywhere or [(x, label) for label, (x, _) in cells.items()]
+    return max(pool)[1]

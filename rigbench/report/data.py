@@ -1,0 +1,235 @@
+"""Everything a sweep report shows, gathered from where the sweep left it.
+
+- results table: one row per rig, boot and cell, with provenance (a Query on the sweep id);
+- spend ledger: the price each boot paid, its instance-seconds and cost (a Query on the
+  sweep's partition);
+- bucket: each boot's harness report, its per-request records and provenance;
+- the Step Functions execution, when it still exists: status, wall time, input, and why a
+  boot failed. A local sweep's execution lives only as long as the run that started it.
+
+`gather` works on AWS and on the local emulation alike: it takes clients and table names.
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel
+
+from rigbench.progress import boot_progress
+from rigbench.report.errors import ReportError
+
+__all__ = ["BootData", "ReportError", "Store", "SweepData", "gather"]
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where a stack keeps a sweep's traces, and clients to read them."""
+
+    dynamodb: Any
+    s3: Any
+    stepfunctions: Any | None
+    results_table: str
+    ledger_table: str
+    bucket: str
+    state_machine_arn: str | None
+
+
+class BootData(BaseModel):
+    rig: str
+    boot: int
+    report: dict[str, Any] | None = None  # the harness report (report.schema.json)
+    records: list[dict[str, Any]] | None = None  # per-request records (RequestRecord)
+    provenance: dict[str, Any] = {}
+    price_usd_per_hour: float | None = None  # from the ledger: what this boot paid
+    instance_seconds: float | None = None
+    cost_usd: float | None = None
+    ledger_status: str | None = None  # "reserved" (still running, or not reconciled) / ...
+    outcome: str | None = None  # "succeeded" / "failed" from the execution; None: unknown
+    error: str = ""
+
+
+class SweepData(BaseModel):
+    sweep_id: str
+    status: str | None = None  # the execution's status; None when the execution is gone
+    started_at: datetime | None = None
+    stopped_at: datetime | None = None
+    sweep_input: dict[str, Any] | None = None
+    rigs: list[str]
+    model: str | None = None
+    instance_type: str | None = None
+    boots: list[BootData]
+    budget_usd: float | None = None
+    spent_usd: float | None = None
+    reserved_usd: float | None = None  # still held: boots not reconciled yet
+
+    def reports_by_rig(self) -> dict[str, list[dict[str, Any]]]:
+        """Each rig's harness reports in boot order (boots without one left out), rigs in
+        name order as `LocalSession.reports` gives them, so the first rig (the comparison's
+        baseline) is the one the terminal table uses."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for boot in sorted(self.boots, key=lambda b: (b.rig, b.boot)):
+            if boot.report is not None:
+                found.setdefault(boot.rig, []).append(boot.report)
+        return found
+
+    @property
+    def instance_hours(self) -> float | None:
+        seconds = [b.instance_seconds for b in self.boots if b.instance_seconds is not None]
+        return sum(seconds) / 3600 if seconds else None
+
+    @property
+    def wall_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        if self.stopped_at is not None:
+            return (self.stopped_at - self.started_at).total_seconds()
+        return None
+
+
+def _micro(item: dict[str, Any], name: str) -> float | None:
+    value = item.get(name, {}).get("N")
+    return None if value is None else int(value) / 1_000_000
+
+
+def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str, int], Any]]:
+    total: dict[str, Any] = {}
+    boots: dict[tuple[str, int], Any] = {}
+    pages = store.dynamodb.get_paginator("query").paginate(
+        TableName=store.ledger_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"SWEEP#{sweep_id}"}},
+    )
+    for page in pages:
+        for item in page["Items"]:
+            sk = item["sk"]["S"]
+            if sk == "TOTAL":
+                total = item
+            elif sk.startswith("BOOT#"):
+                _, rig, boot = sk.split("#")
+                boots[(rig, int(boot))] = item
+    return total, boots
+
+
+def _bucket_objects(store: Store, sweep_id: str) -> dict[tuple[str, int], dict[str, bytes]]:
+    """{(rig, boot): {file name: body}} under reports/<sweep>/<rig>/<boot>/."""
+    prefix = f"reports/{sweep_id}/"
+    found: dict[tuple[str, int], dict[str, bytes]] = {}
+    for page in store.s3.get_paginator("list_objects_v2").paginate(
+        Bucket=store.bucket, Prefix=prefix
+    ):
+        for obj in page.get("Contents", []):
+            parts = obj["Key"][len(prefix) :].split("/")
+            if len(parts) != 3 or not parts[1].isdigit():
+                continue
+            body = store.s3.get_object(Bucket=store.bucket, Key=obj["Key"])["Body"].read()
+            found.setdefault((parts[0], int(parts[1])), {})[parts[2]] = body
+    return found
+
+
+def _execution(store: Store, sweep_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    if store.stepfunctions is None or store.state_machine_arn is None:
+        return None
+    prefix = store.state_machine_arn.replace(":stateMachine:", ":execution:")
+    arn = f"{prefix}:{sweep_id}"
+    sfn = store.stepfunctions
+    try:
+        described = dict(sfn.describe_execution(executionArn=arn))
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("ExecutionDoesNotExist", "ResourceNotFound"):
+            return None
+        raise
+    events: list[dict[str, Any]] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+        events.extend(page["events"])
+    return described, events
+
+
+def _query_rows(store: Store, sweep_id: str) -> list[dict[str, Any]]:
+    from rigbench.cloud import query_results  # the one reader of the results table
+
+    return query_results(store.dynamodb, store.results_table, sweep=sweep_id)
+
+
+def gather(store: Store, sweep_id: str) -> SweepData:
+    """Read a sweep's results, spend, reports and execution; ReportError if none exists."""
+    rows = _query_rows(store, sweep_id)
+    total, ledger_boots = _ledger(store, sweep_id)
+    objects = _bucket_objects(store, sweep_id)
+    execution = _execution(store, sweep_id)
+    if not (rows or total or objects or execution):
+        raise ReportError(
+            f"no sweep {sweep_id!r}: no results rows, spend ledger entry, reports or execution "
+            "by that id (list recent sweeps with `rigbench results`, or `rigbench status`)"
+        )
+
+    sweep_input: dict[str, Any] | None = None
+    status = started = stopped = None
+    progress = {}
+    if execution is not None:
+        described, events = execution
+        status = described["status"]
+        started, stopped = described.get("startDate"), described.get("stopDate")
+        try:
+            parsed = json.loads(described.get("input") or "null")
+            sweep_input = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            sweep_input = None
+        progress = boot_progress(events)
+
+    keys = set(ledger_boots) | set(objects) | set(progress)
+    keys |= {(r["rig"], int(r["boot"])) for r in rows}
+    provenance = {(r["rig"], int(r["boot"])): r.get("provenance", {}) for r in rows}
+    boots = []
+    for rig, boot in sorted(keys):
+        files = objects.get((rig, boot), {})
+        ledger = ledger_boots.get((rig, boot), {})
+        found = progress.get((rig, boot))
+        seconds = ledger.get("seconds", {}).get("N")
+        boots.append(
+            BootData(
+                rig=rig,
+                boot=boot,
+                report=json.loads(files["report.json"]) if "report.json" in files else None,
+                records=_records(files.get("report.requests.jsonl")),
+                provenance=provenance.get((rig, boot))
+                or (json.loads(files["provenance.json"]) if "provenance.json" in files else {}),
+                price_usd_per_hour=_micro(ledger, "price"),
+                instance_seconds=None if seconds is None else float(seconds),
+                cost_usd=_micro(ledger, "spent"),
+                ledger_status=ledger.get("status", {}).get("S"),
+                outcome=(found.outcome or None) if found else None,
+                error=found.error if found else "",
+            )
+        )
+
+    rigs = list((sweep_input or {}).get("rigs") or [])
+    rigs += sorted({b.rig for b in boots} - set(rigs))
+    model = (sweep_input or {}).get("model") or next((r["model"] for r in rows), None)
+    instance_type = (sweep_input or {}).get("instance_type") or next(
+        (r["instance_type"] for r in rows), None
+    )
+    if sweep_input is not None and instance_type is None:
+        instance_type = "g5g.2xlarge"  # the input's default (functions.execution_input)
+    return SweepData(
+        sweep_id=sweep_id,
+        status=status,
+        started_at=started,
+        stopped_at=stopped,
+        sweep_input=sweep_input,
+        rigs=rigs,
+        model=model,
+        instance_type=instance_type,
+        boots=boots,
+        budget_usd=_micro(total, "budget"),
+        spent_usd=_micro(total, "spent"),
+        reserved_usd=_micro(total, "reserved"),
+    )
+
+
+def _records(body: bytes | None) -> list[dict[str, Any]] | None:
+    if body is None:
+        return None
+    return [json.loads(line) for line in body.decode().splitlines() if line.strip()]

@@ -1,0 +1,324 @@
+"""The report's plots, as plotly figures in one style: one colour per rig, the median as a
+line, its bootstrap interval as a band, every boot as a faint point."""
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from rigbench.report.analysis import Latencies, Point
+
+PALETTE = qualitative.Safe
+FONT = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
+
+
+def rig_colours(rigs: Sequence[str]) -> dict[str, str]:
+    return {rig: PALETTE[i % len(PALETTE)] for i, rig in enumerate(rigs)}
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    if hex_colour.startswith("rgb("):
+        return hex_colour.replace("rgb(", "rgba(").replace(")", f", {alpha})")
+    h = hex_colour.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def _style(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+    fig.update_layout(
+        template="plotly_white",
+        title={"text": title, "x": 0.01, "font": {"size": 15}},
+        font={"family": FONT, "size": 12},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"orientation": "h", "y": -0.18, "x": 0},
+        hovermode="closest",
+    )
+    return fig
+
+
+def _log_if_wide(xs: Sequence[float], spread: float = 8) -> str:
+    positive = [x for x in xs if x > 0]
+    return "log" if positive and max(positive) / min(positive) >= spread else "linear"
+
+
+def _band(
+    fig: go.Figure,
+    points: Sequence[Point],
+    name: str,
+    colour: str,
+    *,
+    dash: str = "solid",
+    group: str,
+    row: int | None = None,
+    col: int | None = None,
+    boots: bool = True,
+    show_legend: bool = True,
+) -> None:
+    """Median line, interval band and per-boot points of one rig's series."""
+    where = {"row": row, "col": col} if row is not None else {}
+    xs = [p.x for p in points]
+    if any(p.aggregate.has_interval for p in points):
+        fig.add_trace(
+            go.Scatter(
+                x=[*xs, *reversed(xs)],
+                y=[p.aggregate.ci_high for p in points]
+                + [p.aggregate.ci_low for p in reversed(points)],
+                fill="toself",
+                fillcolor=_rgba(colour, 0.18),
+                line={"width": 0},
+                hoverinfo="skip",
+                name=f"{name} interval",
+                legendgroup=group,
+                showlegend=False,
+            ),
+            **where,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=[p.aggregate.value for p in points],
+            mode="lines+markers",
+            line={"color": colour, "width": 2.5, "dash": dash},
+            marker={"size": 7},
+            name=name,
+            legendgroup=group,
+            showlegend=show_legend,
+            customdata=[
+                [p.cell, p.aggregate.ci_low, p.aggregate.ci_high, p.aggregate.n_boots]
+                for p in points
+            ],
+            hovertemplate=(
+                f"{name}<br>%{{customdata[0]}}: median %{{y:.4g}} "
+                "[%{customdata[1]:.4g}, %{customdata[2]:.4g}] of %{customdata[3]} boots"
+                "<extra></extra>"
+            ),
+        ),
+        **where,
+    )
+    if boots:
+        fig.add_trace(
+            go.Scatter(
+                x=[p.x for p in points for _ in p.boots],
+                y=[v for p in points for _, v in p.boots],
+                mode="markers",
+                marker={"color": colour, "size": 6, "opacity": 0.45, "symbol": "circle-open"},
+                name=f"{name} per boot",
+                legendgroup=group,
+                showlegend=False,
+                customdata=[[b] for p in points for b, _ in p.boots],
+                hovertemplate=f"{name} boot %{{customdata[0]}}: %{{y:.4g}}<extra></extra>",
+            ),
+            **where,
+        )
+
+
+def throughput_figure(
+    by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str], x_title: str
+) -> go.Figure:
+    fig = go.Figure()
+    for rig, points in by_rig.items():
+        _band(fig, points, rig, colours[rig], group=rig)
+    xs = [p.x for ps in by_rig.values() for p in ps]
+    fig.update_xaxes(title=x_title, type=_log_if_wide(xs), tickvals=sorted(set(xs)))
+    ys = [p.aggregate.value for ps in by_rig.values() for p in ps]
+    if _log_if_wide(ys, 20) == "log":  # rigs far apart: a linear axis would flatten the slow one
+        fig.update_yaxes(title="output tokens/s (log scale)", type="log")
+    else:
+        fig.update_yaxes(title="output tokens/s", rangemode="tozero")
+    return _style(fig, "Output throughput vs load (median of boots, band: interval, o: boots)")
+
+
+def latency_figure(
+    series: Mapping[str, Mapping[str, Sequence[Point]]],
+    colours: Mapping[str, str],
+    x_title: str,
+) -> go.Figure:
+    """`series[metric key][rig]`, for ttft_ms.p50/p99 and tpot_ms.p50/p99."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT (ms)"))
+    xs: list[float] = []
+    for col, field in ((1, "ttft_ms"), (2, "tpot_ms")):
+        for stat, dash in (("p50", "solid"), ("p99", "dot")):
+            for rig, points in series.get(f"{field}.{stat}", {}).items():
+                xs += [p.x for p in points]
+                _band(
+                    fig,
+                    points,
+                    f"{rig} {stat}",
+                    colours[rig],
+                    dash=dash,
+                    group=f"{rig}{stat}",
+                    row=1,
+                    col=col,
+                    boots=stat == "p50",
+                    show_legend=col == 1,
+                )
+    ticks = sorted(set(xs))
+    fig.update_xaxes(title=x_title, type=_log_if_wide(xs), tickvals=ticks)
+    fig.update_yaxes(rangemode="tozero")
+    return _style(fig, "TTFT and TPOT vs load: p50 (solid) and p99 (dotted)", height=420)
+
+
+def _cdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered, [(i + 1) / n for i in range(n)]
+
+
+def cdf_figure(by_rig: Mapping[str, Latencies], colours: Mapping[str, str], cell: str) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT per request (ms)"))
+    for rig, lat in by_rig.items():
+        for col, values in ((1, lat.ttft_ms), (2, lat.tpot_ms)):
+            if not values:
+                continue
+            xs, ys = _cdf(values)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line={"shape": "hv", "color": colours[rig], "width": 2.5},
+                    name=f"{rig} ({len(values)} requests)",
+                    legendgroup=rig,
+                    showlegend=col == 1,
+                    hovertemplate=f"{rig}: %{{y:.0%}} of requests ≤ %{{x:.4g}} ms<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_yaxes(title="share of requests", tickformat=".0%", range=[0, 1.02])
+    return _style(fig, f"Latency distribution per rig at {cell} (every request of every boot)")
+
+
+def tradeoff_figure(
+    throughput: Mapping[str, Sequence[Point]],
+    tpot: Mapping[str, Sequence[Point]],
+    colours: Mapping[str, str],
+) -> go.Figure:
+    """Throughput against per-user decode latency, one point per cell: pick an operating
+    point on the curve."""
+    fig = go.Figure()
+    for rig, points in throughput.items():
+        latency = {p.cell: p for p in tpot.get(rig, [])}
+        both = [(latency[p.cell], p) for p in points if p.cell in latency]
+        if not both:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[lat.aggregate.value for lat, _ in both],
+                y=[tp.aggregate.value for _, tp in both],
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "color": colours[rig],
+                    "array": [lat.aggregate.ci_high - lat.aggregate.value for lat, _ in both],
+                    "arrayminus": [lat.aggregate.value - lat.aggregate.ci_low for lat, _ in both],
+                },
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "color": colours[rig],
+                    "array": [tp.aggregate.ci_high - tp.aggregate.value for _, tp in both],
+                    "arrayminus": [tp.aggregate.value - tp.aggregate.ci_low for _, tp in both],
+                },
+                mode="lines+markers+text",
+                text=[tp.cell for _, tp in both],
+                textposition="top center",
+                line={"color": colours[rig], "width": 2.5},
+                marker={"size": 8},
+                name=rig,
+                hovertemplate=f"{rig} %{{text}}: %{{y:.4g}} tok/s at TPOT p50 %{{x:.4g}} ms"
+                "<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title="TPOT p50 (ms per output token, per request)", rangemode="tozero")
+    fig.update_yaxes(title="output tokens/s", rangemode="tozero")
+    return _style(fig, "Throughput vs latency: each point a load cell (up and left is better)")
+
+
+def cost_figure(by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str]) -> go.Figure:
+    fig = go.Figure()
+    for rig, points in by_rig.items():
+        fig.add_trace(
+            go.Bar(
+                x=[p.cell for p in points],
+                y=[p.aggregate.value for p in points],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [p.aggregate.ci_high - p.aggregate.value for p in points],
+                    "arrayminus": [p.aggregate.value - p.aggregate.ci_low for p in points],
+                },
+                marker={"color": colours[rig]},
+                name=rig,
+                hovertemplate=f"{rig} %{{x}}: $%{{y:.4g}} per million output tokens<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title="load cell", type="category")
+    fig.update_yaxes(title="USD per million output tokens", rangemode="tozero")
+    return _style(fig, "Cost per million output tokens, at the price each boot paid")
+
+
+def trend_figure(
+    by_metric: Mapping[str, Mapping[str, Sequence[tuple[datetime, str, Point]]]],
+    titles: Mapping[str, str],
+    title: str,
+) -> go.Figure:
+    """`by_metric[metric][cell]`: that cell's point in each sweep, oldest first."""
+    metrics = list(by_metric)
+    fig = make_subplots(
+        rows=len(metrics),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=[titles[m] for m in metrics],
+        vertical_spacing=0.08,
+    )
+    cells = sorted({c for per_cell in by_metric.values() for c in per_cell})
+    colours = rig_colours(cells)
+    for row, metric in enumerate(metrics, start=1):
+        for cell, points in by_metric[metric].items():
+            colour = colours[cell]
+            fig.add_trace(
+                go.Scatter(
+                    x=[when for when, _, _ in points],
+                    y=[p.aggregate.value for _, _, p in points],
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "color": colour,
+                        "array": [p.aggregate.ci_high - p.aggregate.value for _, _, p in points],
+                        "arrayminus": [
+                            p.aggregate.value - p.aggregate.ci_low for _, _, p in points
+                        ],
+                    },
+                    mode="lines+markers",
+                    line={"color": colour, "width": 2.5},
+                    marker={"size": 8},
+                    name=cell,
+                    legendgroup=cell,
+                    showlegend=row == 1,
+                    text=[sweep for _, sweep, _ in points],
+                    hovertemplate=f"{cell}, sweep %{{text}}: %{{y:.4g}}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=[when for when, _, p in points for _ in p.boots],
+                    y=[v for _, _, p in points for _, v in p.boots],
+                    mode="markers",
+                    marker={"color": colour, "size": 6, "opacity": 0.45, "symbol": "circle-open"},
+                    name=f"{cell} per boot",
+                    legendgroup=cell,
+                    showlegend=False,
+                    hovertemplate=f"{cell} one boot: %{{y:.4g}}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
+    fig.update_yaxes(rangemode="tozero")
+    return _style(fig, title, height=260 * len(metrics) + 80)

@@ -1,0 +1,448 @@
+"""A sweep's report page: what ran and what it cost, the comparison in the table's own words,
+the plots, cost per million output tokens, provenance, and what is missing."""
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from harness.compare import (
+    CAPTION,
+    Comparison,
+    MetricComparison,
+    RigResult,
+    compare,
+    fmt_value,
+    max_boots,
+    values_from_reports,
+)
+from harness.stats import BootAggregate, Verdict
+from rigbench.report import analysis, figures
+from rigbench.report.data import BootData, SweepData
+from rigbench.report.html import Page, Section, figure_html, render_table
+
+_VERSION = re.compile(r"^v?\d+\.\d+\.\d+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
+_VERDICT_CLASS = {Verdict.FASTER: "better", Verdict.SLOWER: "worse"}
+
+
+def comparison_of(data: SweepData) -> Comparison | None:
+    """The comparison the terminal table prints, from the same reports."""
+    reports = data.reports_by_rig()
+    return compare(values_from_reports(reports)) if reports else None
+
+
+def _span(css: str, text: str) -> Markup:
+    return Markup('<span class="{}">{}</span>').format(css, text)
+
+
+def _join(parts: Iterable[Markup | str]) -> Markup:
+    return Markup("<br>").join(parts)
+
+
+def _value(agg: BootAggregate | None, most: int) -> Markup:
+    if agg is None:
+        return _span("dim", "no data")
+    text = (
+        _span("v", fmt_value(agg.value))
+        + " "
+        + _span("ci", f"[{fmt_value(agg.ci_low)}, {fmt_value(agg.ci_high)}]")
+    )
+    if agg.n_boots < most:
+        text += " " + _span("n", f"n={agg.n_boots}")
+    return text
+
+
+def _rig_cell(result: RigResult, baseline: str, most: int) -> Markup:
+    parts = [_value(result.aggregate, most)]
+    if result.rig == baseline:
+        parts.append(_span("dim", "baseline"))
+    elif result.words:
+        css = _VERDICT_CLASS.get(result.verdict, "noise") if result.verdict else "noise"
+        parts.append(_span(css, result.words))
+    return _join(parts)
+
+
+def _ranking_cell(metric: MetricComparison) -> Markup:
+    if metric.withheld:
+        return _span("withheld", metric.withheld)
+    parts: list[Markup | str] = [escape(metric.ranking)]
+    if metric.flip_words:
+        parts.append(_span("flip", metric.flip_words))
+    return _join(parts)
+
+
+def comparison_table(comparison: Comparison) -> str:
+    most = max_boots(comparison)
+    rows: list[list[Any]] = []
+    for cell in comparison.cells:
+        for metric in cell.metrics:
+            by_rig = {r.rig: r for r in metric.results}
+            rows.append(
+                [
+                    cell.cell,
+                    f"{metric.metric.label} ({metric.metric.unit})",
+                    *(_rig_cell(by_rig[rig], comparison.baseline, most) for rig in comparison.rigs),
+                    _ranking_cell(metric),
+                ]
+            )
+    level = f"{comparison.confidence:.0%}"
+    return render_table(
+        ["cell", "metric", *comparison.rigs, "ranking"],
+        rows,
+        caption=f"baseline {comparison.baseline}; " + CAPTION.format(boots=most, level=level),
+        css="comparison",
+    )
+
+
+def notes(data: SweepData) -> list[str]:
+    """What the report cannot show, or shows with a caveat, in plain words."""
+    out: list[str] = []
+    reported = [b for b in data.boots if b.report is not None]
+    if data.status == "RUNNING":
+        out.append(
+            f"The sweep is still running: {len(reported)} of {len(data.boots)} boots have "
+            "stored a report so far; figures will change. Make the report again when it ends."
+        )
+    elif data.status is None:
+        out.append(
+            "The sweep's execution is no longer available (a local sweep's execution lasts "
+            "only as long as the run that started it): wall time, and why a boot failed, are "
+            "unknown here; `make sweep` writes the full report at the end of the run."
+        )
+    failed = [b for b in data.boots if b.outcome == "failed"]
+    if failed:
+        out.append(
+            f"{len(failed)} of {len(data.boots)} boots failed: "
+            + "; ".join(f"{b.rig} boot {b.boot}: {b.error or 'no reason recorded'}" for b in failed)
+            + ". Their figures are missing from every table and plot."
+        )
+    silent = [b for b in data.boots if b.report is None and b.outcome != "failed"]
+    if silent and data.status != "RUNNING":
+        out.append(
+            "No report stored for "
+            + ", ".join(f"{b.rig} boot {b.boot}" for b in silent)
+            + ": they are left out."
+        )
+    rigs_with_reports = {b.rig for b in reported}
+    if not reported:
+        out.append("No boot stored a report: there is nothing to compare or plot.")
+    elif len(rigs_with_reports) == 1:
+        (rig,) = rigs_with_reports
+        out.append(
+            f"Only one rig ({rig}) has results: there is nothing to compare it with; the table "
+            "shows its figures with intervals, without verdicts."
+        )
+    boots_per_rig = [sum(1 for b in reported if b.rig == r) for r in rigs_with_reports]
+    if boots_per_rig and max(boots_per_rig) == 1:
+        out.append(
+            "One boot per rig: no confidence intervals, so no difference is called real "
+            "(run more boots: boots_per_rig)."
+        )
+    no_records = [b for b in reported if b.records is None]
+    if no_records:
+        out.append(
+            "No per-request records for "
+            + ", ".join(f"{b.rig} boot {b.boot}" for b in no_records)
+            + ": the latency distribution leaves them out."
+        )
+    unpriced = [b for b in reported if b.price_usd_per_hour is None]
+    if unpriced:
+        out.append(
+            "No price in the spend ledger for "
+            + ", ".join(f"{b.rig} boot {b.boot}" for b in unpriced)
+            + ": their cost per token is unknown."
+        )
+    return out
+
+
+def _hours(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def _usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.4f}"
+
+
+def _distinct(values: Iterable[Any]) -> str:
+    seen = sorted({str(v) for v in values if v not in (None, "")})
+    return ", ".join(seen) or "unknown"
+
+
+def _kv(mapping: Mapping[str, Any]) -> Markup:
+    if not mapping:
+        return _span("dim", "none recorded")
+    return _join(_span("kv", f"{k}={v}") for k, v in sorted(mapping.items()))
+
+
+def _cells_from_reports(data: SweepData) -> dict[str, Any]:
+    """The load as the harness recorded it, when the sweep input is gone."""
+    for boot in data.boots:
+        config = (boot.report or {}).get("config") or {}
+        if config:
+            keys = ("concurrency", "rate", "requests", "input_len", "output_len", "warmup")
+            return {k: config[k] for k in keys if config.get(k) is not None}
+    return {}
+
+
+def summary_blocks(data: SweepData) -> list[str]:
+    cells = (data.sweep_input or {}).get("cells") or _cells_from_reports(data)
+    facts = [
+        ["sweep", data.sweep_id],
+        ["status", data.status or "unknown (execution not available)"],
+        ["model", data.model or "unknown"],
+        ["rigs", ", ".join(data.rigs)],
+        ["instance type", data.instance_type or "unknown"],
+        ["started", f"{data.started_at:%Y-%m-%d %H:%M:%S %Z}" if data.started_at else "unknown"],
+        ["wall time", _hours(data.wall_s)],
+        [
+            "instance-hours",
+            "unknown" if data.instance_hours is None else f"{data.instance_hours:.3f}",
+        ],
+        ["cost (spend ledger)", _usd(data.spent_usd)],
+        ["budget", "unknown" if data.budget_usd is None else f"${data.budget_usd:,.2f}"],
+        ["load cells", _kv(cells) if cells else "unknown"],
+    ]
+    if data.reserved_usd:
+        facts.append(["still reserved", _usd(data.reserved_usd)])
+    per_rig = []
+    for rig in data.rigs:
+        boots = [b for b in data.boots if b.rig == rig]
+        ok = sum(1 for b in boots if b.report is not None)
+        failed = sum(1 for b in boots if b.outcome == "failed")
+        settings: dict[str, str] = {}
+        for b in boots:
+            for k, v in (b.provenance.get("rig") or {}).items():
+                settings.setdefault(k, str(v))
+        per_rig.append(
+            [
+                rig,
+                f"{ok} reported, {failed} failed, {len(boots)} in all",
+                _distinct(b.provenance.get("instance_type") for b in boots),
+                _distinct(b.provenance.get("image_id") for b in boots),
+                settings.get("dtype", "unknown"),
+                _kv({k: v for k, v in settings.items() if k != "dtype"}),
+                _hours(sum(b.instance_seconds or 0 for b in boots) or None),
+                _usd(sum(b.cost_usd or 0 for b in boots) if boots else None),
+            ]
+        )
+    return [
+        render_table(["", ""], facts, css="facts"),
+        render_table(
+            [
+                "rig",
+                "boots",
+                "instance type",
+                "AMI",
+                "dtype",
+                "settings it ran with",
+                "instance time",
+                "cost",
+            ],
+            per_rig,
+        ),
+    ]
+
+
+def failures_block(data: SweepData) -> str | None:
+    rows = [
+        [b.rig, str(b.boot), b.outcome or "unknown", b.error or "no reason recorded"]
+        for b in data.boots
+        if b.outcome == "failed" or (b.report is None and data.status != "RUNNING")
+    ]
+    if not rows:
+        return None
+    return render_table(["rig", "boot", "outcome", "why"], rows, css="failures")
+
+
+def cost_table(by_rig: Mapping[str, list[analysis.Point]]) -> str:
+    cells = sorted({(p.x, p.cell) for ps in by_rig.values() for p in ps})
+    rows = []
+    for rig, points in by_rig.items():
+        at = {p.cell: p for p in points}
+        rows.append(
+            [
+                rig,
+                *(
+                    _value(at[c].aggregate, 0) if c in at else _span("dim", "no data")
+                    for _, c in cells
+                ),
+            ]
+        )
+    return render_table(
+        ["rig", *(c for _, c in cells)],
+        rows,
+        caption="USD per million output tokens = price paid per hour / (output tokens/s x 3600)"
+        " x 10^6, per boot; median of boots [interval]. It prices the instance's time at that "
+        "load, not the time it spent booting.",
+    )
+
+
+def provenance_blocks(data: SweepData, local: bool) -> list[str]:
+    rows = []
+    for b in data.boots:
+        p = b.provenance
+        rows.append(
+            [
+                b.rig,
+                str(b.boot),
+                p.get("instance_id", ""),
+                p.get("availability_zone", ""),
+                p.get("gpu", ""),
+                p.get("driver", ""),
+                p.get("harness_version", ""),
+                (p.get("bundle_sha256") or "")[:12],
+                p.get("served_model", ""),
+                p.get("model_revision", ""),
+                _usd(b.price_usd_per_hour) + "/h",
+                _kv({k: v for k, v in (p.get("rig") or {}).items() if _VERSION.match(str(v))}),
+            ]
+        )
+    blocks = [
+        render_table(
+            [
+                "rig",
+                "boot",
+                "instance",
+                "zone",
+                "GPU",
+                "driver",
+                "harness",
+                "bundle",
+                "served model",
+                "revision",
+                "price paid",
+                "rig versions",
+            ],
+            rows,
+        )
+    ]
+    flag = " --local" if local else ""
+    if data.sweep_input is not None:
+        body = {k: v for k, v in data.sweep_input.items() if k not in ("sweep_id",)}
+        blocks.append(
+            Markup(
+                "<p>To reproduce, save this input as <code>sweep.json</code> and run "
+                "<code>rigbench run{} sweep.json</code>:</p><pre>{}</pre>"
+            ).format(flag, json.dumps(body, indent=2, sort_keys=True))
+        )
+    else:
+        rigs = " ".join(f"--rig {r}" for r in data.rigs)
+        boots = max((b.boot for b in data.boots), default=1)
+        command = (
+            f"rigbench run{flag} {rigs} --model {data.model} --instance-type "
+            f"{data.instance_type} --boots {boots}"
+        )
+        blocks.append(
+            Markup(
+                "<p>To reproduce (the execution input is gone; the load cells are in the "
+                "summary above):</p><pre>{}</pre>"
+            ).format(command)
+        )
+    return blocks
+
+
+def _boots_with_reports(data: SweepData, rig: str) -> list[BootData]:
+    return [b for b in data.boots if b.rig == rig and b.report is not None]
+
+
+def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
+    colours = figures.rig_colours(data.rigs)
+    x_title = analysis.load_kind(data)
+    throughput = analysis.metric_series(data, "output_tok_s")
+    if not throughput:
+        return []
+    latency = {
+        key: analysis.metric_series(data, key)
+        for key in ("ttft_ms.p50", "ttft_ms.p99", "tpot_ms.p50", "tpot_ms.p99")
+    }
+    blocks = [
+        figure_html(figures.throughput_figure(throughput, colours, x_title), "plot-throughput"),
+        figure_html(figures.latency_figure(latency, colours, x_title), "plot-latency"),
+    ]
+    chosen = analysis.chosen_cell(data, cell)
+    if chosen is not None:
+        lat = {
+            rig: found
+            for rig in data.rigs
+            if (found := analysis.request_latencies(_boots_with_reports(data, rig), chosen))
+        }
+        if lat:
+            blocks.append(figure_html(figures.cdf_figure(lat, colours, chosen), "plot-cdf"))
+    blocks.append(
+        figure_html(
+            figures.tradeoff_figure(throughput, latency["tpot_ms.p50"], colours), "plot-tradeoff"
+        )
+    )
+    return blocks
+
+
+def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False) -> Page:
+    comparison = comparison_of(data)
+    found_notes = notes(data)
+    failed = any(b.outcome == "failed" for b in data.boots)
+    if data.status == "RUNNING":
+        badge, text = "warn", "still running"
+    elif failed or data.status in ("FAILED", "TIMED_OUT", "ABORTED"):
+        badge, text = "bad", (data.status or "boots failed").lower()
+    elif data.status is None:
+        badge, text = "warn", "execution not available"
+    else:
+        badge, text = "ok", data.status.lower()
+    sections = [Section("Sweep", "sweep", blocks=summary_blocks(data))]
+    failures = failures_block(data)
+    if failures:
+        sections.append(Section("Failed boots", "failures", blocks=[failures]))
+    if comparison is not None:
+        sections.append(
+            Section(
+                "Comparison",
+                "comparison",
+                intro="Per cell and metric: each rig's median over its boots with a bootstrap "
+                "confidence interval, and how it stands against the baseline. The same table, "
+                "in the same words, ends `rigbench demo` in the terminal.",
+                blocks=[comparison_table(comparison)],
+            )
+        )
+    plots = plot_blocks(data, cell)
+    if plots:
+        sections.append(
+            Section(
+                "Plots",
+                "plots",
+                intro="Lines: the median over boots; bands: its confidence interval; open "
+                "circles: each boot, so boot-to-boot spread is visible. Hover for values.",
+                blocks=plots,
+            )
+        )
+    cost = analysis.cost_series(data)
+    if cost:
+        colours = figures.rig_colours(data.rigs)
+        sections.append(
+            Section(
+                "Cost per million output tokens",
+                "cost",
+                blocks=[
+                    cost_table(cost),
+                    figure_html(figures.cost_figure(cost, colours), "plot-cost"),
+                ],
+            )
+        )
+    sections.append(Section("Provenance", "provenance", blocks=provenance_blocks(data, local)))
+    subtitle = (
+        f"{', '.join(data.rigs)} serving {data.model or 'unknown model'} on "
+        f"{data.instance_type or 'unknown instance type'}"
+    )
+    return Page(
+        title=f"rigbench sweep {data.sweep_id}",
+        subtitle=subtitle,
+        status=badge,
+        status_text=text,
+        notes=found_notes,
+        sections=sections,
+    )

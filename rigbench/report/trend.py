@@ -1,0 +1,138 @@
+"""A rig's figures across sweeps over time: the results rows of one rig and model (and
+instance type), by Query on the table's `by_config` index (or `by_month` without a type)."""
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from harness.compare import METRICS, cell_label
+from harness.stats import aggregate_boots
+from rigbench.report import analysis, figures
+from rigbench.report.errors import ReportError
+from rigbench.report.html import Page, Section, figure_html, render_table
+
+TREND_METRICS = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")
+TITLES = {
+    "output_tok_s": "output tokens/s",
+    "ttft_ms.p50": "TTFT p50 (ms)",
+    "tpot_ms.p50": "TPOT p50 (ms)",
+}
+
+Trend = dict[str, dict[str, list[tuple[datetime, str, analysis.Point]]]]
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def trend_points(rows: list[dict[str, Any]]) -> Trend:
+    """`[metric][series]`: one point per sweep, oldest first. A series is a cell, suffixed
+    with the instance type when the rows span several."""
+    types = {r.get("instance_type") for r in rows}
+    grouped: dict[str, dict[str, dict[str, list[tuple[int, float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    started: dict[str, datetime] = {}
+    xs: dict[str, float] = {}
+    for row in rows:
+        cell = row.get("metrics") or {}
+        if (cell.get("requests_ok") or 0) <= 0:
+            continue
+        label = cell_label(cell)
+        if len(types) > 1:
+            label = f"{label} {row.get('instance_type')}"
+        xs[label] = analysis.cell_x(cell)
+        sweep = row["sweep_id"]
+        when = _when(row["started_at"])
+        started[sweep] = min(started.get(sweep, when), when)
+        for key in TREND_METRICS:
+            value = analysis.read(cell, key)
+            if value is not None:
+                grouped[key][label][sweep].append((int(row["boot"]), value))
+    out: Trend = {}
+    for key in TREND_METRICS:
+        by_series: dict[str, list[tuple[datetime, str, analysis.Point]]] = {}
+        for label in sorted(grouped.get(key, {}), key=lambda s: (xs[s], s)):
+            points = []
+            for sweep, boots in grouped[key][label].items():
+                agg = aggregate_boots([v for _, v in boots], n_resamples=analysis.PLOT_RESAMPLES)
+                points.append(
+                    (
+                        started[sweep],
+                        sweep,
+                        analysis.Point(cell=label, x=xs[label], boots=boots, aggregate=agg),
+                    )
+                )
+            by_series[label] = sorted(points, key=lambda p: p[0])
+        if by_series:
+            out[key] = by_series
+    return out
+
+
+def _sweeps(n: int) -> str:
+    return f"{n} sweep" if n == 1 else f"{n} sweeps"
+
+
+def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: str | None) -> Page:
+    where = f"{rig} serving {model}" + (f" on {instance_type}" if instance_type else "")
+    if not rows:
+        raise ReportError(
+            f"no results for {where} in the period asked (widen it with --since, or check the "
+            "names with `rigbench results`)"
+        )
+    points = trend_points(rows)
+    sweeps = sorted(
+        {r["sweep_id"] for r in rows},
+        key=lambda s: min(r["started_at"] for r in rows if r["sweep_id"] == s),
+    )
+    notes = []
+    if len(sweeps) == 1:
+        notes.append(f"Only one sweep ({sweeps[0]}) so far: no trend yet, one point per cell.")
+    fig = figures.trend_figure(
+        points, TITLES, f"{where}: median over boots per sweep (o: each boot)"
+    )
+    if len(sweeps) == 1:  # one instant: a day either side, not an axis of microseconds
+        when = min(_when(r["started_at"]) for r in rows)
+        fig.update_xaxes(range=[when - timedelta(days=1), when + timedelta(days=1)])
+    table_rows = []
+    for sweep in sweeps:
+        own = [r for r in rows if r["sweep_id"] == sweep]
+        tok_s = [
+            f"{cell_label(r['metrics'])}: {analysis.read(r['metrics'], 'output_tok_s') or 0:.1f}"
+            for r in sorted(own, key=lambda r: (r["cell"], r["boot"]))
+        ]
+        table_rows.append(
+            [
+                sweep,
+                min(r["started_at"] for r in own),
+                str(len({r["boot"] for r in own})),
+                ", ".join(sorted({str(r.get("instance_type")) for r in own})),
+                "; ".join(tok_s),
+            ]
+        )
+    return Page(
+        title=f"rigbench trend: {rig}",
+        subtitle=f"{where}, {_sweeps(len(sweeps))}",
+        status="ok" if len(sweeps) > 1 else "warn",
+        status_text=_sweeps(len(sweeps)),
+        notes=notes,
+        sections=[
+            Section(
+                "Over time",
+                "trend",
+                intro=f"Each point: one sweep's median over its boots of "
+                f"{', '.join(METRICS[k].label for k in TREND_METRICS)}, with its interval.",
+                blocks=[figure_html(fig, "plot-trend")],
+            ),
+            Section(
+                "Sweeps",
+                "sweeps",
+                blocks=[
+                    render_table(
+                        ["sweep", "started", "boots", "instance type", "output tok/s per boot"],
+                        table_rows,
+                    )
+                ],
+            ),
+        ],
+    )

@@ -1,0 +1,229 @@
+"""The sweep report of a real local sweep (the state machine, handlers, the jax and torch rigs
+on CPU, the harness), opened in real headless Chromium; and what it says about bad input."""
+
+import html
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harness.compare import compare, render_text, values_from_reports
+from rigbench.cli import app
+from rigbench.local.cli import local_account, run_local
+from rigbench.report.cli import store_from
+from rigbench.report.data import ReportError, SweepData, gather
+from rigbench.report.html import render_page
+from rigbench.report.sweep import sweep_page
+from rigbench.report.trend import trend_page
+from tests.report.chromium import Chromium
+
+SWEEP = "report-e2e"
+SWEEP_INPUT: dict[str, Any] = {
+    "sweep_id": SWEEP,
+    "rigs": ["jax", "torch"],
+    "model": "random:tiny",
+    "boots_per_rig": 2,
+    "budget_usd": 2,
+    "cells": {
+        "concurrency": [1, 2],
+        "requests_per_cell": 3,
+        "prompt_tokens": 8,
+        "output_tokens": 6,
+        "warmup_requests": 1,
+    },
+    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
+    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+}
+# A local sweep of four boots takes about two minutes on an idle two-core machine, and much
+# longer on a busy one; the module's first test pays for it.
+pytestmark = pytest.mark.timeout(1500)
+PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
+# Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
+MARKS_JS = """(() => {
+  const out = {};
+  for (const div of document.querySelectorAll('.js-plotly-plot')) {
+    const drawn = [...div.querySelectorAll(
+      '.scatterlayer .trace path.js-line, .scatterlayer .trace .points path.point,'
+      + ' .barlayer .trace .point path')].filter(p => (p.getAttribute('d') || '').length > 4);
+    out[div.id] = drawn.length;
+  }
+  return out;
+})()"""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    home: Path
+    terminal: str
+    report: Path
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
+    home = tmp_path_factory.mktemp("report") / "home"
+    console = Console(record=True, width=320)
+    code = run_local(dict(SWEEP_INPUT), home=home, console=console, quota_vcpus=16)
+    terminal = console.export_text()
+    assert code == 0, terminal
+    return Sweep(home=home, terminal=terminal, report=home / f"report-{SWEEP}.html")
+
+
+@pytest.fixture(scope="module")
+def gathered(sweep: Sweep) -> SweepData:
+    """The sweep as a later `rigbench report --local` reads it (its execution is gone)."""
+    with local_account(sweep.home) as account:
+        assert account.emulation is not None
+        store = store_from(account.emulation.client, account.emulation.stack_refs())
+        return gather(store, SWEEP)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chromium]:
+    chromium = Chromium()
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+def _text(page: str) -> str:
+    """The page's visible words: tags dropped, entities decoded, whitespace squeezed."""
+    body = page.split("</head>", 1)[1]
+    body = re.sub(r"<script.*?</script>", " ", body, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+
+
+@pytest.mark.slow
+def test_sweep_ends_by_printing_the_report_path(sweep: Sweep) -> None:
+    last = sweep.terminal.strip().splitlines()[-1]
+    assert last == f"report: {sweep.report} (open it in a browser)"
+    assert sweep.report.is_file()
+
+
+@pytest.mark.slow
+def test_terminal_table_and_report_say_the_same_things(sweep: Sweep, gathered: SweepData) -> None:
+    comparison = compare(values_from_reports(gathered.reports_by_rig()))
+    words = [r.words for c in comparison.cells for m in c.metrics for r in m.results if r.words] + [
+        m.ranking for c in comparison.cells for m in c.metrics if m.ranking
+    ]
+    withheld = [m.withheld for c in comparison.cells for m in c.metrics if m.withheld]
+    assert words
+    table = render_text(comparison, width=320)
+    page = _text(sweep.report.read_text())
+    for phrase in [*words, *withheld]:
+        assert phrase in table
+        assert phrase in page, phrase
+    # Ratios, never signed percentages with "slower"; the ranking column is filled.
+    assert not re.search(r"[+-]\d+(\.\d+)?% (slower|faster)", table + page)
+    assert re.search(r"(\d+(\.\d)?x|\d+%) (higher|lower) ", page)
+    # A rig whose tokens came in bursts gets TPOT verdicts and no ITL verdict.
+    for cell in comparison.cells:
+        itl = next(m for m in cell.metrics if m.metric.key == "itl_ms.p50")
+        assert bool(cell.burst_rigs) == bool(itl.withheld)
+        if cell.burst_rigs:
+            assert all(r.verdict is None for r in itl.results)
+
+
+@pytest.mark.slow
+def test_report_opens_offline_and_draws_every_plot(sweep: Sweep, browser: Chromium) -> None:
+    page = sweep.report.read_text()
+    assert not re.search(r"<(script|link)[^>]+(src|href)=\"?https?:", page)  # nothing fetched
+    text = _text(page)
+    for heading in ("Sweep", "Comparison", "Plots", "Cost per million output tokens",
+                    "Provenance"):  # fmt: skip
+        assert f"{heading}" in text
+    assert "jax, torch serving random:tiny" in text
+    assert "cost (spend ledger) $" in text
+    assert "rigbench run --local sweep.json" in text  # the command to reproduce
+
+    browser.open(sweep.report)
+    marks = browser.evaluate(MARKS_JS)
+    assert set(marks) == set(PLOTS), marks
+    assert all(count > 0 for count in marks.values()), marks
+    assert browser.errors() == []
+    shot = browser.screenshot(sweep.report.with_suffix(".png"))
+    assert shot.stat().st_size > 50_000
+    if os.environ.get("RIGBENCH_REPORT_SHOT"):  # a copy for a person to look at
+        shutil.copy(shot, os.environ["RIGBENCH_REPORT_SHOT"])
+
+
+@pytest.mark.slow
+def test_report_command_later_says_what_it_cannot_know(
+    sweep: Sweep, tmp_path: Path, browser: Chromium
+) -> None:
+    out = tmp_path / "again.html"
+    runner = CliRunner()
+    home = str(sweep.home)
+    made = runner.invoke(app, ["report", SWEEP, "--local", "--home", home, "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    assert f"report: {out}" in made.output
+    text = _text(out.read_text())
+    assert "execution is no longer available" in text
+    assert "c=1" in text
+    assert "c=2" in text
+
+    unknown = runner.invoke(app, ["report", "no-such-sweep", "--local", "--home", home])
+    assert unknown.exit_code == 2
+    assert "no sweep 'no-such-sweep'" in unknown.output
+
+    wrong_cell = runner.invoke(
+        app, ["report", SWEEP, "--local", "--home", home, "--out", str(out), "--cell", "c=64"]
+    )
+    assert wrong_cell.exit_code == 2
+    assert "no cell 'c=64' in this sweep (cells: c=1, c=2)" in wrong_cell.output
+
+    trend = tmp_path / "trend.html"
+    args = ["report", "--trend", "--rig", "torch", "--model", "random:tiny", "--local"]
+    made = runner.invoke(app, [*args, "--home", home, "--out", str(trend)])
+    assert made.exit_code == 0, made.output
+    assert "Only one sweep (report-e2e) so far" in _text(trend.read_text())
+    browser.open(trend)
+    assert browser.evaluate(MARKS_JS)["plot-trend"] > 0
+    assert browser.errors() == []
+
+    nothing = runner.invoke(app, [*args[:3], "vllm", *args[4:], "--home", home])
+    assert nothing.exit_code == 2
+    assert "no results for vllm serving random:tiny" in nothing.output
+
+
+def _boots(data: SweepData, **changes: Any) -> list[Any]:
+    return [b.model_copy(update=changes.get(f"{b.rig}{b.boot}", {})) for b in data.boots]
+
+
+@pytest.mark.slow
+def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: SweepData) -> None:
+    why = "RigNotReady: the rig did not answer a completion within 300 s"
+    failed = gathered.model_copy(
+        update={
+            "status": "FAILED",
+            "boots": _boots(gathered, torch2={"report": None, "outcome": "failed", "error": why}),
+        }
+    )
+    text = _text(render_page(sweep_page(failed)))
+    assert f"1 of 4 boots failed: torch boot 2: {why}" in text
+    assert "Failed boots" in text
+    assert "torch 1 reported, 1 failed, 2 in all" in text
+
+    running = gathered.model_copy(
+        update={"status": "RUNNING", "boots": _boots(gathered, jax2={"report": None})}
+    )
+    text = _text(render_page(sweep_page(running)))
+    assert "The sweep is still running: 3 of 4 boots have stored a report so far" in text
+
+    alone = gathered.model_copy(
+        update={"rigs": ["torch"], "boots": [b for b in gathered.boots if b.rig == "torch"]}
+    )
+    page = render_page(sweep_page(alone))
+    assert "Only one rig (torch) has results: there is nothing to compare it with" in _text(page)
+    for verdict in ("better", "worse", "noise"):  # no rig is judged: there is no other rig
+        assert f'<span class="{verdict}">' not in page
+
+    with pytest.raises(ReportError, match="no results for torch serving nothing"):
+        trend_page([], "torch", "nothing", None)
