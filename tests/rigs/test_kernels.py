@@ -63,14 +63,16 @@ def elf(sections: dict[str, tuple[int, bytes]]) -> bytes:
 
 def test_nvcc_object_sass_and_ptx() -> None:
     found = kernel_archs(FIXTURES / "k_sm75_compute80.o")
-    assert found.sass == {75} and found.ptx == {80}
+    assert found.sass == {75}
+    assert found.ptx == {80}
     assert found.runnable_on("7.5") == ["sm_75"]
     assert found.runnable_on("8.6") == ["compute_80"]  # sm_75 SASS does not run on 8.x
 
 
 def test_nvcc_shared_library_without_turing_code_runs_nowhere_on_turing() -> None:
     found = kernel_archs(FIXTURES / "libk_sm80_sm90.so")
-    assert found.sass == {80, 90} and found.ptx == frozenset()
+    assert found.sass == {80, 90}
+    assert found.ptx == frozenset()
     assert found.runnable_on("7.5") == []
     assert found.runnable_on("8.9") == ["sm_80"]
     assert found.runnable_on("9.0") == ["sm_90"]
@@ -85,7 +87,8 @@ def test_nvcc_raw_fatbin_ptx_is_jit_compiled_upwards() -> None:
 
 def test_directory_is_the_union_of_its_binaries() -> None:
     found = kernel_archs(FIXTURES)
-    assert found.sass == {75, 80, 86, 90} and found.ptx == {75, 80}
+    assert found.sass == {75, 80, 86, 90}
+    assert found.ptx == {75, 80}
     assert len(found.files) == 3  # k.cu and README.md carry no device code
 
 
@@ -108,7 +111,8 @@ def test_several_fatbins_with_padding_in_one_section(tmp_path: Path) -> None:
     path = tmp_path / "lib.so"
     path.write_bytes(elf({".text": (1, b"\x90" * 16), ".nv_fatbin": (1, section)}))
     found = kernel_archs(path)
-    assert found.sass == {75, 120} and found.ptx == {90}
+    assert found.sass == {75, 120}
+    assert found.ptx == {90}
 
 
 def test_relocatable_section_counts_and_nobits_is_skipped(tmp_path: Path) -> None:
@@ -123,7 +127,8 @@ def test_elf_without_device_code_is_empty(tmp_path: Path) -> None:
     path = tmp_path / "libplain.so"
     path.write_bytes(elf({".text": (1, b"\xc3")}))
     found = kernel_archs(path)
-    assert found.empty and found.files == ()
+    assert found.empty
+    assert found.files == ()
     assert found.describe() == "SASS none; PTX none"
 
 
@@ -146,7 +151,8 @@ def test_union_and_capability_numbers() -> None:
     both = KernelArchs(frozenset({75}), frozenset(), ("a",)) | KernelArchs(
         frozenset(), frozenset({80}), ("b",)
     )
-    assert both.files == ("a", "b") and both.runnable_on("8.0") == ["compute_80"]
+    assert both.files == ("a", "b")
+    assert both.runnable_on("8.0") == ["compute_80"]
     assert cc_number("12.0") == 120
-    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR"):
         cc_number("75")
