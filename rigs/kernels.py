@@ -15,7 +15,8 @@ Only headers are read (payloads may be compressed), so this needs no CUDA toolki
 entries a GPU runs: SASS for sm_XY runs on compute capability X.Z with Z >= Y (same major);
 PTX for compute_XY is compiled by the driver for any capability >= X.Y.
 
-    kernel_archs(path) -> KernelArchs   # an ELF file, a .fatbin, or a directory/wheel of them
+    read_kernels(path) -> KernelReport   # an ELF file, a .fatbin, a wheel or a directory:
+                                         # the archs of each binary carrying device code
 """
 
 from __future__ import annotations
@@ -47,10 +48,9 @@ class KernelArchs:
 
     sass: frozenset[int] = frozenset()
     ptx: frozenset[int] = frozenset()
-    files: tuple[str, ...] = field(default=())  # the files that carried device code
 
     def __or__(self, other: KernelArchs) -> KernelArchs:
-        return KernelArchs(self.sass | other.sass, self.ptx | other.ptx, self.files + other.files)
+        return KernelArchs(self.sass | other.sass, self.ptx | other.ptx)
 
     @property
     def empty(self) -> bool:
@@ -67,6 +67,43 @@ class KernelArchs:
         sass = " ".join(f"sm_{a}" for a in sorted(self.sass)) or "none"
         ptx = " ".join(f"compute_{a}" for a in sorted(self.ptx)) or "none"
         return f"SASS {sass}; PTX {ptx}"
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """The device code of each binary in an install (a wheel, a venv), binary by binary.
+
+    A union over binaries misleads: torch's aarch64 wheel carries sm_75 only in a 3 MiB
+    helper library while libtorch_cuda.so has none. An install runs on a GPU only when
+    every binary with device code has something that GPU runs.
+    """
+
+    binaries: dict[str, KernelArchs] = field(default_factory=dict)
+
+    def __or__(self, other: KernelReport) -> KernelReport:
+        return KernelReport({**self.binaries, **other.binaries})
+
+    @property
+    def archs(self) -> KernelArchs:
+        union = KernelArchs()
+        for archs in self.binaries.values():
+            union = union | archs
+        return union
+
+    @property
+    def empty(self) -> bool:
+        return not self.binaries
+
+    def unrunnable_on(self, compute_capability: str) -> list[str]:
+        """The binaries with device code but nothing a GPU of this capability runs."""
+        return sorted(
+            name
+            for name, archs in self.binaries.items()
+            if not archs.runnable_on(compute_capability)
+        )
+
+    def runs_on(self, compute_capability: str) -> bool:
+        return not self.empty and not self.unrunnable_on(compute_capability)
 
 
 def cc_number(compute_capability: str) -> int:
@@ -105,7 +142,7 @@ def fatbin_entries(data: bytes) -> Iterator[tuple[int, int]]:
         offset = end
 
 
-def _archs_of_entries(entries: Iterator[tuple[int, int]], name: str) -> KernelArchs:
+def _archs_of_entries(entries: Iterator[tuple[int, int]]) -> KernelArchs:
     sass: set[int] = set()
     ptx: set[int] = set()
     for kind, arch in entries:
@@ -113,9 +150,7 @@ def _archs_of_entries(entries: Iterator[tuple[int, int]], name: str) -> KernelAr
             sass.add(arch)
         elif kind == KIND_PTX:
             ptx.add(arch)
-    if not sass and not ptx:
-        return KernelArchs()
-    return KernelArchs(frozenset(sass), frozenset(ptx), (name,))
+    return KernelArchs(frozenset(sass), frozenset(ptx))
 
 
 def elf_fatbin_sections(stream: BinaryIO) -> Iterator[bytes]:
@@ -162,11 +197,11 @@ def file_kernel_archs(path: Path) -> KernelArchs:
         if head == _ELF_MAGIC:
             found = KernelArchs()
             for section in elf_fatbin_sections(stream):
-                found = found | _archs_of_entries(fatbin_entries(section), str(path))
-            return KernelArchs(found.sass, found.ptx, (str(path),) if not found.empty else ())
+                found = found | _archs_of_entries(fatbin_entries(section))
+            return found
         if head == struct.pack("<I", FATBIN_MAGIC):
             stream.seek(0)
-            return _archs_of_entries(fatbin_entries(stream.read()), str(path))
+            return _archs_of_entries(fatbin_entries(stream.read()))
     return KernelArchs()
 
 
@@ -175,18 +210,20 @@ def _is_binary_name(name: str) -> bool:
     return ".so" in base or base.endswith((".o", ".fatbin", ".cubin")) or "." not in base
 
 
-def tree_kernel_archs(root: Path) -> KernelArchs:
-    """The union over every shared library, object and fatbin under a directory."""
-    found = KernelArchs()
+def tree_kernels(root: Path) -> KernelReport:
+    """Every shared library, object and fatbin under a directory (a venv), by relative path."""
+    found: dict[str, KernelArchs] = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and not path.is_symlink() and _is_binary_name(path.name):
-            found = found | file_kernel_archs(path)
-    return found
+            archs = file_kernel_archs(path)
+            if not archs.empty:
+                found[str(path.relative_to(root))] = archs
+    return KernelReport(found)
 
 
-def wheel_kernel_archs(wheel: Path) -> KernelArchs:
-    """The union over the binaries a wheel holds; each is unpacked to a temp file in turn."""
-    found = KernelArchs()
+def wheel_kernels(wheel: Path) -> KernelReport:
+    """Every binary a wheel holds, by its path in the wheel; each unpacked to a temp file."""
+    found: dict[str, KernelArchs] = {}
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for info in archive.infolist():
             if info.is_dir() or not _is_binary_name(info.filename):
@@ -200,15 +237,16 @@ def wheel_kernel_archs(wheel: Path) -> KernelArchs:
                     out.write(chunk)
             archs = file_kernel_archs(target)
             if not archs.empty:
-                found = found | KernelArchs(archs.sass, archs.ptx, (info.filename,))
+                found[info.filename] = archs
             target.unlink()
-    return found
+    return KernelReport(found)
 
 
-def kernel_archs(path: Path) -> KernelArchs:
-    """The architectures under `path`: a wheel, a directory (a venv), or one binary."""
+def read_kernels(path: Path) -> KernelReport:
+    """The device code under `path`: a wheel, a directory (a venv), or one binary."""
     if path.is_dir():
-        return tree_kernel_archs(path)
+        return tree_kernels(path)
     if path.suffix == ".whl":
-        return wheel_kernel_archs(path)
-    return file_kernel_archs(path)
+        return wheel_kernels(path)
+    archs = file_kernel_archs(path)
+    return KernelReport({path.name: archs} if not archs.empty else {})

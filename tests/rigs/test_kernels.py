@@ -15,8 +15,9 @@ from rigs.kernels import (
     KIND_SASS,
     KernelArchs,
     KernelReadError,
+    KernelReport,
     cc_number,
-    kernel_archs,
+    read_kernels,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernels"
@@ -62,7 +63,7 @@ def elf(sections: dict[str, tuple[int, bytes]]) -> bytes:
 
 
 def test_nvcc_object_sass_and_ptx() -> None:
-    found = kernel_archs(FIXTURES / "k_sm75_compute80.o")
+    found = read_kernels(FIXTURES / "k_sm75_compute80.o").archs
     assert found.sass == {75}
     assert found.ptx == {80}
     assert found.runnable_on("7.5") == ["sm_75"]
@@ -70,7 +71,7 @@ def test_nvcc_object_sass_and_ptx() -> None:
 
 
 def test_nvcc_shared_library_without_turing_code_runs_nowhere_on_turing() -> None:
-    found = kernel_archs(FIXTURES / "libk_sm80_sm90.so")
+    found = read_kernels(FIXTURES / "libk_sm80_sm90.so").archs
     assert found.sass == {80, 90}
     assert found.ptx == frozenset()
     assert found.runnable_on("7.5") == []
@@ -79,17 +80,26 @@ def test_nvcc_shared_library_without_turing_code_runs_nowhere_on_turing() -> Non
 
 
 def test_nvcc_raw_fatbin_ptx_is_jit_compiled_upwards() -> None:
-    found = kernel_archs(FIXTURES / "k_sm86_compute75.fatbin")
+    found = read_kernels(FIXTURES / "k_sm86_compute75.fatbin").archs
     assert found.describe() == "SASS sm_86; PTX compute_75"
     assert found.runnable_on("7.5") == ["compute_75"]
     assert found.runnable_on("7.0") == []
 
 
-def test_directory_is_the_union_of_its_binaries() -> None:
-    found = kernel_archs(FIXTURES)
-    assert found.sass == {75, 80, 86, 90}
-    assert found.ptx == {75, 80}
-    assert len(found.files) == 3  # k.cu and README.md carry no device code
+def test_directory_is_read_binary_by_binary() -> None:
+    found = read_kernels(FIXTURES)
+    # k.cu and README.md carry no device code
+    assert sorted(found.binaries) == [
+        "k_sm75_compute80.o",
+        "k_sm86_compute75.fatbin",
+        "libk_sm80_sm90.so",
+    ]
+    assert found.archs.sass == {75, 80, 86, 90}
+    assert found.archs.ptx == {75, 80}
+    # The union has sm_75, but one library has nothing a T4G runs: the install does not run.
+    assert found.unrunnable_on("7.5") == ["libk_sm80_sm90.so"]
+    assert not found.runs_on("7.5")
+    assert found.runs_on("8.6")  # sm_80 and PTX compute_80 run on Ampere 8.6
 
 
 def test_wheel_members_are_read(tmp_path: Path) -> None:
@@ -97,9 +107,9 @@ def test_wheel_members_are_read(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.write(FIXTURES / "libk_sm80_sm90.so", "pkg/lib/libk.so.12")
         archive.writestr("pkg/__init__.py", "")
-    found = kernel_archs(wheel)
-    assert found.sass == {80, 90}
-    assert found.files == ("pkg/lib/libk.so.12",)
+    found = read_kernels(wheel)
+    assert found.binaries == {"pkg/lib/libk.so.12": KernelArchs(frozenset({80, 90}))}
+    assert found.runs_on("9.0")
 
 
 def test_several_fatbins_with_padding_in_one_section(tmp_path: Path) -> None:
@@ -110,7 +120,7 @@ def test_several_fatbins_with_padding_in_one_section(tmp_path: Path) -> None:
     )
     path = tmp_path / "lib.so"
     path.write_bytes(elf({".text": (1, b"\x90" * 16), ".nv_fatbin": (1, section)}))
-    found = kernel_archs(path)
+    found = read_kernels(path).archs
     assert found.sass == {75, 120}
     assert found.ptx == {90}
 
@@ -120,16 +130,16 @@ def test_relocatable_section_counts_and_nobits_is_skipped(tmp_path: Path) -> Non
     path.write_bytes(
         elf({"__nv_relfatbin": (1, fatbin(entry(KIND_SASS, 89))), ".nv_fatbin": (8, b"")})
     )
-    assert kernel_archs(path).sass == {89}
+    assert read_kernels(path).binaries == {"lib.so": KernelArchs(frozenset({89}))}
 
 
 def test_elf_without_device_code_is_empty(tmp_path: Path) -> None:
     path = tmp_path / "libplain.so"
     path.write_bytes(elf({".text": (1, b"\xc3")}))
-    found = kernel_archs(path)
+    found = read_kernels(path)
     assert found.empty
-    assert found.files == ()
-    assert found.describe() == "SASS none; PTX none"
+    assert not found.runs_on("7.5")  # no device code at all is not "runs"
+    assert found.archs.describe() == "SASS none; PTX none"
 
 
 def test_truncated_fatbin_is_an_error_not_an_empty_answer(tmp_path: Path) -> None:
@@ -137,22 +147,23 @@ def test_truncated_fatbin_is_an_error_not_an_empty_answer(tmp_path: Path) -> Non
     path = tmp_path / "lib.so"
     path.write_bytes(elf({".nv_fatbin": (1, whole[:-8])}))
     with pytest.raises(KernelReadError, match="overruns"):
-        kernel_archs(path)
+        read_kernels(path)
 
 
 def test_big_endian_or_32_bit_elf_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "lib32.so"
     path.write_bytes(b"\x7fELF\x01\x01\x01" + b"\0" * 57)
     with pytest.raises(KernelReadError, match="64-bit little-endian"):
-        kernel_archs(path)
+        read_kernels(path)
 
 
 def test_union_and_capability_numbers() -> None:
-    both = KernelArchs(frozenset({75}), frozenset(), ("a",)) | KernelArchs(
-        frozenset(), frozenset({80}), ("b",)
-    )
-    assert both.files == ("a", "b")
+    both = KernelArchs(frozenset({75})) | KernelArchs(frozenset(), frozenset({80}))
     assert both.runnable_on("8.0") == ["compute_80"]
+    report = KernelReport({"a.so": KernelArchs(frozenset({75}))}) | KernelReport(
+        {"b.so": KernelArchs(frozenset({80}))}
+    )
+    assert report.unrunnable_on("7.5") == ["b.so"]
     assert cc_number("12.0") == 120
     with pytest.raises(ValueError, match=r"MAJOR\.MINOR"):
         cc_number("75")
