@@ -58,6 +58,9 @@ class InstallSpec(_Strict):
     prebuilt_ami: dict[Architecture, AmiRef] = Field(default_factory=dict)
     # Per architecture, what provides the GPU code (see GpuCodeSource).
     gpu_code: dict[Architecture, list[GpuCodeSource]] = Field(default_factory=dict)
+    # The binaries the runtime cannot work without (fnmatch patterns on their paths): each
+    # must carry code the GPU runs. Others (FlashAttention for sm_80+, ...) may lack it.
+    gpu_core: list[str] = Field(default_factory=list)
 
 
 class ServeSpec(_Strict):

@@ -26,6 +26,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import BinaryIO
 
@@ -104,6 +105,32 @@ class KernelReport:
 
     def runs_on(self, compute_capability: str) -> bool:
         return not self.empty and not self.unrunnable_on(compute_capability)
+
+    def core(self, patterns: list[str]) -> KernelReport:
+        """The binaries matching any pattern (fnmatch on the path or a trailing part of it):
+        the ones a runtime cannot work without, e.g. "torch/lib/libtorch_cuda.so"."""
+        return KernelReport(
+            {
+                name: archs
+                for name, archs in self.binaries.items()
+                if any(fnmatch(name, p) or fnmatch(name, f"*/{p}") for p in patterns)
+            }
+        )
+
+    def to_json(self) -> dict[str, dict[str, list[int]]]:
+        return {
+            name: {"sass": sorted(a.sass), "ptx": sorted(a.ptx)}
+            for name, a in sorted(self.binaries.items())
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, dict[str, list[int]]]) -> KernelReport:
+        return cls(
+            {
+                name: KernelArchs(frozenset(a["sass"]), frozenset(a["ptx"]))
+                for name, a in raw.items()
+            }
+        )
 
 
 def cc_number(compute_capability: str) -> int:
