@@ -21,9 +21,12 @@ Architecture = Literal["x86_64", "aarch64"]
 
 # AWS's public SSM parameters for the Deep Learning AMI (Ubuntu 22.04, NVIDIA driver, PyTorch
 # built for the instance families of that architecture; the arm64 one for G5g).
+_DLAMI = (
+    "/aws/service/deeplearning/ami/{}/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id"
+)
 DLAMI_PARAMETERS: dict[Architecture, str] = {
-    "aarch64": "/aws/service/deeplearning/ami/arm64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
-    "x86_64": "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
+    "aarch64": _DLAMI.format("arm64"),
+    "x86_64": _DLAMI.format("x86_64"),
 }
 # Where the DLAMI keeps its PyTorch (a conda-free venv in the 2.x DLAMIs).
 DLAMI_PYTORCH_VENV = "/opt/pytorch"
