@@ -25,3 +25,7 @@ from rigbench.local.cli import demo_command  # noqa: E402
 
 cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)
+
+from rigbench.bake import bake_command  # noqa: E402
+
+app.command("bake")(bake_command)
