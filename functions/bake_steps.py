@@ -423,7 +423,8 @@ def check_image(state: BakeState, clients: Any) -> Image:
 
 
 def record_image(state: BakeState, clients: Any) -> str:
-    assert state.image is not None and state.image.state == "available"
+    assert state.image is not None
+    assert state.image.state == "available"
     clients.ssm.put_parameter(
         Name=state.plan.parameter,
         Value=state.image.image_id,

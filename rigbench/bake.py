@@ -40,6 +40,7 @@ class BuildFleet:
     build_checks: int = 1
     quota_vcpus_value: float = 64.0
     refuse_launch: str | None = None
+    launch_delay_s: float = 0.0  # the launch call outlives its Lambda (tests: lost responses)
     launched_instances: list[LaunchedInstance] = field(default_factory=list)
     alive: set[str] = field(default_factory=set)
     checks: int = 0
@@ -61,6 +62,7 @@ class BuildFleet:
         return self.refuse_launch
 
     def launched(self, instance: LaunchedInstance) -> None:
+        time.sleep(self.launch_delay_s)
         with self._lock:
             self.launched_instances.append(instance)
             self.alive.add(instance.instance_id)
