@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.bake_steps import STATUS_FILE, BakeInput
-from rigbench.bake import BuildFleet, emulated_bake
+from rigbench.bake_emulation import BuildFleet, emulated_bake
 from rigbench.emulation import Emulation, Faults, ScriptedFleet
 
 BODY: dict[str, Any] = {
