@@ -1,8 +1,9 @@
 """The one place the orchestrator meets the instance bootstrap owned by `rigs/bootstrap`:
 the user data an instance boots with, and the SSM command that asks whether it is ready."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from functions.boot_plan import BootPlan, plan_boot
 from functions.events import BootState
 from functions.settings import Settings
 from rigs.bootstrap.user_data import BootstrapSpec, ready_check_command, render_user_data
@@ -20,10 +21,12 @@ class InstancePlan:
     region: str
     token_secret_arn: str
     deadline_epoch: int  # the instance powers itself off at this time, whatever happens
+    boot: BootPlan | None = field(default=None)  # dtype, settings, GPU the rig is served with
 
 
 def instance_plan(state: BootState, settings: Settings, deadline_at: float) -> InstancePlan:
     return InstancePlan(
+        boot=plan_boot(state.sweep, state.rig, settings.ami_parameter),
         rig=state.rig,
         model=state.sweep.model,
         bucket=settings.bucket,
@@ -42,6 +45,9 @@ def bootstrap_spec(plan: InstancePlan) -> BootstrapSpec:
         bundle_s3_uri=f"s3://{plan.bucket}/{plan.bundle_key}",
         region=plan.region,
         hf_token_secret_id=plan.token_secret_arn or None,
+        dtype=plan.boot.dtype if plan.boot else None,
+        settings=dict(plan.boot.settings) if plan.boot else {},
+        expected_compute_capability=plan.boot.compute_capability if plan.boot else "7.5",
     )
 
 

@@ -11,7 +11,15 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from functions.errors import InvalidInput
 
@@ -21,6 +29,8 @@ MAX_BOOTS_PER_SWEEP = 40  # inline Map concurrency limit and one ledger transact
 SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
 Seconds = Annotated[int, Field(ge=0, le=3600)]
+Scalar = str | int | float | bool
+REQUESTS_PER_SLOT = 4  # a cell sends at least 4x its concurrency: steady state, not one wave
 
 
 class _Strict(BaseModel):
@@ -32,10 +42,21 @@ class LoadCells(_Strict):
 
     concurrency: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default=[1, 8], max_length=16)
     rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(default=[], max_length=16)
-    requests_per_cell: int = Field(default=32, ge=1, le=10_000)
+    requests_per_cell: int = Field(
+        default=32, ge=1, le=10_000, description="default: 32, or 4x the highest concurrency"
+    )
     prompt_tokens: int = Field(default=512, ge=1, le=131_072)
     output_tokens: int = Field(default=128, ge=1, le=32_768)
     warmup_requests: int = Field(default=2, ge=0, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steady_state_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "requests_per_cell" not in data:
+            concurrency = data.get("concurrency", [1, 8]) or [1]
+            if all(isinstance(c, int) for c in concurrency):
+                data = {**data, "requests_per_cell": max(32, REQUESTS_PER_SLOT * max(concurrency))}
+        return data
 
     @field_validator("rates")
     @classmethod
@@ -96,6 +117,18 @@ class SweepInput(_Strict):
     )
     deadlines: Deadlines = Deadlines()
     waits: Waits = Waits()
+    max_concurrent_sequences: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="sequences every rig serves at once (its concurrency setting); "
+        "default: the highest concurrency cell, else 8",
+    )
+    rig_settings: dict[str, dict[str, Scalar]] = Field(
+        default_factory=dict,
+        description="per rig, serve settings over its rig.toml defaults (and over "
+        "max_concurrent_sequences)",
+    )
 
     @field_validator("rigs")
     @classmethod
@@ -123,6 +156,35 @@ class SweepInput(_Strict):
             )
         return instance_type
 
+    @field_validator("instance_type")
+    @classmethod
+    def _catalogued_type(cls, instance_type: str) -> str:
+        from functions.instance_types import GPU_TYPES
+
+        if instance_type not in GPU_TYPES:
+            raise ValueError(
+                f"instance type {instance_type!r} is not supported "
+                f"(supported: {', '.join(GPU_TYPES)})"
+            )
+        return instance_type
+
+    @field_validator("rig_settings")
+    @classmethod
+    def _declared_settings(
+        cls, rig_settings: dict[str, dict[str, Scalar]], info: ValidationInfo
+    ) -> dict[str, dict[str, Scalar]]:
+        from rigs.contract import RigDefinitionError
+        from rigs.registry import get_rig
+
+        for rig, settings in rig_settings.items():
+            if rig not in info.data.get("rigs", []):
+                raise ValueError(f"settings for rig {rig!r}, which the sweep does not run")
+            try:
+                get_rig(rig).check_settings(settings)
+            except RigDefinitionError as err:
+                raise ValueError(str(err)) from None
+        return rig_settings
+
     @field_validator("budget_usd")
     @classmethod
     def _within_stack_budget(cls, budget: float, info: ValidationInfo) -> float:
@@ -143,6 +205,11 @@ class SweepInput(_Strict):
 
     def boot_count(self) -> int:
         return len(self.rigs) * self.boots_per_rig
+
+    def concurrent_sequences(self) -> int:
+        if self.max_concurrent_sequences is not None:
+            return self.max_concurrent_sequences
+        return max(self.cells.concurrency) if self.cells.concurrency else 8
 
 
 def describe_errors(error: ValidationError) -> str:

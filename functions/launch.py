@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions.boot_plan import plan_boot
 from functions.bootstrap import instance_plan, user_data
 from functions.budget import subnet_zones
 from functions.errors import CapacityUnavailable
@@ -92,9 +93,17 @@ def run_params(
     return params
 
 
+def resolve_image(ssm: Any, image: str) -> str:
+    """An AMI id as is; an SSM parameter name (the DLAMI's, a baked image's) to its value."""
+    if image.startswith("ami-"):
+        return image
+    return str(ssm.get_parameter(Name=image)["Parameter"]["Value"])
+
+
 def launch_instance(state: BootState, clients: Clients, settings: Settings) -> Instance:
     sweep = state.sweep
-    image_id = clients.ssm.get_parameter(Name=settings.ami_parameter)["Parameter"]["Value"]
+    image = plan_boot(sweep, state.rig, settings.ami_parameter).image
+    image_id = resolve_image(clients.ssm, image)
     zones = subnet_zones(clients.ec2, sweep.subnets)
     refused: list[str] = []
     for subnet in sweep.subnets:

@@ -17,6 +17,7 @@ from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
+from functions.boot_plan import plan_boot
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
 from functions.instance_commands import provenance_key
@@ -73,6 +74,8 @@ def result_rows(
         "driver": found.driver,
         "gpu": found.gpu,
         "rig": found.rig,
+        # What the boot was asked to serve with (image, dtype and why, every serve setting).
+        "boot_plan": plan_boot(sweep, state.rig).model_dump(mode="json"),
     }
     rows = []
     for cell in report.cells:

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions.boot_plan import plan_boot, require_baked_images
 from functions.errors import InvalidInput
 from functions.events import BootItem, BundleRef, SweepConfig, SweepState, ValidateEvent
 from functions.execution_input import parse_sweep_input
@@ -54,6 +55,9 @@ def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -
         execution_arn=event.execution_arn,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+    # Image, dtype and settings per rig: refused here (a missing baked image too), not at launch.
+    plans = [plan_boot(config, rig, settings.ami_parameter) for rig in sweep.rigs]
+    require_baked_images(clients.ssm, plans)
     items = [
         BootItem(rig=rig, boot=b) for b in range(1, sweep.boots_per_rig + 1) for rig in sweep.rigs
     ]

@@ -29,3 +29,7 @@ app.command("demo")(demo_command)
 from rigbench.report.cli import report_command  # noqa: E402
 
 app.command("report")(report_command)
+
+from rigbench.bake import bake_command  # noqa: E402
+
+app.command("bake")(bake_command)

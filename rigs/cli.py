@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
+from functions.instance_types import GPU_TYPES, UnknownInstanceType, get_instance_type
 from rigs.contract import RigDefinitionError, Scalar
+from rigs.coverage import DEFAULT_WHEEL_CACHE, check_rig
 from rigs.launch import compute_capability, exec_rig, launch_plan
 from rigs.registry import discover, get_rig
 from rigs.sources import ModelSourceError
@@ -66,3 +68,45 @@ def serve(
     except (RigDefinitionError, ModelSourceError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+
+
+@app.command()
+def check(
+    names: Annotated[list[str] | None, typer.Argument(help="rigs to check (default: all)")] = None,
+    instance_type: Annotated[
+        list[str] | None,
+        typer.Option(help=f"repeatable (default: every GPU type: {', '.join(GPU_TYPES)})"),
+    ] = None,
+    wheels: Annotated[
+        Path, typer.Option(help="where benchmarks/wheel_kernels.py downloaded the wheels")
+    ] = DEFAULT_WHEEL_CACHE,
+    venv: Annotated[
+        Path | None, typer.Option(help="read this installed tree instead (builder, instance)")
+    ] = None,
+) -> None:
+    """Which GPU architectures each rig's pinned install provides, and whether each instance
+    type can run it. Exit 1 when a checked pair does not run."""
+    try:
+        rigs = [get_rig(n) for n in names] if names else list(discover().values())
+        types = [get_instance_type(t) for t in instance_type or GPU_TYPES]
+    except (RigDefinitionError, UnknownInstanceType) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if venv is not None and not venv.is_dir():
+        typer.echo(f"error: {venv} is not a directory", err=True)
+        raise typer.Exit(2)
+    failed = False
+    for rig in rigs:
+        for itype in types:
+            if itype.arch not in rig.architectures:
+                continue
+            result = check_rig(rig, itype, cache=wheels, installed=venv)
+            gpu = f"{itype.gpu} cc {itype.compute_capability}"
+            typer.echo(f"{rig.name} on {itype.name} ({itype.arch}, {gpu}): {result.verdict}")
+            for source in result.sources:
+                typer.echo(f"  {source.source}: {source.provides} -> {source.verdict}")
+                if source.detail:
+                    typer.echo(f"    {source.detail}")
+            failed = failed or result.verdict == "does not run"
+    if failed:
+        raise typer.Exit(1)

@@ -37,13 +37,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+AmiRef = Annotated[str, Field(pattern=r"^(ami-[0-9a-f]{8,17}|/[\w/.-]+)$")]
+# Where an architecture's GPU code comes from, for `rigbench rig check`:
+#   "wheel:torch==2.14.0"  a PyPI wheel (its fatbins read by benchmarks/wheel_kernels.py)
+#   "built:7.5"            compiled from source for these capabilities (at bake time)
+#   "image:/opt/pytorch"   shipped by the instance's AMI (read on the instance)
+GpuCodeSource = Annotated[
+    str, Field(pattern=r"^(wheel:[\w.-]+==[\w.+-]+|built:[\d.,]+|image:/\S+)$")
+]
+
+
 class InstallSpec(_Strict):
     script: str  # a Jinja2 template of a bash script, relative to the rig folder
     # Pinned versions and sources the script reads, e.g. torch_version, git_url.
     vars: dict[str, Scalar] = Field(default_factory=dict)
-    # An AMI with this rig already installed (its marker file present, so the script is a
-    # no-op): an AMI id or an SSM parameter name the launcher resolves. None: install.
-    prebuilt_ami: Annotated[str, Field(pattern=r"^(ami-[0-9a-f]{8,17}|/[\w/.-]+)$")] | None = None
+    # Per architecture, an AMI with this rig already installed (its marker file present, so
+    # the script is a no-op): an AMI id or an SSM parameter name that `rigbench bake` writes
+    # and the launcher resolves. An architecture listed here has no other way to install:
+    # a sweep refuses to launch it until the image exists.
+    prebuilt_ami: dict[Architecture, AmiRef] = Field(default_factory=dict)
+    # Per architecture, what provides the GPU code (see GpuCodeSource).
+    gpu_code: dict[Architecture, list[GpuCodeSource]] = Field(default_factory=dict)
+    # The binaries the runtime cannot work without (fnmatch patterns on their paths): each
+    # must carry code the GPU runs. Others (FlashAttention for sm_80+, ...) may lack it.
+    gpu_core: list[str] = Field(default_factory=list)
 
 
 class ServeSpec(_Strict):
@@ -54,6 +71,9 @@ class ServeSpec(_Strict):
     # e.g. {"7.5" = "float16"}: Turing has no bfloat16, so "auto" must not pick it there.
     dtype_for_compute_capability: dict[str, str] = Field(default_factory=dict)
     settings: dict[str, Scalar] = Field(default_factory=dict)
+    # The setting that bounds how many sequences the rig serves at once (vLLM's
+    # max_num_seqs, ...): a sweep sets it to the same value for every rig.
+    concurrency_setting: str | None = None
 
 
 class ReadinessSpec(_Strict):
@@ -180,6 +200,9 @@ def load_definition(folder: Path) -> RigDefinition:
     unknown = rig.placeholders() - BUILTIN_PLACEHOLDERS - set(rig.serve.settings)
     if unknown:
         raise RigDefinitionError(f"{path}: serve.command uses unknown {sorted(unknown)}")
+    concurrency = rig.serve.concurrency_setting
+    if concurrency is not None and concurrency not in rig.serve.settings:
+        raise RigDefinitionError(f"{path}: concurrency_setting {concurrency!r} is not a setting")
     if rig.serve.default_dtype not in rig.serve.dtypes:
         raise RigDefinitionError(f"{path}: default_dtype is not one of serve.dtypes")
     return rig

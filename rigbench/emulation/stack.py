@@ -37,6 +37,15 @@ if TYPE_CHECKING:
 ACCOUNT_ID = "123456789012"
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 EMULATED_AMI = "ami-0e1a7ed0000000000"  # moto does not validate AMIs unless asked to
+
+
+def baked_image_parameters() -> list[str]:
+    from rigs.registry import discover
+
+    names = {p for rig in discover().values() for p in rig.install.prebuilt_ami.values()}
+    return sorted(p for p in names if not p.startswith("ami-"))
+
+
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 RUNTIME_PROPERTIES = {
     "Handler", "Runtime", "Timeout", "MemorySize", "Architectures", "Environment",
@@ -72,7 +81,9 @@ class Emulation:
         bundle_root: Path = REPO_ROOT,
         faults: Faults | None = None,
         function_timeout_s: float | None = None,
+        baked_images: bool = True,
     ) -> None:
+        self.baked_images = baked_images
         self.fleet = fleet
         self.stack_name = stack_name
         self.region = region
@@ -199,6 +210,12 @@ class Emulation:
         self.client("ssm").put_parameter(
             Name=EMULATED_AMI_PARAMETER, Value=EMULATED_AMI, Type="String"
         )
+        if self.baked_images:
+            # Local instances are processes: the account "has" every rig's baked image.
+            for parameter in baked_image_parameters():
+                self.client("ssm").put_parameter(
+                    Name=parameter, Value=EMULATED_AMI, Type="String", Overwrite=True
+                )
         parameters = {
             "VpcId": vpc["VpcId"],
             "SubnetIds": [s["SubnetId"] for s in subnets],
@@ -343,6 +360,7 @@ class Emulation:
 
     def _create_state_machines(self, resolver: Resolver) -> None:
         sfn = self.client("stepfunctions")
+        machines: list[str] = []
         for logical_id, resource in self.template.of_type("AWS::Serverless::StateMachine").items():
             props = resource["Properties"]
             definition = (self.template.path.parent / props["DefinitionUri"]).read_text()
@@ -354,7 +372,9 @@ class Emulation:
                 roleArn=self._states_role,
             )["stateMachineArn"]
             self._ref(resolver, logical_id, arn)
-            self.state_machine_arn = arn
+            if logical_id == "SweepStateMachine" or not machines:
+                self.state_machine_arn = arn  # the sweep's (the bake's is in physical)
+            machines.append(arn)
 
     # ------------------------------------------------------------------ use
     def stack_refs(self) -> "StackRefs":

@@ -94,14 +94,32 @@ def test_prebuilt_ami_must_be_an_ami_id_or_ssm_parameter(tmp_path: Path) -> None
     base = toml.read_text()
     good = base.replace(
         'script = "install.sh.j2"',
-        'script = "install.sh.j2"\nprebuilt_ami = "ami-0123456789abcdef0"',
+        'script = "install.sh.j2"\nprebuilt_ami = { aarch64 = "ami-0123456789abcdef0" }',
     )
     toml.write_text(good)
-    assert load_definition(folder).install.prebuilt_ami == "ami-0123456789abcdef0"
-    toml.write_text(
-        base.replace(
-            'script = "install.sh.j2"', 'script = "install.sh.j2"\nprebuilt_ami = "my image"'
+    assert load_definition(folder).install.prebuilt_ami == {"aarch64": "ami-0123456789abcdef0"}
+    for bad in ('{ aarch64 = "my image" }', '{ riscv64 = "/rigbench/ami/x" }'):
+        toml.write_text(
+            base.replace(
+                'script = "install.sh.j2"', f'script = "install.sh.j2"\nprebuilt_ami = {bad}'
+            )
         )
+        with pytest.raises(RigDefinitionError, match="prebuilt_ami"):
+            load_definition(folder)
+
+
+def test_concurrency_setting_must_be_a_declared_setting(tmp_path: Path) -> None:
+    folder = _copy_rig(tmp_path)
+    toml = folder / "rig.toml"
+    toml.write_text(
+        toml.read_text().replace('concurrency_setting = "max_batch"', 'concurrency_setting = "x"')
     )
-    with pytest.raises(RigDefinitionError, match="prebuilt_ami"):
+    with pytest.raises(RigDefinitionError, match="concurrency_setting 'x' is not a setting"):
         load_definition(folder)
+
+
+def test_every_rig_declares_its_concurrency_and_gpu_code_per_architecture() -> None:
+    for rig in discover().values():
+        assert rig.serve.concurrency_setting in rig.serve.settings
+        if "cuda" in rig.accelerators:
+            assert set(rig.install.gpu_code) == set(rig.architectures)

@@ -52,7 +52,8 @@ def vllm() -> RigDefinition:
 
 
 def test_version_is_pinned_at_or_after_the_first_one_with_gemma4(vllm: RigDefinition) -> None:
-    assert Version(vllm.version) >= Version("0.27.2rc0")
+    # 0.28.0 fixed Gemma 4's per-layer config with transformers >= 5.15.
+    assert Version(vllm.version) >= Version("0.28.0")
     assert vllm.runtime == "vllm"
     assert vllm.accelerators == ["cuda"]
 
@@ -82,6 +83,8 @@ def test_serve_command_on_a_turing_gpu(vllm: RigDefinition, tiny: ModelSource) -
         "0.9",
         "--max-num-seqs",
         "8",
+        "--attention-backend",
+        "TRITON_ATTN",
         "--enable-prefix-caching",
         "--generation-config",
         "vllm",
@@ -149,11 +152,17 @@ def _install_script(vllm: RigDefinition) -> str:
 def test_install_script_passes_shellcheck(vllm: RigDefinition) -> None:
     script = _install_script(vllm)
     shellcheck(script)
-    assert 'readonly VERSION="0.27.2rc0"' in script
-    assert 'export TORCH_CUDA_ARCH_LIST="$compute_cap"' in script
-    assert "nvidia-smi --query-gpu=compute_cap --format=csv,noheader" in script
-    assert 'git clone --depth 1 --branch "v$VERSION"' in script
-    assert 'uv pip install --python "$VENV/bin/python" "vllm==$VERSION"' in script
+    assert 'readonly VERSION="0.34.0"' in script
+    assert 'export TORCH_CUDA_ARCH_LIST="7.5"' in script
+    assert 'readonly PATCH="/opt/rigbench/bundle/rigs/vllm/patches/' in script
+
+
+def test_the_patch_the_script_applies_is_in_the_repo(vllm: RigDefinition) -> None:
+    patch = vllm.folder / str(vllm.install.vars["patches"])
+    text = patch.read_text()
+    assert text.startswith("--- a/vllm/v1/attention/ops/triton_unified_attention.py")
+    assert "+    if (\n+        head_size >= 512" in text
+    assert "_LARGE_HEAD_SHARED_MEM = 98304" in text
 
 
 def test_render_install_without_context_names_the_missing_variable(vllm: RigDefinition) -> None:
@@ -166,19 +175,18 @@ def fake_tools(tmp_path: Path) -> tuple[Path, Path]:
     """Commands the install script calls, each recording its argv instead of acting."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
-    for tool in ("uv", "git", "nvidia-smi", "uname", "nproc"):
+    for tool in ("uv", "git", "uname", "nproc", "patch"):
         script = bin_dir / tool
         script.write_text(
             "#!/usr/bin/env bash\n"
             f'echo "{tool} $*" >> "{calls}"\n'
             f'case "{tool}" in\n'
-            '  nvidia-smi) echo "${FAKE_COMPUTE_CAP:-7.5}" ;;\n'
             '  uname) echo "${FAKE_ARCH:-aarch64}" ;;\n'
             "  nproc) echo 8 ;;\n"
             '  git) mkdir -p "${@: -1}" ;;\n'
             "  uv) if [[ $1 == venv ]]; then\n"
             '        mkdir -p "${@: -1}/bin"\n'
-            f"        printf '#!/usr/bin/env bash\\necho \"python $*\" >> {calls}\\n'"
+            f"        printf '#!/usr/bin/env bash\\necho \"python $*\" >> {calls}\\necho /site\\n'"
             ' > "${@: -1}/bin/python"\n'
             '        chmod +x "${@: -1}/bin/python"\n'
             "      fi ;;\n"
@@ -192,7 +200,7 @@ def _run_install(
     vllm: RigDefinition, tmp_path: Path, bin_dir: Path, **env: str
 ) -> subprocess.CompletedProcess[str]:
     script = vllm.render_install(
-        rig_venv=str(tmp_path / "venv"), bundle_dir="/unused", python_version="3.12"
+        rig_venv=str(tmp_path / "venv"), bundle_dir=str(REPO), python_version="3.12"
     )
     return subprocess.run(
         ["bash", "-c", script],
@@ -203,40 +211,45 @@ def _run_install(
     )
 
 
-def test_install_fails_before_downloading_without_a_gpu_reading(
-    vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
-) -> None:
-    bin_dir, calls = fake_tools
-    result = _run_install(vllm, tmp_path, bin_dir, FAKE_COMPUTE_CAP="No devices were found")
-    assert result.returncode == 1
-    assert "cannot read the GPU compute capability" in result.stderr
-    assert calls.read_text().splitlines() == [
-        "nvidia-smi --query-gpu=compute_cap --format=csv,noheader"
-    ]
-
-
-def test_aarch64_install_builds_for_the_gpu_present(
+def test_aarch64_gpu_boot_without_the_baked_image_refuses_to_build(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
     bin_dir, calls = fake_tools
     result = _run_install(vllm, tmp_path, bin_dir, FAKE_ARCH="aarch64")
+    assert result.returncode == 1
+    assert "boot the baked image (rigbench bake vllm)" in result.stderr
+    assert calls.read_text().splitlines() == ["uname -m"]
+
+
+def test_aarch64_bake_builds_torch_then_vllm_for_turing(
+    vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
+) -> None:
+    bin_dir, calls = fake_tools
+    result = _run_install(vllm, tmp_path, bin_dir, FAKE_ARCH="aarch64", RIGBENCH_BAKE="1")
     # Nothing really builds vllm here, so the final `vllm --version` fails after the steps ran.
     assert "bin/vllm: No such file" in result.stderr
     lines = calls.read_text().splitlines()
-    assert lines[1:4] == [f"uv venv --python 3.12 {tmp_path}/venv", "uname -m", "nproc "]
-    assert lines[4].startswith("git clone --depth 1 --branch v0.27.2rc0 ")
-    assert "torch==2.9.0" in lines[5]
+    assert lines[:3] == ["uname -m", f"uv venv --python 3.12 {tmp_path}/venv", "nproc "]
+    assert lines[3].startswith("git clone --depth 1 --branch v2.14.0 --recurse-submodules")
+    clone_vllm = next(i for i, line in enumerate(lines) if "--branch v0.34.0" in line)
+    torch_build = next(i for i, line in enumerate(lines) if "--no-build-isolation ." in line)
+    assert torch_build < clone_vllm  # vLLM builds against the torch built first
     assert "python use_existing_torch.py" in lines
-    assert any("--no-build-isolation ." in line for line in lines)
+    assert f"uv pip install --python {tmp_path}/venv/bin/python transformers==5.17.0" in lines
+    assert "patch --forward --batch -p1 -d /site" in lines
 
 
-def test_x86_64_install_uses_the_released_wheel(
+def test_x86_64_install_uses_the_released_wheel_and_patches_it(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
     bin_dir, calls = fake_tools
     _run_install(vllm, tmp_path, bin_dir, FAKE_ARCH="x86_64")
     lines = calls.read_text().splitlines()
-    assert f"uv pip install --python {tmp_path}/venv/bin/python vllm==0.27.2rc0" in lines
+    assert (
+        f"uv pip install --python {tmp_path}/venv/bin/python vllm==0.34.0 transformers==5.17.0"
+        in lines
+    )
+    assert "patch --forward --batch -p1 -d /site" in lines
     assert not any(line.startswith("git") for line in lines)
 
 
@@ -245,11 +258,31 @@ def test_install_is_skipped_when_the_prebuilt_marker_exists(
 ) -> None:
     bin_dir, calls = fake_tools
     (tmp_path / "venv").mkdir()
-    (tmp_path / "venv" / ".rigbench-installed-vllm-0.27.2rc0").touch()
+    (tmp_path / "venv" / ".rigbench-installed-vllm-0.34.0").touch()
     result = _run_install(vllm, tmp_path, bin_dir)
     assert result.returncode == 0
     assert "already installed" in result.stdout
     assert not calls.exists()
+
+
+def test_the_patch_applies_to_the_pinned_release(tmp_path: Path) -> None:
+    """`patch` itself, against the file as vLLM 0.34.0 ships it: only the hunk's context
+    lines are in the repo, so rebuild that much of the original from the patch."""
+    vllm = get_rig("vllm")
+    text = (vllm.folder / str(vllm.install.vars["patches"])).read_text()
+    original = [line[1:] for line in text.splitlines(keepends=True)[2:] if line[:1] in (" ", "-")]
+    target = tmp_path / "vllm" / "v1" / "attention" / "ops" / "triton_unified_attention.py"
+    target.parent.mkdir(parents=True)
+    target.write_text("".join(original))
+    done = subprocess.run(
+        ["patch", "--batch", "-p1", "-d", str(tmp_path)],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "_max_shared_mem(torch.cuda.current_device())" in target.read_text()
 
 
 @pytest.fixture(scope="module")

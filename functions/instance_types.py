@@ -1,0 +1,127 @@
+"""The instance types rigbench knows: architecture, GPU, compute capability, size, price, AMI.
+
+One table, read by the sweep (quota, price, AMI, dtype), the bake (builder type, AMI) and
+`rigbench rig check` (which GPU code a rig's install must carry). A type missing here is not
+supported: the sweep refuses it by name before anything is spent.
+
+Prices are on-demand Linux list prices (USD/h) per region; the spot price is read at run
+time (functions/budget.py). AMIs are the AWS Deep Learning AMIs with the NVIDIA driver,
+resolved at launch from AWS's public SSM parameters, one per architecture.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from rigs.kernels import cc_number
+
+Architecture = Literal["x86_64", "aarch64"]
+
+# AWS's public SSM parameters for the Deep Learning AMI (Ubuntu 22.04, NVIDIA driver, PyTorch
+# built for the instance families of that architecture; the arm64 one for G5g).
+_DLAMI = (
+    "/aws/service/deeplearning/ami/{}/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id"
+)
+DLAMI_PARAMETERS: dict[Architecture, str] = {
+    "aarch64": _DLAMI.format("arm64"),
+    "x86_64": _DLAMI.format("x86_64"),
+}
+# Where the DLAMI keeps its PyTorch (a conda-free venv in the 2.x DLAMIs).
+DLAMI_PYTORCH_VENV = "/opt/pytorch"
+BFLOAT16_MIN_CC = "8.0"  # Ampere: below it (Turing 7.5) there is no bfloat16 datapath
+
+
+class InstanceType(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    arch: Architecture
+    vcpus: int
+    memory_gib: int
+    gpu: str | None  # None: a CPU instance (a bake builder)
+    gpu_memory_mib: int = 0
+    compute_capability: str | None = None
+    on_demand_usd_per_hour: dict[str, float]  # region -> USD/h
+
+    @property
+    def ami_parameter(self) -> str:
+        return DLAMI_PARAMETERS[self.arch]
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype every rig serves here when the GPU forces one: float16 below Ampere."""
+        if self.compute_capability is None:
+            return None
+        if cc_number(self.compute_capability) < cc_number(BFLOAT16_MIN_CC):
+            return "float16"
+        return None
+
+    def price(self, region: str) -> float:
+        if region not in self.on_demand_usd_per_hour:
+            known = ", ".join(sorted(self.on_demand_usd_per_hour))
+            raise UnknownInstanceType(
+                f"no on-demand price for {self.name} in {region} (known regions: {known})"
+            )
+        return self.on_demand_usd_per_hour[region]
+
+
+class UnknownInstanceType(ValueError):
+    """An instance type (or region) the catalog does not describe."""
+
+
+CATALOG: dict[str, InstanceType] = {
+    t.name: t
+    for t in [
+        # The target: Graviton2, one NVIDIA T4G (Turing, 15,360 MiB).
+        InstanceType(
+            name="g5g.2xlarge",
+            arch="aarch64",
+            vcpus=8,
+            memory_gib=16,
+            gpu="T4G",
+            gpu_memory_mib=15360,
+            compute_capability="7.5",
+            on_demand_usd_per_hour={"us-east-1": 0.556, "us-west-2": 0.556},
+        ),
+        # The same GPU on x86_64, where stock wheels already carry sm_75.
+        InstanceType(
+            name="g4dn.xlarge",
+            arch="x86_64",
+            vcpus=4,
+            memory_gib=16,
+            gpu="T4",
+            gpu_memory_mib=15360,
+            compute_capability="7.5",
+            on_demand_usd_per_hour={"us-east-1": 0.526, "us-west-2": 0.526},
+        ),
+        # Bake builders: compiling for sm_75 needs nvcc and memory, not a GPU.
+        InstanceType(
+            name="c7g.4xlarge",
+            arch="aarch64",
+            vcpus=16,
+            memory_gib=32,
+            gpu=None,
+            on_demand_usd_per_hour={"us-east-1": 0.58, "us-west-2": 0.58},
+        ),
+        InstanceType(
+            name="c6i.4xlarge",
+            arch="x86_64",
+            vcpus=16,
+            memory_gib=32,
+            gpu=None,
+            on_demand_usd_per_hour={"us-east-1": 0.68, "us-west-2": 0.68},
+        ),
+    ]
+}
+GPU_TYPES = [name for name, t in CATALOG.items() if t.gpu is not None]
+BUILDERS: dict[Architecture, str] = {"aarch64": "c7g.4xlarge", "x86_64": "c6i.4xlarge"}
+
+
+def get_instance_type(name: str) -> InstanceType:
+    if name not in CATALOG:
+        raise UnknownInstanceType(
+            f"instance type {name!r} is not supported (supported GPU types: {', '.join(GPU_TYPES)})"
+        )
+    return CATALOG[name]

@@ -1,0 +1,197 @@
+"""What each rig boots with on g4dn.xlarge (x86_64 T4) and g5g.2xlarge (aarch64 T4G): image,
+dtype, settings; planned from the input, used at launch, stored with the results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.boot_plan import plan_boot
+from functions.errors import InvalidInput
+from functions.execution_input import parse_sweep_input
+from functions.instance_types import DLAMI_PARAMETERS
+from rigbench.emulation import Emulation, Faults, ScriptedFleet
+from tests.orchestrator.conftest import result_rows, sweep_id_of, sweep_input
+
+RIGS = ["torch", "vllm", "jax"]
+DLAMI = DLAMI_PARAMETERS["aarch64"]  # the stack's default AmiParameter
+
+
+def _sweep(instance_type: str, **extra: Any) -> Any:
+    return parse_sweep_input(
+        {"rigs": RIGS, "model": "m", "budget_usd": 5, "instance_type": instance_type, **extra}
+    )
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "arch", "images"),
+    [
+        (
+            "g5g.2xlarge",
+            "aarch64",
+            {"torch": DLAMI, "jax": DLAMI, "vllm": "/rigbench/ami/vllm-0.34.0-sm75"},
+        ),
+        ("g4dn.xlarge", "x86_64", dict.fromkeys(RIGS, DLAMI_PARAMETERS["x86_64"])),
+    ],
+)
+def test_image_dtype_and_settings_per_rig(
+    instance_type: str, arch: str, images: dict[str, str]
+) -> None:
+    sweep = _sweep(instance_type)
+    for rig in RIGS:
+        plan = plan_boot(sweep, rig, DLAMI)
+        assert plan.arch == arch
+        assert plan.image == images[rig]
+        assert plan.image_source == ("baked" if rig == "vllm" and arch == "aarch64" else "base")
+        assert plan.dtype == "float16"  # Turing: no bfloat16, whatever the rig's default
+        assert plan.dtype_reason == "compute capability 7.5 has no bfloat16"
+    # The same number of concurrent sequences for every rig: the highest cell (8) by default.
+    assert plan_boot(sweep, "vllm").settings["max_num_seqs"] == 8
+    assert plan_boot(sweep, "torch").settings["max_batch"] == 8
+    assert plan_boot(sweep, "jax").settings["max_slots"] == 8
+
+
+def test_the_input_sets_concurrency_for_all_and_settings_per_rig() -> None:
+    sweep = _sweep(
+        "g4dn.xlarge",
+        max_concurrent_sequences=4,
+        rig_settings={"torch": {"batching": "batched"}, "vllm": {"max_num_seqs": 16}},
+    )
+    assert plan_boot(sweep, "jax").settings["max_slots"] == 4
+    assert plan_boot(sweep, "torch").settings["max_batch"] == 4
+    assert plan_boot(sweep, "torch").settings["batching"] == "batched"
+    assert plan_boot(sweep, "vllm").settings["max_num_seqs"] == 16  # the input said otherwise
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"rig_settings": {"vllm": {"tensor_parallel": 2}}}, "rig vllm has no setting"),
+        ({"rig_settings": {"sglang": {"x": 1}}}, "which the sweep does not run"),
+        ({"instance_type": "p5.48xlarge"}, "'p5.48xlarge' is not supported"),
+    ],
+)
+def test_bad_settings_and_types_are_refused_naming_the_field(
+    extra: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_sweep_input({"rigs": RIGS, "model": "m", "budget_usd": 5, **extra})
+
+
+def test_requests_per_cell_default_is_four_times_the_concurrency() -> None:
+    assert _sweep("g4dn.xlarge").cells.requests_per_cell == 32  # cells 1, 8: max(32, 4 x 8)
+    wide = _sweep("g4dn.xlarge", cells={"concurrency": [1, 16, 32]})
+    assert wide.cells.requests_per_cell == 128
+    given = _sweep("g4dn.xlarge", cells={"concurrency": [32], "requests_per_cell": 40})
+    assert given.cells.requests_per_cell == 40  # an explicit value stands
+
+
+BAKED_VLLM = "ami-0ba4ed0000000000b"
+
+
+@pytest.fixture(scope="module")
+def emulation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulation]:
+    root = tmp_path_factory.mktemp("bundle")
+    for rig in ("torch", "vllm"):
+        (root / "rigs" / rig).mkdir(parents=True)
+        (root / "rigs" / rig / "rig.toml").write_text(f'name = "{rig}"\n')
+    emu = Emulation(ScriptedFleet(), bundle_root=root, faults=Faults(hang_s=0.5))
+    emu.start()
+    emu.client("ssm").put_parameter(
+        Name="/rigbench/ami/vllm-0.34.0-sm75", Value=BAKED_VLLM, Type="String", Overwrite=True
+    )
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+@pytest.mark.parametrize("instance_type", ["g5g.2xlarge", "g4dn.xlarge"])
+def test_an_emulated_sweep_launches_and_stores_the_plan(
+    emulation: Emulation, instance_type: str
+) -> None:
+    fleet = emulation.fleet
+    assert isinstance(fleet, ScriptedFleet)
+    fleet.reset()
+    arn = emulation.start_execution(
+        sweep_input(rigs=["torch", "vllm"], instance_type=instance_type)
+    )
+    described = emulation.wait(arn, 120)
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    ec2 = emulation.client("ec2")
+    images = {}
+    for instance in fleet.instances.values():
+        found = ec2.describe_instances(InstanceIds=[instance.instance_id])
+        images[instance.tags["rigbench:rig"]] = found["Reservations"][0]["Instances"][0]["ImageId"]
+        assert instance.instance_type == instance_type
+        assert "--dtype float16" in instance.user_data
+        assert "--set max_batch=4" in instance.user_data or "--set max_num_seqs=4" in (
+            instance.user_data
+        )
+    baked = BAKED_VLLM if instance_type == "g5g.2xlarge" else images["torch"]
+    assert images["vllm"] == baked
+    assert images["torch"] != BAKED_VLLM
+    rows = result_rows(emulation, sweep_id_of(described))
+    assert rows
+    for row in rows:
+        assert row["instance_type"] == instance_type
+        assert row["config_key"].endswith(f"#{instance_type}")
+        plan = row["provenance"]["boot_plan"]
+        assert plan["dtype"] == "float16"
+        assert plan["instance_type"] == instance_type
+        concurrency = {"torch": "max_batch", "vllm": "max_num_seqs"}[row["rig"]]
+        assert plan["settings"][concurrency] == 4
+    assert json.dumps(rows)  # stored rows stay plain JSON
+
+
+def test_user_data_template_still_renders_for_every_rig(tmp_path: Path) -> None:
+    from rigs.bootstrap.user_data import BootstrapSpec, render_user_data
+
+    for rig in RIGS:
+        plan = plan_boot(_sweep("g5g.2xlarge"), rig)
+        spec = BootstrapSpec(
+            rig=rig,
+            model="random:tiny",
+            deadline_epoch=2_000_000_000,
+            bundle_s3_uri="s3://bucket-x/bundle.tar.gz",
+            region="us-east-1",
+            dtype=plan.dtype,
+            settings=dict(plan.settings),
+        )
+        text = render_user_data(spec)
+        assert "--dtype float16" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("instance_type", "fit"), [("g4dn.xlarge", 2), ("g5g.2xlarge", 1)])
+def test_a_cloud_dry_run_plans_each_type_with_its_own_quota_and_price(
+    tmp_path: Path, instance_type: str, fit: int
+) -> None:
+    from rich.console import Console
+
+    from rigbench.local.cli import run_local
+
+    path = tmp_path / "input.json"
+    body = {
+        "rigs": ["vllm", "torch"],
+        "model": "google/gemma-4-E2B-it",
+        "instance_type": instance_type,
+        "boots_per_rig": 2,
+        "budget_usd": 5,
+        "cells": {"concurrency": [1, 8]},
+    }
+    path.write_text(json.dumps(body))
+    console = Console(record=True, width=200)
+    code = run_local(
+        path, dry_run=True, home=tmp_path / "home", console=console, quota_vcpus=8, spot_price=0.2
+    )
+    out = console.export_text()
+    assert code == 0, out
+    assert f"on {instance_type} (spot)" in out
+    assert f"at most {fit} instances at once" in out  # 8 vCPU of quota: 4 or 8 per instance
+    assert sum(f"│ {instance_type}" in line and "│ spot" in line for line in out.splitlines()) == 4
+    assert "no instance was launched" in out
