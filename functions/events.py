@@ -157,3 +157,18 @@ class SpotInterruptionEvent(_Model):
     detail_type: str = Field(alias="detail-type")
     time: str = ""
     detail: SpotInterruptionDetail
+
+
+class ExecutionStatusDetail(_Model):
+    executionArn: str
+    stateMachineArn: str = ""
+    status: str
+    name: str = ""
+
+
+class ExecutionStatusChangeEvent(_Model):
+    """EventBridge "Step Functions Execution Status Change" (the rule matches the ends that
+    run no Finish: ABORTED, TIMED_OUT, FAILED)."""
+
+    detail_type: str = Field(alias="detail-type")
+    detail: ExecutionStatusDetail

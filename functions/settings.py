@@ -50,6 +50,7 @@ class Settings(BaseModel):
     monthly_cap_usd: float
     token_secret_arn: str
     region: str
+    min_poll_s: int = 1
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -70,6 +71,7 @@ class Settings(BaseModel):
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),
             token_secret_arn=env.get("TOKEN_SECRET_ARN", ""),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            min_poll_s=int(env.get("MIN_POLL_S", "1")),
         )
 
 

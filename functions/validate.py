@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions.budget import claim_sweep
 from functions.errors import InvalidInput
 from functions.events import BootItem, BundleRef, SweepConfig, SweepState, ValidateEvent
 from functions.execution_input import parse_sweep_input
@@ -32,7 +33,9 @@ def sweep_id_from(execution_name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", execution_name.lower()).strip("-")[:63] or "sweep"
 
 
-def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -> SweepState:
+def validate_sweep(
+    event: ValidateEvent, clients: Clients, settings: Settings, now: datetime
+) -> SweepState:
     bundle = read_bundle(clients.s3, settings.bucket, settings.bundle_manifest_key)
     sweep = parse_sweep_input(
         event.input,
@@ -40,19 +43,26 @@ def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -
             "rigs": set(bundle.rigs),
             "allowed_instance_types": settings.allowed_instance_types,
             "max_sweep_budget_usd": settings.sweep_budget_usd or None,
+            "min_poll_s": settings.min_poll_s,
         },
     )
     subnets = sweep.subnets or settings.subnet_ids
     if not subnets:
         raise InvalidInput("invalid sweep input: subnets: none given and the stack has none")
+    if not event.execution_arn:
+        raise InvalidInput("invalid sweep input: no execution ARN to own the sweep")
     fields = sweep.model_dump(exclude={"sweep_id", "subnets"})
+    created_at = now.isoformat(timespec="seconds")
+    sweep_id = sweep.sweep_id or sweep_id_from(event.execution_name)
+    # Before anything is reserved or launched: this execution owns this sweep id, or fails.
+    claim_sweep(clients.dynamodb, settings.ledger_table, sweep_id, event.execution_arn, created_at)
     config = SweepConfig(
         **fields,
-        sweep_id=sweep.sweep_id or sweep_id_from(event.execution_name),
+        sweep_id=sweep_id,
         subnets=subnets,
         bundle=bundle,
         execution_arn=event.execution_arn,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=created_at,
     )
     items = [
         BootItem(rig=rig, boot=b) for b in range(1, sweep.boots_per_rig + 1) for rig in sweep.rigs
@@ -63,6 +73,6 @@ def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -
 @instrumented
 @event_parser(model=ValidateEvent)
 def handler(event: ValidateEvent, context: LambdaContext) -> dict[str, Any]:
-    state = validate_sweep(event, Clients(), Settings.from_env())
+    state = validate_sweep(event, Clients(), Settings.from_env(), datetime.now(UTC))
     metrics.add_metric(name="SweepsValidated", unit=MetricUnit.Count, value=1)
     return state.model_dump(mode="json", exclude_none=True)

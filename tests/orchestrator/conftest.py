@@ -13,6 +13,9 @@ from boto3.dynamodb.types import TypeDeserializer
 from rigbench.emulation import Emulation, Faults, ScriptedFleet
 
 RIGS = ("torch", "vllm")
+# Short retries and polls for tests (DefinitionSubstitutions / stack parameters); the
+# template's defaults are the real ones.
+FAST = {"LambdaRetryIntervalSeconds": 1, "MinPollSeconds": 0}
 _deserializer = TypeDeserializer()
 
 
@@ -29,8 +32,13 @@ def bundle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_emulation(bundle_root: Path, **kwargs: Any) -> Emulation:
+    parameters = {**FAST, **kwargs.pop("parameters", {})}
     emulation = Emulation(
-        ScriptedFleet(), bundle_root=bundle_root, faults=Faults(hang_s=0.5), **kwargs
+        ScriptedFleet(),
+        bundle_root=bundle_root,
+        faults=Faults(hang_s=0.5),
+        parameters=parameters,
+        **kwargs,
     )
     emulation.start()
     return emulation
@@ -56,6 +64,7 @@ def emu(emulation: Emulation) -> Emulation:
     fleet_of(emulation).reset()
     emulation.faults.lambdas.clear()
     emulation.faults.throttles.clear()
+    emulation.faults.protect_on_launch = False
     return emulation
 
 
