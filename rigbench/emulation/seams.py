@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import boto3
 from moto.awslambda.models import LambdaBackend, lambda_backends
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
@@ -73,6 +72,7 @@ class Faults:
         self._lock = threading.Lock()
 
     protect_on_launch: bool = False  # launched instances come up protected from termination
+    unterminable: set[str] = field(default_factory=set)  # TerminateInstances always refused
 
     def fail_lambda(self, logical_id: str, kind: LambdaFault, times: int = 1) -> None:
         with self._lock:
@@ -338,6 +338,12 @@ class Seams:
             return reservation
 
         def terminate_instances(backend: InstanceBackend, instance_ids: list[str]) -> Any:
+            refused = seams.faults.unterminable & set(instance_ids)
+            if refused:
+                raise EC2ClientError(
+                    "OperationNotPermitted",
+                    f"The instance '{sorted(refused)[0]}' may not be terminated (injected).",
+                )
             result = original_terminate(backend, instance_ids)
             for instance, previous in result:
                 if previous.name not in ("shutting-down", "terminated"):
@@ -394,22 +400,16 @@ class Seams:
 
     @staticmethod
     def _stop_execution_of(event: dict[str, Any]) -> None:
-        """StopExecution on the execution whose state this event carries (another caller)."""
+        """StopExecution on the execution whose state this event carries, as another caller
+        would (on its own thread: this one is the execution's worker)."""
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
         arn = event.get("execution_arn") or (event.get("sweep") or {}).get("execution_arn")
         if not arn:
             raise ValueError("a 'stop' fault needs an event that names its execution")
-        sfn = boto3.client(
-            "stepfunctions",
-            endpoint_url=os.environ["AWS_ENDPOINT_URL"],
-            region_name=arn.split(":")[3],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        threading.Thread(
-            target=sfn.stop_execution,
-            kwargs={"executionArn": arn, "error": "Stopped", "cause": "injected stop"},
-            daemon=True,
-        ).start()
+        _, _, _, region, account, *_ = arn.split(":")
+        backend = stepfunctions_parser_backends[account][region]
+        threading.Thread(target=backend.stop_execution, args=(arn,), daemon=True).start()
 
     # ------------------------------------------------------------------ EC2 and EventBridge
     def vanish(self, instance_id: str, region: str = "us-east-1") -> None:

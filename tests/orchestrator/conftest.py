@@ -65,6 +65,7 @@ def emu(emulation: Emulation) -> Emulation:
     emulation.faults.lambdas.clear()
     emulation.faults.throttles.clear()
     emulation.faults.protect_on_launch = False
+    emulation.faults.unterminable.clear()
     return emulation
 
 
@@ -127,6 +128,7 @@ def assert_clean(emu: Emulation, sweep_id: str, *, reserved: bool = True) -> Non
     """Zero instances left running and the sweep's ledger reconciled to actual seconds."""
     assert emu.running_instances() == []
     ledger = ledger_items(emu, f"SWEEP#{sweep_id}")
+    ledger.pop("OWNER", None)  # which execution owns the sweep id
     if not reserved:
         assert ledger == {}, "nothing may be reserved when the sweep failed before the budget step"
         return
@@ -136,6 +138,7 @@ def assert_clean(emu: Emulation, sweep_id: str, *, reserved: bool = True) -> Non
         assert boot["status"] == "reconciled", f"{sk} was never reconciled"
     assert total["reserved"] == 0, "the reservation is released once every boot ended"
     assert total["spent"] == sum(b["spent"] for b in ledger.values())
+    assert "open" not in total, "the sweep is closed"
     month = ledger_items(emu, f"MONTH#{total['month']}")["TOTAL"]
     assert month["committed"] >= total["spent"]
 
