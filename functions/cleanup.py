@@ -72,7 +72,9 @@ def terminate(ec2: Any, instance_id: str) -> None:
         if code != "OperationNotPermitted":
             raise
         logger.warning("instance protected from termination", extra={"instance": instance_id})
-        ec2.modify_instance_attribute(InstanceId=instance_id, DisableApiTermination={"Value": False})
+        ec2.modify_instance_attribute(
+            InstanceId=instance_id, DisableApiTermination={"Value": False}
+        )
         ec2.terminate_instances(InstanceIds=[instance_id])
 
 

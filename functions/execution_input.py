@@ -96,9 +96,7 @@ class Waits(_Strict):
     def _not_below_minimum(cls, seconds: int, info: ValidationInfo) -> int:
         minimum = (info.context or {}).get("min_poll_s")
         if minimum is not None and seconds < minimum:
-            raise ValueError(
-                f"{seconds} s is below the stack's minimum poll interval {minimum} s"
-            )
+            raise ValueError(f"{seconds} s is below the stack's minimum poll interval {minimum} s")
         return seconds
 
 

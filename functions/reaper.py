@@ -19,7 +19,15 @@ from functions import clock
 from functions.budget import _key, close_sweep, open_boots, open_sweeps
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.observability import instrumented, logger, metrics
-from functions.settings import BOOT_TAG, DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Clients, Settings
+from functions.settings import (
+    BOOT_TAG,
+    DEADLINE_TAG,
+    PROJECT_TAG,
+    RIG_TAG,
+    SWEEP_TAG,
+    Clients,
+    Settings,
+)
 
 
 class ReaperFailed(Exception):

@@ -308,7 +308,7 @@ class Seams:
                         "IdempotentParameterMismatch",
                         f"The client token {token} was used with different parameters.",
                     )
-                return backend.reservations[reservation_id]  # type: ignore[attr-defined]
+                return backend.reservations[reservation_id]
             code = seams.fleet.capacity_error(LaunchRequest(instance_type, subnet_id, zone, market))
             if code is not None:
                 raise EC2ClientError(

@@ -96,7 +96,7 @@ def test_nan_in_json_text_is_refused() -> None:
 
 def test_deeply_nested_input_is_one_clear_line() -> None:
     deep = "[" * 100_000 + "]" * 100_000
-    with pytest.raises(InvalidInput, match="invalid sweep input: .*bytes"):
+    with pytest.raises(InvalidInput, match=r"invalid sweep input: .*bytes"):
         parse_sweep_input(deep, CONTEXT)
     nested: dict = {}
     node = nested

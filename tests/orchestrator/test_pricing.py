@@ -20,11 +20,13 @@ def test_an_unknown_region_is_refused_by_name_not_priced_as_us_east_1() -> None:
 
 
 def test_an_unknown_type_is_refused() -> None:
-    with pytest.raises(OverBudget, match="no on-demand price known for p5.48xlarge in us-east-1"):
+    with pytest.raises(OverBudget, match=r"no on-demand price known for p5\.48xlarge in us-east-1"):
         on_demand_price("us-east-1", "p5.48xlarge")
 
 
 def test_end_time_comes_from_the_state_transition_reason() -> None:
     instance = {"StateTransitionReason": "User initiated (2026-12-02 20:30:05 GMT)"}
-    assert ended_at(instance, fallback=0.0) == datetime(2026, 12, 2, 20, 30, 5, tzinfo=UTC).timestamp()
+    assert (
+        ended_at(instance, fallback=0.0) == datetime(2026, 12, 2, 20, 30, 5, tzinfo=UTC).timestamp()
+    )
     assert ended_at({"StateTransitionReason": ""}, fallback=42.0) == 42.0

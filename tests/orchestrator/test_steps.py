@@ -223,7 +223,8 @@ def test_a_sweep_id_belongs_to_one_execution(emu: Emulation) -> None:
     assert second["status"] == "FAILED"
     error, cause = error_of(second)
     assert error == "InvalidInput"
-    assert "'nightly' already belongs to" in cause and first["executionArn"] in cause
+    assert "'nightly' already belongs to" in cause
+    assert first["executionArn"] in cause
     assert len(fleet_of(emu).instances) == 1, "the second execution launched nothing"
     assert ledger_items(emu, "SWEEP#nightly")["TOTAL"] == spent, "nor reserved anything"
 

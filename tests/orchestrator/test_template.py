@@ -270,7 +270,9 @@ def test_finish_has_reserved_concurrency() -> None:
 
 def test_alarms_notify_the_topic() -> None:
     alarms = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
-    metrics = {(a["Properties"]["Namespace"], a["Properties"]["MetricName"]) for a in alarms.values()}
+    metrics = {
+        (a["Properties"]["Namespace"], a["Properties"]["MetricName"]) for a in alarms.values()
+    }
     assert ("rigbench", "OverdueInstances") in metrics
     assert ("AWS/Lambda", "Errors") in metrics
     reaper = [
