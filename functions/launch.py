@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from functions import clock
 from functions.bootstrap import instance_plan, user_data
 from functions.budget import anchor_launch, record_instance, subnet_zones
+from functions.deadline import schedule_deadline
 from functions.errors import CapacityUnavailable
 from functions.events import BootState, Instance
 from functions.observability import instrumented, logger, metrics
@@ -129,6 +130,10 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             launched["InstanceId"],
             launched_at,
         )
+        if settings.deadline_role_arn:
+            schedule_deadline(
+                clients.scheduler, settings.deadline_role_arn, launched["InstanceId"], deadline_at
+            )
         metrics.add_metric(name="InstancesLaunched", unit=MetricUnit.Count, value=1)
         return Instance(
             instance_id=launched["InstanceId"],

@@ -261,3 +261,16 @@ def test_one_instance_the_reaper_cannot_end_does_not_stop_it(emu: Emulation) -> 
     finally:
         emu.faults.unterminable.clear()
         ec2.terminate_instances(InstanceIds=[stuck])
+
+
+def test_each_instance_gets_a_server_side_deadline(emu: Emulation) -> None:
+    described = run_sweep(emu, sweep_input())
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    (instance_id,) = fleet_of(emu).instances
+    tags = fleet_of(emu).instances[instance_id].tags
+    schedule = emu.client("scheduler").get_schedule(Name=f"rigbench-deadline-{instance_id}")
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(tags["rigbench:deadline"])))
+    assert schedule["ScheduleExpression"] == f"at({deadline})"
+    assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
+    assert json.loads(schedule["Target"]["Input"]) == {"InstanceIds": [instance_id]}
+    assert schedule["Target"]["RoleArn"].endswith("DeadlineSchedulerRole")

@@ -124,11 +124,19 @@ def test_termination_always_requires_the_project_tag() -> None:
         }
 
 
-def test_pass_role_only_for_the_instance_role() -> None:
+def test_pass_role_only_for_the_instance_and_deadline_roles() -> None:
     passing = [(o, s) for o, s in statements() if allows(s, "iam:PassRole")]
     assert passing
-    for owner, statement in passing:
-        assert statement["Resource"] == {"Fn::GetAtt": ["InstanceRole", "Arn"]}, owner
+    passed = {
+        statement["Resource"]["Fn::GetAtt"][0]: statement["Condition"]["StringEquals"][
+            "iam:PassedToService"
+        ]
+        for _, statement in passing
+    }
+    assert passed == {
+        "InstanceRole": "ec2.amazonaws.com",
+        "DeadlineSchedulerRole": "scheduler.amazonaws.com",
+    }
 
 
 def test_no_statement_grants_everything() -> None:
@@ -220,10 +228,11 @@ def test_template_declares_what_the_issue_asks_for() -> None:
     assert TEMPLATE["Globals"]["Function"]["Runtime"] == "python3.12"
 
 
-def test_pass_role_only_to_ec2() -> None:
-    for owner, statement in [(o, s) for o, s in statements() if allows(s, "iam:PassRole")]:
-        passed = statement["Condition"]["StringEquals"]["iam:PassedToService"]
-        assert passed == "ec2.amazonaws.com", owner
+def test_the_deadline_schedule_can_only_terminate_project_instances() -> None:
+    granted = [s for o, s in statements() if o == "DeadlineSchedulerRole" and "Principal" not in s]
+    assert [actions(s) for s in granted] == [["ec2:TerminateInstances"]]
+    condition = granted[0]["Condition"]["StringEquals"]
+    assert condition["ec2:ResourceTag/rigbench:project"] == {"Ref": "AWS::StackName"}
 
 
 def test_launch_only_allowed_types_with_imdsv2() -> None:
