@@ -171,6 +171,7 @@ class Seams:
     status_changes: StatusChanges = field(default_factory=StatusChanges)
     _originals: list[tuple[type, str, Any]] = field(default_factory=list)
     _client_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _launch_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ install
     def install(self) -> None:
@@ -292,14 +293,28 @@ class Seams:
             security_group_names: list[str],
             **kwargs: Any,
         ) -> Any:
+            token = kwargs.get("client_token") or ""
+            text = user_data.decode() if hasattr(user_data, "decode") else str(user_data or "")
+            with seams._launch_lock:  # EC2 checks and records a token atomically
+                return launch(backend, image_id, count, user_data, security_group_names,
+                              token, text, **kwargs)  # fmt: skip
+
+        def launch(
+            backend: InstanceBackend,
+            image_id: str,
+            count: int,
+            user_data: Any,
+            security_group_names: list[str],
+            token: str,
+            text: str,
+            **kwargs: Any,
+        ) -> Any:
             subnet_id = kwargs.get("subnet_id") or ""
             zone = backend.get_subnet(subnet_id).availability_zone if subnet_id else ""  # type: ignore[attr-defined]
             market: Literal["spot", "on-demand"] = (
                 "spot" if kwargs.get("instance_market_options") else "on-demand"
             )
             instance_type = kwargs.get("instance_type", "m1.small")
-            token = kwargs.get("client_token") or ""
-            text = user_data.decode() if hasattr(user_data, "decode") else str(user_data or "")
             if token and token in seams._client_tokens:
                 # EC2's idempotency: the same token returns the first launch's reservation.
                 reservation_id, first_text = seams._client_tokens[token]
