@@ -459,6 +459,4 @@ def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
     reservation = reserve_budget(event, Clients(), Settings.from_env(), datetime.now(UTC))
-    return event.model_copy(update={"reservation": reservation}).model_dump(
-        mode="json", exclude_none=True
-    )
+    return reservation.model_dump(mode="json")

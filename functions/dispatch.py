@@ -116,11 +116,11 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings, now: floa
 @event_parser(model=BootState)
 def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     command = dispatch_bench(event, Clients(), Settings.from_env(), clock.now())
-    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
+    return command.model_dump(mode="json")
 
 
 @instrumented
 @event_parser(model=BootState)
 def poll_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     command = poll_bench(event, Clients(), Settings.from_env(), clock.now())
-    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
+    return command.model_dump(mode="json")

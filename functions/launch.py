@@ -176,6 +176,4 @@ def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
         return launch_instance(state, clients, settings, clock.now())
 
     instance = launch_once(state=event)
-    return event.model_copy(update={"instance": instance}).model_dump(
-        mode="json", exclude_none=True
-    )
+    return instance.model_dump(mode="json")

@@ -135,11 +135,11 @@ def check_ready(state: BootState, clients: Clients, settings: Settings, now: flo
 @event_parser(model=BootState)
 def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     agent = check_agent(event, Clients(), Settings.from_env(), clock.now())
-    return event.model_copy(update={"agent": agent}).model_dump(mode="json", exclude_none=True)
+    return agent.model_dump(mode="json")
 
 
 @instrumented
 @event_parser(model=BootState)
 def ready_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     ready = check_ready(event, Clients(), Settings.from_env(), clock.now())
-    return event.model_copy(update={"ready": ready}).model_dump(mode="json", exclude_none=True)
+    return ready.model_dump(mode="json")

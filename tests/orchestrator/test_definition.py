@@ -151,3 +151,17 @@ def test_nothing_is_spent_before_validation_quota_and_budget() -> None:
         name = DEFINITION["States"][name]["Next"]
     assert order == ["ValidateInput", "CheckQuota", "ReserveBudget"]
     assert name == "RunBoots"
+
+
+def test_each_step_s_small_result_is_placed_by_result_path() -> None:
+    from functions.events import RESULT_PATHS
+
+    states = all_states(DEFINITION["States"])
+    for name, (path, model) in RESULT_PATHS.items():
+        state = states[name]
+        assert state["ResultPath"] == path, name
+        assert "OutputPath" not in state, name
+        assert state["ResultSelector"] == {f"{f}.$": f"$.Payload.{f}" for f in model.model_fields}
+    # The rest either starts the state (Validate) or ends it (Finish, Summarize).
+    unwrapped = {n for n, s in states.items() if s["Type"] == "Task" and "OutputPath" in s}
+    assert unwrapped == {"ValidateInput", "Finish", "Summarize"}
