@@ -167,6 +167,7 @@ class Seams:
     logical_ids: dict[str, str]  # function physical name -> logical id
     timeout_override_s: float | None = None
     status_change_targets: list[str] = field(default_factory=list)  # function physical names
+    closing: bool = False  # the emulation is being torn down: deliver no more events
     times: InstanceTimes = field(default_factory=InstanceTimes)
     status_changes: StatusChanges = field(default_factory=StatusChanges)
     _originals: list[tuple[type, str, Any]] = field(default_factory=list)
@@ -369,7 +370,7 @@ class Seams:
         def terminated(comm: BaseExecutionWorkerCommunication) -> None:
             original_terminated(comm)
             execution = comm.execution
-            if execution.exec_status in ENDS_WITHOUT_FINISH:
+            if execution.exec_status in ENDS_WITHOUT_FINISH and not seams.closing:
                 threading.Thread(
                     target=seams.deliver_status_change,
                     args=(execution,),

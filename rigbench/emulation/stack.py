@@ -146,6 +146,8 @@ class Emulation:
     def stop(self) -> None:
         if self._server is not None:
             try:
+                if self._seams is not None:
+                    self._seams.closing = True  # no status-change cleanup while tearing down
                 self._stop_executions()
                 httpx.post(f"{self.endpoint_url}/moto-api/reset")
             finally:
