@@ -3,7 +3,11 @@
 Ledger items (pk, sk), amounts in integer micro-dollars so that ADD never drifts:
     MONTH#2026-12 / TOTAL            committed = reservations still open + actual spend
     SWEEP#<id>    / TOTAL            reserved, spent, budget
-    SWEEP#<id>    / BOOT#<rig>#<n>   status reserved|reconciled, reserved, spent, seconds
+    SWEEP#<id>    / OWNER            execution_arn: the one execution that owns this sweep id
+    SWEEP#<id>    / BOOT#<rig>#<n>   status reserved|reconciled, reserved, spent, seconds,
+                                     launch_anchor (first launch attempt: fixes the deadline),
+                                     instance_ids, launched_at, last_seen
+    EXECUTION#<arn> / SWEEP          sweep_id: the status-change handler's way back to the sweep
     INSTANCE#<id> / INTERRUPTION     written by the spot interruption warning rule
 Sweeps still open carry `open` (GSI open_sweeps), so the reaper finds aborted ones by Query.
 """
@@ -15,7 +19,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from functions.errors import OverBudget
+from functions.errors import InvalidInput, OverBudget
 from functions.events import Reservation, SweepState
 from functions.observability import instrumented
 from functions.settings import Clients, Settings
@@ -24,18 +28,21 @@ MICRO = 1_000_000
 OPEN_ATTRIBUTE = "open"
 OPEN_SWEEPS_INDEX = "open_sweeps"
 # Pricing API has no spot prices and the on-demand API lives in two regions only; on-demand
-# runs are opt-in, so a short table of us-east-1 Linux prices (USD/h) is enough.
-ON_DEMAND_USD_PER_HOUR = {
-    "g5g.xlarge": 0.42,
-    "g5g.2xlarge": 0.556,
-    "g5g.4xlarge": 0.828,
-    "g5g.8xlarge": 1.372,
-    "g4dn.xlarge": 0.526,
-    "g4dn.2xlarge": 0.752,
-    "g5.xlarge": 1.006,
-    "g5.2xlarge": 1.212,
-    "g6.xlarge": 0.805,
-    "g6.2xlarge": 0.978,
+# runs are opt-in, so a table of Linux list prices (USD/h) per region is enough. A region
+# missing here is refused by name: its prices differ, so never fall back to another region's.
+ON_DEMAND_USD_PER_HOUR: dict[str, dict[str, float]] = {
+    "us-east-1": {
+        "g5g.xlarge": 0.42,
+        "g5g.2xlarge": 0.556,
+        "g5g.4xlarge": 0.828,
+        "g5g.8xlarge": 1.372,
+        "g4dn.xlarge": 0.526,
+        "g4dn.2xlarge": 0.752,
+        "g5.xlarge": 1.006,
+        "g5.2xlarge": 1.212,
+        "g6.xlarge": 0.805,
+        "g6.2xlarge": 0.978,
+    },
 }
 
 
@@ -74,13 +81,24 @@ def spot_price(ec2: Any, instance_type: str, zones: list[str]) -> float:
     return max(latest.values())
 
 
+def on_demand_price(region: str, instance_type: str) -> float:
+    prices = ON_DEMAND_USD_PER_HOUR.get(region)
+    if prices is None:
+        raise OverBudget(
+            f"no on-demand price table for region {region} (known: "
+            f"{', '.join(sorted(ON_DEMAND_USD_PER_HOUR))}): add it to functions/budget.py "
+            "or use spot"
+        )
+    if instance_type not in prices:
+        raise OverBudget(f"no on-demand price known for {instance_type} in {region}")
+    return prices[instance_type]
+
+
 def price_per_hour(
-    ec2: Any, market: str, instance_type: str, subnets: list[str]
+    ec2: Any, market: str, instance_type: str, subnets: list[str], region: str
 ) -> tuple[float, str]:
     if market == "on-demand":
-        if instance_type not in ON_DEMAND_USD_PER_HOUR:
-            raise OverBudget(f"no on-demand price known for {instance_type}")
-        return ON_DEMAND_USD_PER_HOUR[instance_type], "on-demand list price"
+        return on_demand_price(region, instance_type), f"on-demand list price ({region})"
     zones = sorted(set(subnet_zones(ec2, subnets).values()))
     return spot_price(ec2, instance_type, zones), f"spot price history ({', '.join(zones)})"
 
@@ -100,14 +118,77 @@ def existing_reservation(ddb: Any, table: str, sweep_id: str) -> dict[str, Any] 
     return item.get("Item")
 
 
-def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> Reservation:
+def claim_sweep(ddb: Any, table: str, sweep_id: str, execution_arn: str, now_iso: str) -> None:
+    """One execution owns one sweep id: the first to claim it; any other is refused by name.
+    The same execution claiming again (a retried step) is a no-op."""
+    try:
+        ddb.transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": {
+                            **_key(f"SWEEP#{sweep_id}", "OWNER"),
+                            "execution_arn": {"S": execution_arn},
+                            "claimed_at": {"S": now_iso},
+                        },
+                        "ConditionExpression": "attribute_not_exists(pk) OR execution_arn = :arn",
+                        "ExpressionAttributeValues": {":arn": {"S": execution_arn}},
+                    }
+                },
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": {
+                            **_key(f"EXECUTION#{execution_arn}", "SWEEP"),
+                            "sweep_id": {"S": sweep_id},
+                        },
+                    }
+                },
+            ]
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+            raise
+        owner = sweep_owner(ddb, table, sweep_id) or "another execution"
+        raise InvalidInput(
+            f"invalid sweep input: sweep_id: {sweep_id!r} already belongs to {owner}; "
+            "a sweep id names one execution only (leave sweep_id out to use the execution name)"
+        ) from exc
+
+
+def sweep_owner(ddb: Any, table: str, sweep_id: str) -> str | None:
+    item = ddb.get_item(
+        TableName=table, Key=_key(f"SWEEP#{sweep_id}", "OWNER"), ConsistentRead=True
+    ).get("Item")
+    return item["execution_arn"]["S"] if item else None
+
+
+def sweep_of_execution(ddb: Any, table: str, execution_arn: str) -> str | None:
+    item = ddb.get_item(
+        TableName=table, Key=_key(f"EXECUTION#{execution_arn}", "SWEEP"), ConsistentRead=True
+    ).get("Item")
+    return item["sweep_id"]["S"] if item else None
+
+
+def reserve_budget(
+    state: SweepState, clients: Clients, settings: Settings, now: datetime
+) -> Reservation:
     sweep = state.sweep
-    price, source = price_per_hour(clients.ec2, sweep.market, sweep.instance_type, sweep.subnets)
+    owner = sweep_owner(clients.dynamodb, settings.ledger_table, sweep.sweep_id)
+    if owner != sweep.execution_arn:
+        raise InvalidInput(
+            f"sweep {sweep.sweep_id} belongs to {owner or 'no execution'}, not "
+            f"{sweep.execution_arn}: refusing to reserve for it"
+        )
+    price, source = price_per_hour(
+        clients.ec2, sweep.market, sweep.instance_type, sweep.subnets, settings.region
+    )
     hours = sweep.deadlines.instance_s / 3600
     per_boot = to_micro(price * hours)
     total = per_boot * len(state.items)
     budget = to_micro(sweep.budget_usd)
-    month = month_of(datetime.now(UTC))
+    month = month_of(now)
     reservation = Reservation(
         price_usd_per_hour=price,
         price_source=source,
@@ -129,7 +210,7 @@ def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> R
             f"estimate ${usd(total):.2f} alone is over the monthly cap "
             f"${settings.monthly_cap_usd:.2f} by ${usd(total - cap):.2f}"
         )
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+    created_at = now.isoformat(timespec="seconds")
     table = settings.ledger_table
     writes: list[Any] = [
         {
@@ -154,7 +235,7 @@ def reserve_budget(state: SweepState, clients: Clients, settings: Settings) -> R
                     "spent": {"N": "0"},
                     "budget": {"N": str(budget)},
                     "month": {"S": month},
-                    "created_at": {"S": now},
+                    "created_at": {"S": created_at},
                     "execution_arn": {"S": sweep.execution_arn},
                     # Sparse index key: the sweep is open until its summary closes it (or
                     # the reaper does, once its execution has ended some other way).
@@ -263,13 +344,86 @@ def reconcile_boot(
     return usd(spent), True
 
 
-def close_sweep(ddb: Any, table: str, sweep_id: str) -> None:
+class BootEnded(Exception):
+    """The boot's reservation is already reconciled: launching for it now would leak."""
+
+
+def anchor_launch(ddb: Any, table: str, sweep_id: str, rig: str, boot: int, now: float) -> float:
+    """The time of the boot's first launch attempt, written once: every retry computes the
+    same deadline from it, so its RunInstances parameters (and ClientToken) are identical."""
+    try:
+        item = ddb.update_item(
+            TableName=table,
+            Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+            UpdateExpression="SET launch_anchor = if_not_exists(launch_anchor, :now)",
+            ConditionExpression="#s = :reserved",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":now": {"N": f"{now:.3f}"},
+                ":reserved": {"S": "reserved"},
+            },
+            ReturnValues="ALL_NEW",
+        )["Attributes"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            raise BootEnded(
+                f"{rig} boot {boot} of sweep {sweep_id} has no open reservation (it was "
+                "already ended): not launching"
+            ) from exc
+        raise
+    return float(item["launch_anchor"]["N"])
+
+
+def record_instance(
+    ddb: Any, table: str, sweep_id: str, rig: str, boot: int, instance_id: str, launched_at: float
+) -> None:
     ddb.update_item(
         TableName=table,
-        Key=_key(f"SWEEP#{sweep_id}", "TOTAL"),
-        UpdateExpression="REMOVE #open",
-        ExpressionAttributeNames={"#open": OPEN_ATTRIBUTE},
+        Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+        UpdateExpression=(
+            "ADD instance_ids :id SET launched_at = if_not_exists(launched_at, :at), "
+            "last_seen = if_not_exists(last_seen, :at)"
+        ),
+        ExpressionAttributeValues={
+            ":id": {"SS": [instance_id]},
+            ":at": {"N": f"{launched_at:.3f}"},
+        },
     )
+
+
+def saw_instance(ddb: Any, table: str, sweep_id: str, rig: str, boot: int, now: float) -> None:
+    """The boot's instance answered at `now`: what a vanished instance is billed up to."""
+    ddb.update_item(
+        TableName=table,
+        Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+        UpdateExpression="SET last_seen = :now",
+        ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeValues={":now": {"N": f"{now:.3f}"}},
+    )
+
+
+def boot_record(ddb: Any, table: str, sweep_id: str, rig: str, boot: int) -> dict[str, Any]:
+    return dict(
+        ddb.get_item(
+            TableName=table,
+            Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+            ConsistentRead=True,
+        ).get("Item", {})
+    )
+
+
+def close_sweep(ddb: Any, table: str, sweep_id: str) -> None:
+    try:
+        ddb.update_item(
+            TableName=table,
+            Key=_key(f"SWEEP#{sweep_id}", "TOTAL"),
+            UpdateExpression="REMOVE #open",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeNames={"#open": OPEN_ATTRIBUTE},
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise  # no reservation was ever made: nothing to close
 
 
 def open_sweeps(ddb: Any, table: str) -> list[dict[str, Any]]:
@@ -304,7 +458,5 @@ def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
 @instrumented
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
-    reservation = reserve_budget(event, Clients(), Settings.from_env())
-    return event.model_copy(update={"reservation": reservation}).model_dump(
-        mode="json", exclude_none=True
-    )
+    reservation = reserve_budget(event, Clients(), Settings.from_env(), datetime.now(UTC))
+    return reservation.model_dump(mode="json")

@@ -1,12 +1,12 @@
 """Run the harness on the instance over SSM RunCommand and poll it to an end."""
 
-import time
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions import clock
 from functions.errors import CommandFailed, CommandTimedOut, InstanceLost
 from functions.events import BootState, CommandState, Instance
 from functions.instance_commands import bench_commands, report_key
@@ -26,9 +26,31 @@ def _instance(state: BootState) -> Instance:
     return state.instance
 
 
-def dispatch_bench(state: BootState, clients: Clients, settings: Settings) -> CommandState:
+def sent_before(ssm: Any, instance_id: str, comment: str) -> dict[str, Any] | None:
+    """The harness command this boot already sent (a retry after a lost response)."""
+    for page in ssm.get_paginator("list_commands").paginate(InstanceId=instance_id):
+        for command in page["Commands"]:
+            if command.get("Comment") == comment:
+                return dict(command)
+    return None
+
+
+def dispatch_bench(
+    state: BootState, clients: Clients, settings: Settings, now: float
+) -> CommandState:
+    """Send the harness once per boot: a retried dispatch finds the command the first attempt
+    sent (by its comment, unique per sweep/rig/boot) instead of starting a second harness."""
     instance = _instance(state)
     sweep = state.sweep
+    comment = f"rigbench {sweep.sweep_id} {state.rig} boot {state.boot}"
+    key = report_key(sweep.sweep_id, state.rig, state.boot)
+    earlier = sent_before(clients.ssm, instance.instance_id, comment)
+    if earlier is not None:
+        return CommandState(
+            command_id=earlier["CommandId"],
+            sent_at=earlier["RequestedDateTime"].timestamp(),
+            report_key=key,
+        )
     commands = bench_commands(
         sweep_id=sweep.sweep_id,
         rig=state.rig,
@@ -41,23 +63,17 @@ def dispatch_bench(state: BootState, clients: Clients, settings: Settings) -> Co
         DocumentName="AWS-RunShellScript",
         Parameters={"commands": commands, "executionTimeout": [str(sweep.deadlines.bench_s)]},
         TimeoutSeconds=60,
-        Comment=f"rigbench {sweep.sweep_id} {state.rig} boot {state.boot}",
+        Comment=comment,
     )
-    return CommandState(
-        command_id=response["Command"]["CommandId"],
-        sent_at=time.time(),
-        report_key=report_key(sweep.sweep_id, state.rig, state.boot),
-    )
+    return CommandState(command_id=response["Command"]["CommandId"], sent_at=now, report_key=key)
 
 
-def poll_bench(state: BootState, clients: Clients, settings: Settings) -> CommandState:
+def poll_bench(state: BootState, clients: Clients, settings: Settings, now: float) -> CommandState:
     instance = _instance(state)
     if state.command is None:
         raise ValueError("no command in the state: the dispatch step did not run")
     command = state.command.model_copy(update={"checks": state.command.checks + 1})
-    ensure_alive(
-        clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "the benchmark"
-    )
+    ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, state, "the benchmark", now)
     invocation: dict[str, Any]
     try:
         invocation = dict(
@@ -71,7 +87,7 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
         if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
             raise
         invocation, status = {}, "Pending"
-    elapsed = time.time() - command.sent_at
+    elapsed = now - command.sent_at
     limit = state.sweep.deadlines.bench_s
     if status in RUNNING:
         if elapsed > limit + GRACE_S:
@@ -99,12 +115,12 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings) -> Comman
 @instrumented
 @event_parser(model=BootState)
 def dispatch_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    command = dispatch_bench(event, Clients(), Settings.from_env())
-    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
+    command = dispatch_bench(event, Clients(), Settings.from_env(), clock.now())
+    return command.model_dump(mode="json")
 
 
 @instrumented
 @event_parser(model=BootState)
 def poll_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    command = poll_bench(event, Clients(), Settings.from_env())
-    return event.model_copy(update={"command": command}).model_dump(mode="json", exclude_none=True)
+    command = poll_bench(event, Clients(), Settings.from_env(), clock.now())
+    return command.model_dump(mode="json")

@@ -1,7 +1,9 @@
 """Pydantic models of the state each Task hands its Lambda (powertools Parser parses them).
 
-Each step's handler returns the state it was given with its own field added (the Task's
-OutputPath unwraps the Lambda Payload), so the state grows step by step and a Catch keeps it.
+Each step's handler returns only its own small result; the Task's ResultSelector unwraps it
+from the Lambda Payload and its ResultPath places it in the state (`$.instance`, `$.agent`,
+...), so the state grows step by step and a Catch keeps it. `RESULT_PATHS` names the places;
+the ResultSelector keys are these models' fields (a test compares them).
 
 Top level: ValidateEvent -> SweepState (sweep, items) -> + quota -> + reservation -> Map.
 Per rig x boot the Map iteration carries one BootState that each step adds a field to.
@@ -157,3 +159,31 @@ class SpotInterruptionEvent(_Model):
     detail_type: str = Field(alias="detail-type")
     time: str = ""
     detail: SpotInterruptionDetail
+
+
+class ExecutionStatusDetail(_Model):
+    executionArn: str
+    stateMachineArn: str = ""
+    status: str
+    name: str = ""
+
+
+class ExecutionStatusChangeEvent(_Model):
+    """EventBridge "Step Functions Execution Status Change" (the rule matches the ends that
+    run no Finish: ABORTED, TIMED_OUT, FAILED)."""
+
+    detail_type: str = Field(alias="detail-type")
+    detail: ExecutionStatusDetail
+
+
+# Which step's result goes where in the state (ResultPath), and the model it is.
+RESULT_PATHS: dict[str, tuple[str, type[BaseModel]]] = {
+    "CheckQuota": ("$.quota", Quota),
+    "ReserveBudget": ("$.reservation", Reservation),
+    "Launch": ("$.instance", Instance),
+    "CheckAgent": ("$.agent", AgentCheck),
+    "CheckReady": ("$.ready", ReadyCheck),
+    "RunHarness": ("$.command", CommandState),
+    "PollHarness": ("$.command", CommandState),
+    "StoreResults": ("$.stored", Stored),
+}

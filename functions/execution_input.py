@@ -27,6 +27,22 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "statemachine" / "sweep-i
 MAX_BOOTS_PER_RIG = 10
 MAX_BOOTS_PER_SWEEP = 40  # inline Map concurrency limit and one ledger transaction
 SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# Names that reach a shell on the instance: letters, digits and . _ - / : only.
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,255}$"
+REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+MAX_INPUT_BYTES = 64 * 1024
+MAX_INPUT_DEPTH = 8  # the model nests 3 deep; anything deeper is not a sweep
+
+# Step Functions ends an execution at 25,000 history events, uncatchably. Every boot of the
+# inline Map writes into the one history: about 25 events for its fixed steps plus 9 per poll
+# (Wait, Task, Choice). A sweep whose worst case (every poll loop running to its deadline)
+# could pass the limit is refused before anything is spent.
+HISTORY_EVENT_LIMIT = 25_000
+HISTORY_EVENTS_RESERVED = 500  # top-level states, retries
+EVENTS_PER_BOOT_FIXED = 25
+EVENTS_PER_POLL = 9
+COMMAND_GRACE_S = 60  # functions.dispatch.GRACE_S: polls go on this long after bench_s
 
 Seconds = Annotated[int, Field(ge=0, le=3600)]
 Scalar = str | int | float | bool
@@ -34,7 +50,7 @@ REQUESTS_PER_SLOT = 4  # a cell sends at least 4x its concurrency: steady state,
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LoadCells(_Strict):
@@ -89,11 +105,20 @@ class Deadlines(_Strict):
 
 
 class Waits(_Strict):
-    """Wait-state intervals (seconds) of the polling loops; tests use 0 or 1."""
+    """Wait-state intervals (seconds) of the polling loops; never below the stack's minimum
+    (MinPollSeconds: 1 by default, 0 only in tests)."""
 
     agent_poll_s: Seconds = 15
     ready_poll_s: Seconds = 20
     command_poll_s: Seconds = 30
+
+    @field_validator("agent_poll_s", "ready_poll_s", "command_poll_s")
+    @classmethod
+    def _not_below_minimum(cls, seconds: int, info: ValidationInfo) -> int:
+        minimum = (info.context or {}).get("min_poll_s")
+        if minimum is not None and seconds < minimum:
+            raise ValueError(f"{seconds} s is below the stack's minimum poll interval {minimum} s")
+        return seconds
 
 
 class SweepInput(_Strict):
@@ -104,9 +129,12 @@ class SweepInput(_Strict):
         pattern=SWEEP_ID_PATTERN,
         description="defaults to the execution name",
     )
-    rigs: list[str] = Field(min_length=1, max_length=16)
-    model: str = Field(min_length=1, max_length=256)
-    model_revision: str | None = Field(default=None, max_length=64)
+    rigs: list[Annotated[str, Field(pattern=RIG_PATTERN)]] = Field(min_length=1, max_length=16)
+    model: str = Field(
+        pattern=MODEL_PATTERN,
+        description="a Hugging Face id or random:<config>: letters, digits and . _ - / : only",
+    )
+    model_revision: str | None = Field(default=None, pattern=REVISION_PATTERN)
     instance_type: str = "g5g.2xlarge"
     boots_per_rig: int = Field(default=2, ge=1, le=MAX_BOOTS_PER_RIG)
     cells: LoadCells = LoadCells()
@@ -211,6 +239,17 @@ class SweepInput(_Strict):
             return self.max_concurrent_sequences
         return max(self.cells.concurrency) if self.cells.concurrency else 8
 
+    def history_events_per_boot(self) -> int:
+        """Worst case: the agent and ready loops share the ready deadline, the harness loop
+        runs to bench_s plus the poll's grace; a 0 s wait is counted as 1 s."""
+        waits, deadlines = self.waits, self.deadlines
+        ready_polls = deadlines.ready_s // max(1, min(waits.agent_poll_s, waits.ready_poll_s)) + 2
+        bench_polls = (deadlines.bench_s + COMMAND_GRACE_S) // max(1, waits.command_poll_s) + 1
+        return EVENTS_PER_BOOT_FIXED + EVENTS_PER_POLL * (ready_polls + bench_polls)
+
+    def history_events(self) -> int:
+        return HISTORY_EVENTS_RESERVED + self.boot_count() * self.history_events_per_boot()
+
 
 def describe_errors(error: ValidationError) -> str:
     """One line per problem, each naming the field by its path in the input."""
@@ -222,15 +261,41 @@ def describe_errors(error: ValidationError) -> str:
     return "invalid sweep input: " + "; ".join(lines)
 
 
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value, without recursion (so no RecursionError)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_INPUT_DEPTH:
+                break
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepInput:
     """Validate raw input (a dict or a JSON string) or raise InvalidInput naming the field."""
     if isinstance(raw, str | bytes):
+        if len(raw) > MAX_INPUT_BYTES:
+            raise InvalidInput(
+                f"invalid sweep input: {len(raw)} bytes, above the {MAX_INPUT_BYTES} a sweep "
+                "input may have"
+            )
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"invalid sweep input: malformed JSON ({exc})") from exc
+        except RecursionError as exc:
+            raise InvalidInput("invalid sweep input: nested too deeply") from exc
     if not isinstance(raw, dict):
         raise InvalidInput(f"invalid sweep input: expected a JSON object, got {type(raw).__name__}")
+    if _depth(raw) > MAX_INPUT_DEPTH:
+        raise InvalidInput(
+            f"invalid sweep input: nested deeper than {MAX_INPUT_DEPTH} levels (a sweep input "
+            "is at most 3)"
+        )
     try:
         sweep = SweepInput.model_validate(raw, context=context)
     except ValidationError as exc:
@@ -239,6 +304,14 @@ def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepI
         raise InvalidInput(
             f"invalid sweep input: boots_per_rig: {len(sweep.rigs)} rigs x {sweep.boots_per_rig} "
             f"boots = {sweep.boot_count()} boots, above the {MAX_BOOTS_PER_SWEEP} a sweep may run"
+        )
+    if sweep.history_events() > HISTORY_EVENT_LIMIT:
+        raise InvalidInput(
+            f"invalid sweep input: waits: {sweep.boot_count()} boots could write "
+            f"{sweep.history_events()} history events at these waits and deadlines "
+            f"({sweep.history_events_per_boot()} per boot), above Step Functions' "
+            f"{HISTORY_EVENT_LIMIT}; raise the poll intervals, shorten the deadlines or run "
+            "fewer boots"
         )
     return sweep
 

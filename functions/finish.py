@@ -1,27 +1,21 @@
-"""Every boot ends here, whatever happened: terminate the instance, reconcile the ledger,
+"""Every boot ends here, whatever happened: end the boot's instances (found by their tags and
+the ledger, not by what the state carries), reconcile the ledger from their real run time,
 and report the boot's outcome (a failed boot does not fail the Map; the summary does)."""
 
 import json
-import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.exceptions import ClientError
 
-from functions.budget import reconcile_boot
+from functions import clock
+from functions.cleanup import end_boot
 from functions.events import BootOutcome, BootState, CaughtError
 from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
 
-
-def terminate(ec2: Any, instance_id: str) -> None:
-    try:
-        ec2.terminate_instances(InstanceIds=[instance_id])
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] != "InvalidInstanceID.NotFound":
-            raise
+MAX_CAUSE = 500  # per boot: 40 boots' outcomes stay far below the 256 KiB payload limit
 
 
 def explain(error: CaughtError) -> str:
@@ -35,36 +29,42 @@ def explain(error: CaughtError) -> str:
     return error.Cause
 
 
-def finish_boot(state: BootState, clients: Clients, settings: Settings) -> BootOutcome:
-    instance_id = state.instance.instance_id if state.instance else None
-    seconds = 0.0
-    if state.instance is not None:
-        terminate(clients.ec2, state.instance.instance_id)
-        seconds = max(0.0, time.time() - state.instance.launched_at)
-        metrics.add_metric(name="InstancesTerminated", unit=MetricUnit.Count, value=1)
-    cost, _ = reconcile_boot(
+def truncate(text: str, limit: int = MAX_CAUSE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def finish_boot(state: BootState, clients: Clients, settings: Settings, now: float) -> BootOutcome:
+    ended = end_boot(
+        clients.ec2,
         clients.dynamodb,
         settings.ledger_table,
+        settings.project,
         state.sweep.sweep_id,
         state.rig,
         state.boot,
-        seconds,
+        now,
     )
+    if ended.terminated:
+        metrics.add_metric(
+            name="InstancesTerminated", unit=MetricUnit.Count, value=len(ended.terminated)
+        )
+    instance_id = state.instance.instance_id if state.instance else None
     failed = state.error is not None
     return BootOutcome(
         rig=state.rig,
         boot=state.boot,
         outcome="failed" if failed else "succeeded",
-        instance_id=instance_id,
-        error=state.error.Error if state.error else None,
-        cause=explain(state.error) if state.error else None,
+        instance_id=instance_id or (ended.instance_ids[0] if ended.instance_ids else None),
+        error=truncate(state.error.Error, 100) if state.error else None,
+        cause=truncate(explain(state.error)) if state.error else None,
         rows=state.stored.rows if state.stored else 0,
-        cost_usd=cost,
-        instance_seconds=round(seconds, 3),
+        cost_usd=ended.cost_usd,
+        instance_seconds=round(ended.seconds, 3),
     )
 
 
 @instrumented
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    return finish_boot(event, Clients(), Settings.from_env()).model_dump(mode="json")
+    outcome = finish_boot(event, Clients(), Settings.from_env(), clock.now())
+    return outcome.model_dump(mode="json")

@@ -4,7 +4,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.budget import saw_instance
 from functions.errors import InstanceLost
+from functions.events import BootState
 
 
 def interruption_of(ddb: Any, ledger_table: str, instance_id: str) -> str | None:
@@ -26,14 +28,20 @@ def instance_state(ec2: Any, instance_id: str) -> str:
     return str(reservations[0]["Instances"][0]["State"]["Name"]) if reservations else "gone"
 
 
-def ensure_alive(ec2: Any, ddb: Any, ledger_table: str, instance_id: str, during: str) -> None:
-    """Raise InstanceLost when the instance was interrupted or is no longer running."""
+def ensure_alive(
+    ec2: Any, ddb: Any, ledger_table: str, state: BootState, during: str, now: float
+) -> None:
+    """Raise InstanceLost when the instance was interrupted or is no longer running; else note
+    in the ledger that it was seen alive now (what a vanished instance is billed up to)."""
+    assert state.instance is not None
+    instance_id = state.instance.instance_id
     warned = interruption_of(ddb, ledger_table, instance_id)
     if warned:
         raise InstanceLost(
             f"spot interruption: {instance_id} got the 2-minute interruption warning at "
             f"{warned} during {during}"
         )
-    state = instance_state(ec2, instance_id)
-    if state not in ("pending", "running"):
-        raise InstanceLost(f"{instance_id} is {state} during {during}")
+    found = instance_state(ec2, instance_id)
+    if found not in ("pending", "running"):
+        raise InstanceLost(f"{instance_id} is {found} during {during}")
+    saw_instance(ddb, ledger_table, state.sweep.sweep_id, state.rig, state.boot, now)

@@ -1,7 +1,6 @@
 """Launch one instance for a rig x boot: spot (or on-demand when asked), each subnet in turn."""
 
 import hashlib
-import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -15,9 +14,11 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions import clock
 from functions.boot_plan import plan_boot
 from functions.bootstrap import instance_plan, user_data
-from functions.budget import subnet_zones
+from functions.budget import anchor_launch, record_instance, subnet_zones
+from functions.deadline import schedule_deadline
 from functions.errors import CapacityUnavailable
 from functions.events import BootState, Instance
 from functions.observability import instrumented, logger, metrics
@@ -86,6 +87,8 @@ def run_params(
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {
+                # Never pay more per hour than was reserved: the ledger's bound holds.
+                "MaxPrice": f"{state.reservation.price_usd_per_hour:.6f}",
                 "SpotInstanceType": "one-time",
                 "InstanceInterruptionBehavior": "terminate",
             },
@@ -100,15 +103,19 @@ def resolve_image(ssm: Any, image: str) -> str:
     return str(ssm.get_parameter(Name=image)["Parameter"]["Value"])
 
 
-def launch_instance(state: BootState, clients: Clients, settings: Settings) -> Instance:
+def launch_instance(state: BootState, clients: Clients, settings: Settings, now: float) -> Instance:
+    """Launch, or (a retry) get back the instance the first attempt launched: the deadline
+    comes from the boot's first attempt, so every retry sends the same parameters and EC2's
+    ClientToken returns the same instance instead of a second one."""
     sweep = state.sweep
-    image = plan_boot(sweep, state.rig, settings.ami_parameter).image
-    image_id = resolve_image(clients.ssm, image)
+    anchor = anchor_launch(
+        clients.dynamodb, settings.ledger_table, sweep.sweep_id, state.rig, state.boot, now
+    )
+    deadline_at = float(int(anchor + sweep.deadlines.instance_s))
+    image_id = resolve_image(clients.ssm, plan_boot(sweep, state.rig, settings.ami_parameter).image)
     zones = subnet_zones(clients.ec2, sweep.subnets)
     refused: list[str] = []
     for subnet in sweep.subnets:
-        now = time.time()
-        deadline_at = now + sweep.deadlines.instance_s
         try:
             response = clients.ec2.run_instances(
                 **run_params(state, settings, image_id, subnet, deadline_at)
@@ -122,6 +129,19 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings) -> I
             continue
         launched = response["Instances"][0]
         launched_at = launched["LaunchTime"].timestamp()
+        record_instance(
+            clients.dynamodb,
+            settings.ledger_table,
+            sweep.sweep_id,
+            state.rig,
+            state.boot,
+            launched["InstanceId"],
+            launched_at,
+        )
+        if settings.deadline_role_arn:
+            schedule_deadline(
+                clients.scheduler, settings.deadline_role_arn, launched["InstanceId"], deadline_at
+            )
         metrics.add_metric(name="InstancesLaunched", unit=MetricUnit.Count, value=1)
         return Instance(
             instance_id=launched["InstanceId"],
@@ -132,7 +152,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings) -> I
             market=sweep.market,
             launched_at=launched_at,
             ready_deadline_at=launched_at + sweep.deadlines.ready_s,
-            deadline_at=launched_at + sweep.deadlines.instance_s,
+            deadline_at=deadline_at,
             refused=refused,
         )
     raise CapacityUnavailable(
@@ -145,7 +165,8 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings) -> I
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     config = IdempotencyConfig(
-        event_key_jmespath="[sweep.sweep_id, rig, boot]",
+        # The sweep id belongs to one execution (claimed in Validate); the ARN is belt and braces.
+        event_key_jmespath="[sweep.sweep_id, sweep.execution_arn, rig, boot]",
         expires_after_seconds=event.sweep.deadlines.instance_s,
     )
     config.register_lambda_context(context)
@@ -160,9 +181,7 @@ def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
         output_serializer=PydanticSerializer,
     )
     def launch_once(state: BootState) -> Instance:
-        return launch_instance(state, clients, settings)
+        return launch_instance(state, clients, settings, clock.now())
 
     instance = launch_once(state=event)
-    return event.model_copy(update={"instance": instance}).model_dump(
-        mode="json", exclude_none=True
-    )
+    return instance.model_dump(mode="json")

@@ -82,4 +82,4 @@ def check_quota(state: SweepState, clients: Clients) -> Quota:
 @event_parser(model=SweepState)
 def handler(event: SweepState, context: LambdaContext) -> dict[str, Any]:
     quota = check_quota(event, Clients())
-    return event.model_copy(update={"quota": quota}).model_dump(mode="json", exclude_none=True)
+    return quota.model_dump(mode="json")

@@ -1,13 +1,13 @@
 """Wait ready, one poll per invocation (the Wait/Choice loop lives in the state machine):
 first the SSM agent comes online, then the rig answers a real completion."""
 
-import time
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions import clock
 from functions.bootstrap import InstancePlan, instance_plan
 from functions.errors import AgentNeverOnline, InstallFailed, RigNeverReady
 from functions.events import AgentCheck, BootState, Instance, ReadyCheck
@@ -44,13 +44,13 @@ def agent_online(ssm: Any, instance_id: str) -> bool:
     )
 
 
-def check_agent(state: BootState, clients: Clients, settings: Settings) -> AgentCheck:
+def check_agent(state: BootState, clients: Clients, settings: Settings, now: float) -> AgentCheck:
     instance = _instance(state)
-    ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "boot")
+    ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, state, "boot", now)
     checks = (state.agent.checks if state.agent else 0) + 1
     if agent_online(clients.ssm, instance.instance_id):
         return AgentCheck(online=True, checks=checks)
-    if time.time() > instance.ready_deadline_at:
+    if now > instance.ready_deadline_at:
         raise AgentNeverOnline(
             f"the SSM agent on {instance.instance_id} never came online within "
             f"{state.sweep.deadlines.ready_s} s of launch ({checks} checks)"
@@ -80,11 +80,9 @@ def never_ready(state: BootState, instance: Instance, phase: str, detail: str) -
     )
 
 
-def check_ready(state: BootState, clients: Clients, settings: Settings) -> ReadyCheck:
+def check_ready(state: BootState, clients: Clients, settings: Settings, now: float) -> ReadyCheck:
     instance = _instance(state)
-    ensure_alive(
-        clients.ec2, clients.dynamodb, settings.ledger_table, instance.instance_id, "rig start"
-    )
+    ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, state, "rig start", now)
     previous = state.ready or ReadyCheck()
     checks = previous.checks + 1
     phase, detail = previous.phase, previous.detail
@@ -101,7 +99,7 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
                 raise
             invocation = {"Status": "Pending"}
         if invocation["Status"] not in FINISHED:
-            if time.time() > instance.ready_deadline_at:
+            if now > instance.ready_deadline_at:
                 raise never_ready(state, instance, phase, detail)
             return previous.model_copy(update={"checks": checks})
         probe = parse_probe(invocation.get("StandardOutputContent", ""))
@@ -120,7 +118,7 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
             )
         phase = probe.phase
         detail = probe.error or probe.detail or invocation.get("StandardErrorContent", "")[-300:]
-    if time.time() > instance.ready_deadline_at:
+    if now > instance.ready_deadline_at:
         raise never_ready(state, instance, phase, detail)
     return ReadyCheck(
         ready=False,
@@ -136,12 +134,12 @@ def check_ready(state: BootState, clients: Clients, settings: Settings) -> Ready
 @instrumented
 @event_parser(model=BootState)
 def agent_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    agent = check_agent(event, Clients(), Settings.from_env())
-    return event.model_copy(update={"agent": agent}).model_dump(mode="json", exclude_none=True)
+    agent = check_agent(event, Clients(), Settings.from_env(), clock.now())
+    return agent.model_dump(mode="json")
 
 
 @instrumented
 @event_parser(model=BootState)
 def ready_handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    ready = check_ready(event, Clients(), Settings.from_env())
-    return event.model_copy(update={"ready": ready}).model_dump(mode="json", exclude_none=True)
+    ready = check_ready(event, Clients(), Settings.from_env(), clock.now())
+    return ready.model_dump(mode="json")

@@ -1,9 +1,13 @@
-"""On a schedule: the backstop behind the state machine's own terminate and the instance's
-dead-man timer. It ends every project instance that is past its deadline tag or whose
-sweep's execution is no longer running (aborted, timed out), reconciles those boots, and
-releases the reservations of sweeps whose execution ended without summarizing."""
+"""On a schedule: the backstop behind Finish, the status-change handler and the instance's
+dead-man timer. It ends every project instance past its deadline tag or whose sweep's
+execution is no longer running, reconciles those boots from their real run time, and releases
+the reservations of sweeps whose execution ended without summarizing.
 
-import time
+One instance's failure (termination protection, a throttle) is logged, counted and skipped:
+the others are still ended. The run then fails (so the Lambda Errors alarm fires) and the
+`ReaperFailures` and `OverdueInstances` metrics feed their own alarms.
+"""
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +15,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from functions.budget import _key, close_sweep, open_boots, open_sweeps, reconcile_boot
-from functions.finish import terminate
+from functions import clock
+from functions.budget import _key, close_sweep, open_boots, open_sweeps
+from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.observability import instrumented, logger, metrics
 from functions.settings import (
     BOOT_TAG,
@@ -24,28 +29,25 @@ from functions.settings import (
     Settings,
 )
 
-LIVE = ("pending", "running", "stopping", "stopped")
+
+class ReaperFailed(Exception):
+    """Some instances or sweeps could not be ended; the others were."""
 
 
 @dataclass
 class Reaped:
     instances: list[str] = field(default_factory=list)
     released_sweeps: list[str] = field(default_factory=list)
+    overdue: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
 
 def project_instances(ec2: Any, project: str) -> list[dict[str, Any]]:
-    found = []
-    for page in ec2.get_paginator("describe_instances").paginate(
-        Filters=[
-            {"Name": f"tag:{PROJECT_TAG}", "Values": [project]},
-            {"Name": "instance-state-name", "Values": list(LIVE)},
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            for instance in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-                found.append({"instance": instance, "tags": tags})
-    return found
+    return [
+        {"instance": i, "tags": {t["Key"]: t["Value"] for t in i.get("Tags", [])}}
+        for i in tagged_instances(ec2, {PROJECT_TAG: project})
+        if i["State"]["Name"] in LIVE
+    ]
 
 
 def overdue_instances(ec2: Any, project: str, now: float) -> list[dict[str, Any]]:
@@ -67,7 +69,7 @@ class ExecutionStatus:
     def running(self, sweep_id: str) -> bool:
         if sweep_id not in self._cache:
             item = self._ddb.get_item(
-                TableName=self._table, Key=_key(f"SWEEP#{sweep_id}", "TOTAL"), ConsistentRead=True
+                TableName=self._table, Key=_key(f"SWEEP#{sweep_id}", "OWNER"), ConsistentRead=True
             ).get("Item", {})
             arn = item.get("execution_arn", {}).get("S", "")
             self._cache[sweep_id] = self._status(arn) == "RUNNING" if arn else True
@@ -82,49 +84,71 @@ class ExecutionStatus:
             raise
 
 
+def _reap_instance(
+    clients: Clients, project: str, ledger_table: str, entry: dict[str, Any], now: float
+) -> None:
+    instance, tags = entry["instance"], entry["tags"]
+    sweep = tags.get(SWEEP_TAG)
+    if sweep is not None and RIG_TAG in tags and BOOT_TAG in tags:
+        end_boot(
+            clients.ec2, clients.dynamodb, ledger_table, project, sweep, tags[RIG_TAG],
+            int(tags[BOOT_TAG]), now,
+        )  # fmt: skip
+    terminate(clients.ec2, instance["InstanceId"])  # untagged boots, or a late duplicate
+
+
 def reap(
-    clients: Clients,
-    project: str,
-    ledger_table: str,
-    now: float | None = None,
-    sfn: Any = None,
+    clients: Clients, project: str, ledger_table: str, now: float | None = None, sfn: Any = None
 ) -> Reaped:
-    now = time.time() if now is None else now
-    sfn = sfn or clients.stepfunctions
-    executions = ExecutionStatus(clients.dynamodb, sfn, ledger_table)
+    now = clock.now() if now is None else now
+    executions = ExecutionStatus(clients.dynamodb, sfn or clients.stepfunctions, ledger_table)
     reaped = Reaped()
     for entry in project_instances(clients.ec2, project):
-        instance, tags = entry["instance"], entry["tags"]
-        sweep = tags.get(SWEEP_TAG)
-        overdue = float(tags.get(DEADLINE_TAG, "0") or 0) <= now
-        orphaned = sweep is not None and not executions.running(sweep)
-        if not (overdue or orphaned):
-            continue
-        terminate(clients.ec2, instance["InstanceId"])
-        reaped.instances.append(instance["InstanceId"])
-        if sweep is not None and RIG_TAG in tags and BOOT_TAG in tags:
-            seconds = max(0.0, now - instance["LaunchTime"].timestamp())
-            reconcile_boot(
-                clients.dynamodb, ledger_table, sweep, tags[RIG_TAG], int(tags[BOOT_TAG]), seconds
+        instance_id, tags = entry["instance"]["InstanceId"], entry["tags"]
+        try:
+            sweep = tags.get(SWEEP_TAG)
+            overdue = float(tags.get(DEADLINE_TAG, "0") or 0) <= now
+            orphaned = sweep is not None and not executions.running(sweep)
+            if not (overdue or orphaned):
+                continue
+            if overdue:
+                reaped.overdue.append(instance_id)
+            _reap_instance(clients, project, ledger_table, entry, now)
+            reaped.instances.append(instance_id)
+            logger.warning(
+                "reaped an instance",
+                extra={"instance": instance_id, "overdue": overdue, "orphaned": orphaned},
             )
-        logger.warning(
-            "reaped an instance",
-            extra={"instance": instance["InstanceId"], "overdue": overdue, "orphaned": orphaned},
-        )
+        except ClientError as exc:
+            reaped.failures.append(f"{instance_id}: {exc.response['Error']['Code']}: {exc}")
+            logger.exception("could not reap an instance", extra={"instance": instance_id})
     for item in open_sweeps(clients.dynamodb, ledger_table):
         sweep = item["pk"]["S"].removeprefix("SWEEP#")
-        if executions.running(sweep):
-            continue
-        for rig, boot in open_boots(clients.dynamodb, ledger_table, sweep):
-            reconcile_boot(clients.dynamodb, ledger_table, sweep, rig, boot, 0.0)  # never ran
-        close_sweep(clients.dynamodb, ledger_table, sweep)
-        reaped.released_sweeps.append(sweep)
+        try:
+            if executions.running(sweep):
+                continue
+            for rig, boot in open_boots(clients.dynamodb, ledger_table, sweep):
+                end_boot(
+                    clients.ec2, clients.dynamodb, ledger_table, project, sweep, rig, boot, now
+                )
+            close_sweep(clients.dynamodb, ledger_table, sweep)
+            reaped.released_sweeps.append(sweep)
+        except ClientError as exc:
+            reaped.failures.append(f"sweep {sweep}: {exc.response['Error']['Code']}: {exc}")
+            logger.exception("could not release a sweep", extra={"sweep": sweep})
     metrics.add_metric(name="InstancesReaped", unit=MetricUnit.Count, value=len(reaped.instances))
+    metrics.add_metric(name="OverdueInstances", unit=MetricUnit.Count, value=len(reaped.overdue))
+    metrics.add_metric(name="ReaperFailures", unit=MetricUnit.Count, value=len(reaped.failures))
     return reaped
 
 
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
-    reaped = reap(Clients(), settings.project, settings.ledger_table)
+    reaped = reap(Clients(), settings.project, settings.ledger_table, clock.now())
+    if reaped.failures:
+        raise ReaperFailed(
+            f"{len(reaped.failures)} failures (the rest were reaped: {reaped.instances}): "
+            + "; ".join(reaped.failures)[:2000]
+        )
     return {"reaped": reaped.instances, "released_sweeps": reaped.released_sweeps}

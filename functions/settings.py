@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_scheduler import EventBridgeSchedulerClient
     from mypy_boto3_service_quotas import ServiceQuotasClient
     from mypy_boto3_ssm import SSMClient
     from mypy_boto3_stepfunctions import SFNClient
@@ -50,6 +51,8 @@ class Settings(BaseModel):
     monthly_cap_usd: float
     token_secret_arn: str
     region: str
+    min_poll_s: int = 1
+    deadline_role_arn: str = ""  # the Scheduler role that may terminate project instances
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -70,6 +73,8 @@ class Settings(BaseModel):
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),
             token_secret_arn=env.get("TOKEN_SECRET_ARN", ""),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            min_poll_s=int(env.get("MIN_POLL_S", "1")),
+            deadline_role_arn=env.get("DEADLINE_ROLE_ARN", ""),
         )
 
 
@@ -134,6 +139,11 @@ class Clients:
     def stepfunctions(self) -> "SFNClient":
         with _SESSION_LOCK:
             return self._session.client("stepfunctions", config=CLIENT_CONFIG)
+
+    @cached_property
+    def scheduler(self) -> "EventBridgeSchedulerClient":
+        with _SESSION_LOCK:
+            return self._session.client("scheduler", config=CLIENT_CONFIG)
 
     @cached_property
     def service_quotas(self) -> "ServiceQuotasClient":

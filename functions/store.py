@@ -125,4 +125,4 @@ def store_results(state: BootState, clients: Clients, settings: Settings) -> Sto
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     stored = store_results(event, Clients(), Settings.from_env())
-    return event.model_copy(update={"stored": stored}).model_dump(mode="json", exclude_none=True)
+    return stored.model_dump(mode="json")

@@ -7,7 +7,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
-from functions.budget import close_sweep
+from functions.budget import close_sweep, open_boots
 from functions.events import SummarizeEvent
 from functions.observability import instrumented
 from functions.settings import Clients, Settings
@@ -53,5 +53,9 @@ def summarize(event: SummarizeEvent) -> Summary:
 @event_parser(model=SummarizeEvent)
 def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
     summary = summarize(event)
-    close_sweep(Clients().dynamodb, Settings.from_env().ledger_table, event.sweep.sweep_id)
+    ddb, table = Clients().dynamodb, Settings.from_env().ledger_table
+    # A boot whose Finish kept failing still holds its reservation: leave the sweep open so
+    # the status-change handler (this execution fails) or the reaper ends and bills it.
+    if not open_boots(ddb, table, event.sweep.sweep_id):
+        close_sweep(ddb, table, event.sweep.sweep_id)
     return summary.model_dump(mode="json")

@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions.boot_plan import plan_boot, require_baked_images
+from functions.budget import claim_sweep
 from functions.errors import InvalidInput
 from functions.events import BootItem, BundleRef, SweepConfig, SweepState, ValidateEvent
 from functions.execution_input import parse_sweep_input
@@ -33,7 +34,9 @@ def sweep_id_from(execution_name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", execution_name.lower()).strip("-")[:63] or "sweep"
 
 
-def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -> SweepState:
+def validate_sweep(
+    event: ValidateEvent, clients: Clients, settings: Settings, now: datetime
+) -> SweepState:
     bundle = read_bundle(clients.s3, settings.bucket, settings.bundle_manifest_key)
     sweep = parse_sweep_input(
         event.input,
@@ -41,19 +44,26 @@ def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -
             "rigs": set(bundle.rigs),
             "allowed_instance_types": settings.allowed_instance_types,
             "max_sweep_budget_usd": settings.sweep_budget_usd or None,
+            "min_poll_s": settings.min_poll_s,
         },
     )
     subnets = sweep.subnets or settings.subnet_ids
     if not subnets:
         raise InvalidInput("invalid sweep input: subnets: none given and the stack has none")
+    if not event.execution_arn:
+        raise InvalidInput("invalid sweep input: no execution ARN to own the sweep")
     fields = sweep.model_dump(exclude={"sweep_id", "subnets"})
+    created_at = now.isoformat(timespec="seconds")
+    sweep_id = sweep.sweep_id or sweep_id_from(event.execution_name)
+    # Before anything is reserved or launched: this execution owns this sweep id, or fails.
+    claim_sweep(clients.dynamodb, settings.ledger_table, sweep_id, event.execution_arn, created_at)
     config = SweepConfig(
         **fields,
-        sweep_id=sweep.sweep_id or sweep_id_from(event.execution_name),
+        sweep_id=sweep_id,
         subnets=subnets,
         bundle=bundle,
         execution_arn=event.execution_arn,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=created_at,
     )
     # Image, dtype and settings per rig: refused here (a missing baked image too), not at launch.
     plans = [plan_boot(config, rig, settings.ami_parameter) for rig in sweep.rigs]
@@ -67,6 +77,6 @@ def validate_sweep(event: ValidateEvent, clients: Clients, settings: Settings) -
 @instrumented
 @event_parser(model=ValidateEvent)
 def handler(event: ValidateEvent, context: LambdaContext) -> dict[str, Any]:
-    state = validate_sweep(event, Clients(), Settings.from_env())
+    state = validate_sweep(event, Clients(), Settings.from_env(), datetime.now(UTC))
     metrics.add_metric(name="SweepsValidated", unit=MetricUnit.Count, value=1)
     return state.model_dump(mode="json", exclude_none=True)

@@ -3,6 +3,26 @@ Fleet, run Lambda handlers in this process, and inject faults a test asks for.
 
 Installed for the life of an Emulation (`Seams.install` / `Seams.uninstall`); moto's server
 runs in this process, so its backends are these objects.
+
+Where moto falls short of AWS, the seams fill in what the control plane relies on:
+- Lambda runs the handler in-process (no Docker);
+- EC2 RunInstances honours ClientToken as EC2 does (same token and parameters: the same
+  instance; same token, other parameters: IdempotentParameterMismatch);
+- EventBridge: moto emits no "Step Functions Execution Status Change" event, so when an
+  execution ends ABORTED, TIMED_OUT or FAILED the seams deliver it to the functions the
+  template subscribes (`status_change_targets`), on their own thread as EventBridge would;
+- every instance's real launch and end time is kept (`InstanceTimes`), the ground truth a
+  test compares the ledger with.
+
+Lambda faults (`Faults.fail_lambda`), each taken by one invocation of the function:
+    raise      the handler raises before doing anything
+    timeout    the invocation hangs, then reports Sandbox.Timedout; the handler never runs
+    service    Lambda answers ServiceException; the handler never runs
+    throttle   Lambda answers TooManyRequestsException (Lambda.TooManyRequestsException)
+    after      the handler runs to the end (its side effects happen), then the caller gets
+               Sandbox.Timedout: a response lost after the side effect
+    duplicate  a second invocation of the same event runs while the first is in flight
+    stop       the handler runs, then the execution named in its event is stopped
 """
 
 import importlib
@@ -12,26 +32,30 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from moto.awslambda.models import LambdaBackend
+from moto.awslambda.models import LambdaBackend, lambda_backends
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models import DynamoDBBackend
 from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.servicequotas.models import ServiceQuotasBackend
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
+from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
 
-LambdaFault = Literal["raise", "timeout", "service"]
+LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
+ENDS_WITHOUT_FINISH = {ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT, ExecutionStatus.FAILED}
 
 
 @dataclass
@@ -46,6 +70,9 @@ class Faults:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+
+    protect_on_launch: bool = False  # launched instances come up protected from termination
+    unterminable: set[str] = field(default_factory=set)  # TerminateInstances always refused
 
     def fail_lambda(self, logical_id: str, kind: LambdaFault, times: int = 1) -> None:
         with self._lock:
@@ -71,6 +98,41 @@ class Faults:
 
 
 @dataclass
+class InstanceTimes:
+    """When each instance really started and stopped costing money (the emulation's truth)."""
+
+    launched: dict[str, float] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)
+
+    def seconds(self, instance_ids: Iterable[str], now: float) -> float:
+        return sum(self.ended.get(i, now) - self.launched[i] for i in instance_ids)
+
+
+@dataclass
+class StatusChanges:
+    """Execution status-change events delivered, and what their handlers answered."""
+
+    def __post_init__(self) -> None:
+        self._done: dict[str, threading.Event] = {}
+        self.results: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
+
+    def _event(self, arn: str) -> threading.Event:
+        with self._lock:
+            return self._done.setdefault(arn, threading.Event())
+
+    def delivered(self, arn: str, results: list[Any]) -> None:
+        self.results[arn] = results
+        self._event(arn).set()
+
+    def wait(self, arn: str, timeout_s: float = 30.0) -> list[Any]:
+        """The status-change handlers' answers, once they ran (raises when they never did)."""
+        if not self._event(arn).wait(timeout_s):
+            raise TimeoutError(f"no status-change cleanup ran for {arn} in {timeout_s} s")
+        return self.results[arn]
+
+
+@dataclass
 class LambdaContext:
     """What a handler reads from its context in Lambda."""
 
@@ -88,6 +150,10 @@ class LambdaContext:
         return max(0, int((self.timeout_s - (time.monotonic() - self.started)) * 1000))
 
 
+def _epoch(when: datetime) -> float:
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
 def _error_payload(error_type: str, message: str, trace: list[str] | None = None) -> bytes:
     return json.dumps(
         {"errorMessage": message, "errorType": error_type, "stackTrace": trace or []}
@@ -100,7 +166,13 @@ class Seams:
     faults: Faults
     logical_ids: dict[str, str]  # function physical name -> logical id
     timeout_override_s: float | None = None
+    status_change_targets: list[str] = field(default_factory=list)  # function physical names
+    closing: bool = False  # the emulation is being torn down: deliver no more events
+    times: InstanceTimes = field(default_factory=InstanceTimes)
+    status_changes: StatusChanges = field(default_factory=StatusChanges)
     _originals: list[tuple[type, str, Any]] = field(default_factory=list)
+    _client_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _launch_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ install
     def install(self) -> None:
@@ -122,6 +194,7 @@ class Seams:
         original_run = InstanceBackend.run_instances
         original_terminate = InstanceBackend.terminate_instances
         original_put = DynamoDBBackend.put_item
+        original_terminated = BaseExecutionWorkerCommunication.terminated
 
         def send_command(backend: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
             # Copied first: moto's Command extends the list it is given with every instance
@@ -221,12 +294,37 @@ class Seams:
             security_group_names: list[str],
             **kwargs: Any,
         ) -> Any:
+            token = kwargs.get("client_token") or ""
+            text = user_data.decode() if hasattr(user_data, "decode") else str(user_data or "")
+            with seams._launch_lock:  # EC2 checks and records a token atomically
+                return launch(backend, image_id, count, user_data, security_group_names,
+                              token, text, **kwargs)  # fmt: skip
+
+        def launch(
+            backend: InstanceBackend,
+            image_id: str,
+            count: int,
+            user_data: Any,
+            security_group_names: list[str],
+            token: str,
+            text: str,
+            **kwargs: Any,
+        ) -> Any:
             subnet_id = kwargs.get("subnet_id") or ""
             zone = backend.get_subnet(subnet_id).availability_zone if subnet_id else ""  # type: ignore[attr-defined]
             market: Literal["spot", "on-demand"] = (
                 "spot" if kwargs.get("instance_market_options") else "on-demand"
             )
             instance_type = kwargs.get("instance_type", "m1.small")
+            if token and token in seams._client_tokens:
+                # EC2's idempotency: the same token returns the first launch's reservation.
+                reservation_id, first_text = seams._client_tokens[token]
+                if first_text != text:
+                    raise EC2ClientError(
+                        "IdempotentParameterMismatch",
+                        f"The client token {token} was used with different parameters.",
+                    )
+                return backend.reservations[reservation_id]
             code = seams.fleet.capacity_error(LaunchRequest(instance_type, subnet_id, zone, market))
             if code is not None:
                 raise EC2ClientError(
@@ -237,8 +335,12 @@ class Seams:
             reservation = original_run(
                 backend, image_id, count, user_data, security_group_names, **kwargs
             )
-            text = user_data.decode() if hasattr(user_data, "decode") else ""
+            if token:
+                seams._client_tokens[token] = (reservation.id, text)
             for instance in reservation.instances:
+                seams.times.launched[instance.id] = _epoch(instance.launch_time)
+                if seams.faults.protect_on_launch:
+                    instance.disable_api_termination = True
                 seams.fleet.launched(
                     LaunchedInstance(
                         instance_id=instance.id,
@@ -252,10 +354,29 @@ class Seams:
             return reservation
 
         def terminate_instances(backend: InstanceBackend, instance_ids: list[str]) -> Any:
+            refused = seams.faults.unterminable & set(instance_ids)
+            if refused:
+                raise EC2ClientError(
+                    "OperationNotPermitted",
+                    f"The instance '{sorted(refused)[0]}' may not be terminated (injected).",
+                )
             result = original_terminate(backend, instance_ids)
-            for instance, _previous in result:
+            for instance, previous in result:
+                if previous.name not in ("shutting-down", "terminated"):
+                    seams.times.ended.setdefault(instance.id, time.time())
                 seams.fleet.terminated(instance.id)
             return result
+
+        def terminated(comm: BaseExecutionWorkerCommunication) -> None:
+            original_terminated(comm)
+            execution = comm.execution
+            if execution.exec_status in ENDS_WITHOUT_FINISH and not seams.closing:
+                threading.Thread(
+                    target=seams.deliver_status_change,
+                    args=(execution,),
+                    name="eventbridge-status-change",
+                    daemon=True,
+                ).start()
 
         def put_item(backend: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
             if seams.faults.take_throttle(table_name):
@@ -279,6 +400,7 @@ class Seams:
             (InstanceBackend, "run_instances", run_instances),
             (InstanceBackend, "terminate_instances", terminate_instances),
             (DynamoDBBackend, "put_item", put_item),
+            (BaseExecutionWorkerCommunication, "terminated", terminated),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))
@@ -291,6 +413,62 @@ class Seams:
             else:
                 setattr(owner, name, original)
         self._originals.clear()
+
+    @staticmethod
+    def _stop_execution_of(event: dict[str, Any]) -> None:
+        """StopExecution on the execution whose state this event carries, as another caller
+        would (on its own thread: this one is the execution's worker)."""
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+        arn = event.get("execution_arn") or (event.get("sweep") or {}).get("execution_arn")
+        if not arn:
+            raise ValueError("a 'stop' fault needs an event that names its execution")
+        _, _, _, region, account, *_ = arn.split(":")
+        backend = stepfunctions_parser_backends[account][region]
+        threading.Thread(target=backend.stop_execution, args=(arn,), daemon=True).start()
+
+    # ------------------------------------------------------------------ EC2 and EventBridge
+    def vanish(self, instance_id: str, region: str = "us-east-1") -> None:
+        """The instance disappears from EC2 altogether (ended by something else, its record
+        gone): DescribeInstances no longer knows it."""
+        backend = self._ec2(region)
+        for reservation in list(backend.reservations.values()):
+            for instance in list(reservation.instances):
+                if instance.id == instance_id:
+                    reservation.instances.remove(instance)
+        self.times.ended.setdefault(instance_id, time.time())
+        self.fleet.terminated(instance_id)
+
+    @staticmethod
+    def _ec2(region: str) -> Any:
+        from rigbench.emulation.stack import ACCOUNT_ID
+
+        return ec2_backends[ACCOUNT_ID][region]
+
+    def deliver_status_change(self, execution: Any) -> None:
+        """What EventBridge does with "Step Functions Execution Status Change"."""
+        event = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "Step Functions Execution Status Change",
+            "source": "aws.states",
+            "account": execution.account_id,
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": execution.region_name,
+            "resources": [execution.exec_arn],
+            "detail": {
+                "executionArn": execution.exec_arn,
+                "stateMachineArn": execution.state_machine.arn,
+                "name": execution.name,
+                "status": str(execution.exec_status.value),
+            },
+        }
+        backend = lambda_backends[execution.account_id][execution.region_name]
+        results = []
+        for name in self.status_change_targets:
+            payload = self.invoke_handler(backend, name, None, json.dumps(event), {})
+            results.append(json.loads(payload))
+        self.status_changes.delivered(execution.exec_arn, results)
 
     # ------------------------------------------------------------------ Lambda
     def invoke_handler(
@@ -310,6 +488,10 @@ class Seams:
             raise JsonRESTError(
                 "ServiceException", "Lambda was unable to run the function (injected)"
             )
+        if fault == "throttle":
+            error = JsonRESTError("TooManyRequestsException", "Rate exceeded (injected)")
+            error.code = 429
+            raise error
         payload: bytes
         if fault == "timeout":
             time.sleep(self.faults.hang_s)
@@ -330,7 +512,7 @@ class Seams:
         event = json.loads(body) if body else {}
         outcome: dict[str, Any] = {}
 
-        def run() -> None:
+        def run(outcome: dict[str, Any]) -> None:
             try:
                 if fault == "raise":
                     raise RuntimeError(f"injected failure in {logical_id}")
@@ -340,10 +522,19 @@ class Seams:
                 outcome["error"] = exc
                 outcome["trace"] = traceback.format_exception(exc)
 
-        worker = threading.Thread(target=run, name=f"lambda-{logical_id}", daemon=True)
+        worker = threading.Thread(target=run, args=(outcome,), name=f"lambda-{logical_id}")
+        worker.daemon = True
         worker.start()
+        if fault == "duplicate":  # a second invocation of the same event, while in flight
+            twin = threading.Thread(target=run, args=({},), name=f"lambda-{logical_id}-twin")
+            twin.daemon = True
+            twin.start()
         worker.join(timeout)
-        if worker.is_alive():
+        if fault == "stop" and not worker.is_alive():
+            self._stop_execution_of(event)
+        if fault == "after" and not worker.is_alive():
+            outcome.clear()  # the side effects happened; the response is lost
+        if fault == "after" or worker.is_alive():
             payload = _error_payload(
                 "Sandbox.Timedout", f"Task timed out after {timeout:.2f} seconds"
             )

@@ -157,6 +157,8 @@ class Emulation:
     def stop(self) -> None:
         if self._server is not None:
             try:
+                if self._seams is not None:
+                    self._seams.closing = True  # no status-change cleanup while tearing down
                 self._stop_executions()
                 httpx.post(f"{self.endpoint_url}/moto-api/reset")
             finally:
@@ -357,6 +359,12 @@ class Emulation:
             self._ref(resolver, logical_id, name, Arn=fn["FunctionArn"])
         assert self._seams is not None
         self._seams.logical_ids.update(logical_ids)
+        # EventBridge's part, which moto does not play: who hears an execution end (seams.py).
+        self._seams.status_change_targets = [
+            self.physical[logical_id]
+            for logical_id, props in self.function_events("EventBridgeRule").items()
+            if "aws.states" in props["Pattern"].get("source", [])
+        ]
 
     def _create_state_machines(self, resolver: Resolver) -> None:
         sfn = self.client("stepfunctions")
@@ -388,6 +396,12 @@ class Emulation:
             ledger_table=self.physical["LedgerTable"],
             bucket=self.physical["ArtifactBucket"],
         )
+
+    @property
+    def seams(self) -> Seams:
+        """The running seams: fault injection, instance times, status-change deliveries."""
+        assert self._seams is not None, "the emulation is not started"
+        return self._seams
 
     def table(self, logical_id: str) -> str:
         return self.physical[logical_id]

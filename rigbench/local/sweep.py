@@ -26,7 +26,7 @@ DEMO_CELLS: dict[str, Any] = {
     "warmup_requests": 1,
 }
 DEMO_DEADLINES = {"ready_s": 300, "bench_s": 300, "instance_s": 900}
-DEMO_WAITS = {"agent_poll_s": 1, "ready_poll_s": 2, "command_poll_s": 2}
+DEMO_WAITS = {"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2}
 
 
 def local_rigs() -> list[str]:

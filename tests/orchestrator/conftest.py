@@ -13,6 +13,9 @@ from boto3.dynamodb.types import TypeDeserializer
 from rigbench.emulation import Emulation, Faults, ScriptedFleet
 
 RIGS = ("torch", "vllm")
+# Short retries and polls for tests (DefinitionSubstitutions / stack parameters); the
+# template's defaults are the real ones.
+FAST = {"LambdaRetryIntervalSeconds": 1, "MinPollSeconds": 0}
 _deserializer = TypeDeserializer()
 
 
@@ -29,8 +32,13 @@ def bundle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_emulation(bundle_root: Path, **kwargs: Any) -> Emulation:
+    parameters = {**FAST, **kwargs.pop("parameters", {})}
     emulation = Emulation(
-        ScriptedFleet(), bundle_root=bundle_root, faults=Faults(hang_s=0.5), **kwargs
+        ScriptedFleet(),
+        bundle_root=bundle_root,
+        faults=Faults(hang_s=0.5),
+        parameters=parameters,
+        **kwargs,
     )
     emulation.start()
     return emulation
@@ -56,6 +64,8 @@ def emu(emulation: Emulation) -> Emulation:
     fleet_of(emulation).reset()
     emulation.faults.lambdas.clear()
     emulation.faults.throttles.clear()
+    emulation.faults.protect_on_launch = False
+    emulation.faults.unterminable.clear()
     return emulation
 
 
@@ -118,6 +128,7 @@ def assert_clean(emu: Emulation, sweep_id: str, *, reserved: bool = True) -> Non
     """Zero instances left running and the sweep's ledger reconciled to actual seconds."""
     assert emu.running_instances() == []
     ledger = ledger_items(emu, f"SWEEP#{sweep_id}")
+    ledger.pop("OWNER", None)  # which execution owns the sweep id
     if not reserved:
         assert ledger == {}, "nothing may be reserved when the sweep failed before the budget step"
         return
@@ -127,6 +138,7 @@ def assert_clean(emu: Emulation, sweep_id: str, *, reserved: bool = True) -> Non
         assert boot["status"] == "reconciled", f"{sk} was never reconciled"
     assert total["reserved"] == 0, "the reservation is released once every boot ended"
     assert total["spent"] == sum(b["spent"] for b in ledger.values())
+    assert "open" not in total, "the sweep is closed"
     month = ledger_items(emu, f"MONTH#{total['month']}")["TOTAL"]
     assert month["committed"] >= total["spent"]
 

@@ -6,7 +6,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFINITION = json.loads((ROOT / "statemachine" / "sweep.asl.json").read_text())
+# The template substitutes numbers too (retry intervals): the file is JSON once they are in.
+NUMBER_SUBSTITUTIONS = {"LambdaRetryIntervalSeconds": 2}
+
+
+def definition_text() -> str:
+    text = (ROOT / "statemachine" / "sweep.asl.json").read_text()
+    for key, value in NUMBER_SUBSTITUTIONS.items():
+        text = text.replace("${" + key + "}", str(value))
+    return text
+
+
+DEFINITION = json.loads(definition_text())
 BOOT = DEFINITION["States"]["RunBoots"]["ItemProcessor"]
 RECOMMENDED_LAMBDA_RETRY = {
     "ErrorEquals": [
@@ -14,10 +25,13 @@ RECOMMENDED_LAMBDA_RETRY = {
         "Lambda.AWSLambdaException",
         "Lambda.SdkClientException",
         "Lambda.ClientExecutionTimeoutException",
+        "Lambda.TooManyRequestsException",  # throttling: retried with backoff everywhere
     ],
     "IntervalSeconds": 2,
-    "MaxAttempts": 6,
+    "MaxAttempts": 8,
     "BackoffRate": 2,
+    "MaxDelaySeconds": 60,
+    "JitterStrategy": "FULL",
 }
 TERMINATE = "Finish"
 
@@ -84,12 +98,26 @@ def _normal_closure(states: dict[str, Any], start: str) -> set[str]:
     return seen
 
 
-def test_terminate_retries_then_hands_over_to_the_reaper() -> None:
+def test_terminate_retries_then_hands_over_to_the_status_change_handler() -> None:
     finish = BOOT["States"][TERMINATE]
     assert any(r["ErrorEquals"] == ["States.ALL"] for r in finish["Retry"])
     fallback = BOOT["States"][finish["Catch"][0]["Next"]]
     assert fallback["Type"] == "Pass"
     assert fallback.get("End")
+    # Its output is bounded: a fixed cause, never the (unbounded) caught one.
+    assert not any(k.endswith(".$") for k in fallback["Parameters"] if k.startswith("cause"))
+
+
+def test_every_retry_interval_is_a_substitution() -> None:
+    text = (ROOT / "statemachine" / "sweep.asl.json").read_text()
+    tasks = [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Task"]
+    retries = sum(len(s["Retry"]) for s in tasks)
+    assert text.count('"IntervalSeconds": ${LambdaRetryIntervalSeconds}') == retries
+
+
+def test_a_duplicate_launch_in_flight_is_retried() -> None:
+    launch = BOOT["States"]["Launch"]
+    assert any("IdempotencyAlreadyInProgressError" in r["ErrorEquals"] for r in launch["Retry"])
 
 
 def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
@@ -123,3 +151,17 @@ def test_nothing_is_spent_before_validation_quota_and_budget() -> None:
         name = DEFINITION["States"][name]["Next"]
     assert order == ["ValidateInput", "CheckQuota", "ReserveBudget"]
     assert name == "RunBoots"
+
+
+def test_each_step_s_small_result_is_placed_by_result_path() -> None:
+    from functions.events import RESULT_PATHS
+
+    states = all_states(DEFINITION["States"])
+    for name, (path, model) in RESULT_PATHS.items():
+        state = states[name]
+        assert state["ResultPath"] == path, name
+        assert "OutputPath" not in state, name
+        assert state["ResultSelector"] == {f"{f}.$": f"$.Payload.{f}" for f in model.model_fields}
+    # The rest either starts the state (Validate) or ends it (Finish, Summarize).
+    unwrapped = {n for n, s in states.items() if s["Type"] == "Task" and "OutputPath" in s}
+    assert unwrapped == {"ValidateInput", "Finish", "Summarize"}

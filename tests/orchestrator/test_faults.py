@@ -216,7 +216,7 @@ def test_a_step_that_raises_still_terminates(emu: Emulation, earlier_rows: Any, 
     check_failed(emu, described, earlier_rows, "RuntimeError", f"injected failure in {step}")
 
 
-@pytest.mark.parametrize("step", ["LaunchFunction", "CheckReadyFunction", "PollFunction"])
+@pytest.mark.parametrize("step", ["CheckReadyFunction", "PollFunction"])
 def test_a_step_that_times_out_still_terminates(
     emu: Emulation, earlier_rows: Any, step: str
 ) -> None:

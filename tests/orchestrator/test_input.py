@@ -11,6 +11,7 @@ CONTEXT = {
     "rigs": {"torch", "vllm"},
     "allowed_instance_types": ["g5g.2xlarge"],
     "max_sweep_budget_usd": 10.0,
+    "min_poll_s": 1,
 }
 GOOD = {"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1}
 
@@ -43,6 +44,15 @@ def test_defaults_fill_a_minimal_input() -> None:
         ({"waits": {"agent_poll_s": -1}}, "waits.agent_poll_s", "greater than or equal to 0"),
         ({"cells": {"concurrency": [1], "rates": [2.0]}}, "cells.rates", "not both"),
         ({"colour": "red"}, "colour", "Extra inputs"),
+        ({"budget_usd": float("nan")}, "budget_usd", "finite number"),
+        ({"budget_usd": float("inf")}, "budget_usd", "finite number"),
+        ({"cells": {"rates": [float("inf")], "concurrency": []}}, "cells.rates.0", "finite"),
+        ({"model": "google/gemma; rm -rf /"}, "model", "should match pattern"),
+        ({"model": "$(curl evil)"}, "model", "should match pattern"),
+        ({"model": "a`b`"}, "model", "should match pattern"),
+        ({"model_revision": "main && reboot"}, "model_revision", "should match pattern"),
+        ({"rigs": ["torch|sh"]}, "rigs.0", "should match pattern"),
+        ({"waits": {"command_poll_s": 0}}, "waits.command_poll_s", "below the stack's minimum"),
         (
             {"deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 900}},
             "deadlines.instance_s",
@@ -77,6 +87,38 @@ def test_too_many_boots_in_one_sweep() -> None:
         parse_sweep_input(
             {**GOOD, "rigs": rigs, "boots_per_rig": 10}, {**CONTEXT, "rigs": set(rigs)}
         )
+
+
+def test_nan_in_json_text_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="budget_usd: Input should be a finite number"):
+        parse_sweep_input('{"rigs": ["torch"], "model": "m", "budget_usd": NaN}', CONTEXT)
+
+
+def test_deeply_nested_input_is_one_clear_line() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(InvalidInput, match=r"invalid sweep input: .*bytes"):
+        parse_sweep_input(deep, CONTEXT)
+    nested: dict = {}
+    node = nested
+    for _ in range(50):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(InvalidInput, match="nested deeper than 8 levels"):
+        parse_sweep_input({**GOOD, "cells": nested}, CONTEXT)
+    with pytest.raises(InvalidInput, match="nested too deeply"):
+        parse_sweep_input("[" * 5000 + "]" * 5000, CONTEXT)
+
+
+def test_a_sweep_that_could_overflow_its_history_is_refused() -> None:
+    with pytest.raises(InvalidInput, match=r"12 boots could write 27260 history events"):
+        parse_sweep_input({**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 6}, CONTEXT)
+    slower = {"agent_poll_s": 60, "ready_poll_s": 60, "command_poll_s": 120}
+    rigs = ["torch", "vllm", "r3", "r4"]
+    sweep = parse_sweep_input(
+        {**GOOD, "rigs": rigs, "boots_per_rig": 10, "waits": slower},
+        {**CONTEXT, "rigs": set(rigs)},
+    )
+    assert sweep.boot_count() == 40  # the largest sweep, at slower polls
 
 
 def test_schema_describes_the_model() -> None:

@@ -93,7 +93,8 @@ def test_over_budget_fails_before_launch_saying_by_how_much(emu: Emulation) -> N
     assert "estimate $0.80" in cause
     assert "over the sweep budget $0.50 by $0.30" in cause
     assert fleet_of(emu).launch_requests == []
-    assert ledger_items(emu, f"SWEEP#{sweep_id_of(described)}") == {}
+    ledger = ledger_items(emu, f"SWEEP#{sweep_id_of(described)}")
+    assert set(ledger) == {"OWNER"}, "the sweep id was claimed, nothing was reserved"
 
 
 def test_on_demand_only_when_asked(emu: Emulation) -> None:
@@ -137,7 +138,8 @@ def test_reaper_ends_project_instances_past_their_deadline(emu: Emulation) -> No
             )["Instances"][0]["InstanceId"]
         )
 
-    overdue = launch(emu.stack_name, time.time() - 60)
+    overdue = launch(emu.stack_name, time.time() - 60)  # a protected one is ended all the same
+    ec2.modify_instance_attribute(InstanceId=overdue, DisableApiTermination={"Value": True})
     in_time = launch(emu.stack_name, time.time() + 3600)
     not_ours = launch("someone-else", time.time() - 60)
     try:
@@ -172,8 +174,8 @@ def test_launch_is_idempotent_per_sweep_rig_and_boot(emu: Emulation) -> None:
         for _ in range(2)
     ]
     assert set(fleet_of(emu).instances) == before, "a retried launch started another instance"
-    assert replies[0]["instance"] == replies[1]["instance"]
-    assert replies[0]["instance"]["instance_id"] in before
+    assert replies[0] == replies[1]  # the Instance itself: ResultPath places it
+    assert replies[0]["instance_id"] in before
 
 
 def test_interruption_warning_for_someone_elses_instance_is_ignored(emu: Emulation) -> None:
@@ -189,7 +191,7 @@ def test_interruption_warning_for_someone_elses_instance_is_ignored(emu: Emulati
         ec2.terminate_instances(InstanceIds=[instance])
 
 
-def test_an_aborted_sweep_is_cleaned_up_by_the_reaper(emu: Emulation) -> None:
+def test_an_aborted_sweep_is_cleaned_up_by_its_status_change_handler(emu: Emulation) -> None:
     fleet = fleet_of(emu)
     fleet.bench = "running"
     fleet.quotas["L-3819A6DF"] = 8  # one boot at a time: the second never launches
@@ -198,18 +200,78 @@ def test_an_aborted_sweep_is_cleaned_up_by_the_reaper(emu: Emulation) -> None:
     )
     arn = emu.start_execution(body)
     assert fleet.bench_started.wait(60)
-    sfn = emu.client("stepfunctions")
-    sfn.stop_execution(executionArn=arn, error="UserAborted")
-    # AWS says ABORTED; moto's parser ends a stopped Map as FAILED. Either way: not running.
+    (running,) = emu.running_instances()
+    emu.client("stepfunctions").stop_execution(executionArn=arn, error="UserAborted")
+    # AWS says ABORTED; moto's parser ends a stopped Map as FAILED. Either way no Finish ran.
     assert emu.wait(arn, 30)["status"] in ("ABORTED", "FAILED")
-    (running,) = emu.running_instances()  # Finish never ran: the instance is still up
-
+    (ended,) = emu.seams.status_changes.wait(arn)
     sweep_id = arn.rsplit(":", 1)[1]
-    reaped = emu.run_scheduled("ReaperFunction")
-    assert reaped == {"reaped": [running], "released_sweeps": [sweep_id]}
+    assert ended["sweep_id"] == sweep_id
+    assert ended["terminated"] == [running]
     assert_clean(emu, sweep_id)
     boots = ledger_items(emu, f"SWEEP#{sweep_id}")
     assert boots["BOOT#vllm#01"]["spent"] == 0  # never launched: its reservation is released
     assert boots["BOOT#torch#01"]["seconds"] > 0
-    assert "open" not in boots["TOTAL"]
+    # Nothing left for the reaper.
     assert emu.run_scheduled("ReaperFunction") == {"reaped": [], "released_sweeps": []}
+
+
+def test_a_sweep_id_belongs_to_one_execution(emu: Emulation) -> None:
+    first = run_sweep(emu, sweep_input(sweep_id="nightly"))
+    assert first["status"] == "SUCCEEDED", first.get("cause")
+    spent = ledger_items(emu, "SWEEP#nightly")["TOTAL"]
+    second = run_sweep(emu, sweep_input(sweep_id="nightly"))
+    assert second["status"] == "FAILED"
+    error, cause = error_of(second)
+    assert error == "InvalidInput"
+    assert "'nightly' already belongs to" in cause
+    assert first["executionArn"] in cause
+    assert len(fleet_of(emu).instances) == 1, "the second execution launched nothing"
+    assert ledger_items(emu, "SWEEP#nightly")["TOTAL"] == spent, "nor reserved anything"
+
+
+def test_execution_names_that_normalise_alike_do_not_share_a_sweep(emu: Emulation) -> None:
+    first = emu.wait(emu.start_execution(sweep_input(), name="Nightly_Run"), 90)
+    assert first["status"] == "SUCCEEDED", first.get("cause")
+    second = emu.wait(emu.start_execution(sweep_input(), name="nightly-run"), 90)
+    assert second["status"] == "FAILED"
+    assert "'nightly-run' already belongs to" in error_of(second)[1]
+
+
+def test_one_instance_the_reaper_cannot_end_does_not_stop_it(emu: Emulation) -> None:
+    ec2 = emu.client("ec2")
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    tags = [
+        {"Key": "rigbench:project", "Value": emu.stack_name},
+        {"Key": "rigbench:deadline", "Value": str(int(time.time() - 60))},
+    ]
+    stuck, overdue = (
+        ec2.run_instances(
+            ImageId="ami-0e1a7ed0000000000", MinCount=1, MaxCount=1, SubnetId=subnet,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"][0]["InstanceId"]
+        for _ in range(2)
+    )  # fmt: skip
+    emu.faults.unterminable.add(stuck)
+    try:
+        reply = emu.run_scheduled("ReaperFunction")
+        assert reply["errorType"] == "ReaperFailed"
+        assert f"{stuck}: OperationNotPermitted" in reply["errorMessage"]
+        assert overdue in reply["errorMessage"]  # reported as reaped
+        assert emu.running_instances() == [stuck]
+    finally:
+        emu.faults.unterminable.clear()
+        ec2.terminate_instances(InstanceIds=[stuck])
+
+
+def test_each_instance_gets_a_server_side_deadline(emu: Emulation) -> None:
+    described = run_sweep(emu, sweep_input())
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    (instance_id,) = fleet_of(emu).instances
+    tags = fleet_of(emu).instances[instance_id].tags
+    schedule = emu.client("scheduler").get_schedule(Name=f"rigbench-deadline-{instance_id}")
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(tags["rigbench:deadline"])))
+    assert schedule["ScheduleExpression"] == f"at({deadline})"
+    assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
+    assert json.loads(schedule["Target"]["Input"]) == {"InstanceIds": [instance_id]}
+    assert schedule["Target"]["RoleArn"].endswith("DeadlineSchedulerRole")

@@ -124,15 +124,25 @@ def test_termination_always_requires_the_project_tag() -> None:
         }
 
 
-def test_pass_role_only_for_the_instance_role() -> None:
+def test_pass_role_only_for_the_instance_and_deadline_roles() -> None:
     passing = [(o, s) for o, s in statements() if allows(s, "iam:PassRole")]
     assert passing
-    for owner, statement in passing:
-        assert statement["Resource"] == {"Fn::GetAtt": ["InstanceRole", "Arn"]}, owner
+    passed = {
+        statement["Resource"]["Fn::GetAtt"][0]: statement["Condition"]["StringEquals"][
+            "iam:PassedToService"
+        ]
+        for _, statement in passing
+    }
+    assert passed == {
+        "InstanceRole": "ec2.amazonaws.com",
+        "DeadlineSchedulerRole": "scheduler.amazonaws.com",
+    }
 
 
 def test_no_statement_grants_everything() -> None:
     for owner, statement in statements():
+        if statement["Effect"] == "Deny":
+            continue
         assert "*" not in actions(statement), owner
         assert not any(a.endswith(":*") for a in actions(statement)), owner
 
@@ -153,11 +163,18 @@ def test_security_group_has_no_inbound_rule() -> None:
     assert not [r for r in RESOURCES.values() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]
 
 
-def test_instance_role_is_ssm_core_plus_its_own_prefixes() -> None:
+def test_instance_role_is_the_ssm_agent_plus_its_own_prefixes() -> None:
     role = RESOURCES["InstanceRole"]["Properties"]
-    assert role["ManagedPolicyArns"] == [
-        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"}
-    ]
+    # AmazonSSMManagedInstanceCore would allow ssm:GetParameter* on every parameter.
+    assert "ManagedPolicyArns" not in role
+    granted = {
+        a for o, s in statements() if o == "InstanceRole" and "Principal" not in s
+        for a in actions(s)
+    }  # fmt: skip
+    assert not any(a.startswith("ssm:GetParameter") for a in granted)
+    assert {a.split(":")[0] for a in granted} <= {
+        "ssm", "ssmmessages", "ec2messages", "s3", "secretsmanager"
+    }  # fmt: skip
     s3 = [s for o, s in statements() if o == "InstanceRole" and actions(s)[0].startswith("s3:")]
     assert {(actions(s)[0], s["Resource"]["Fn::Sub"]) for s in s3} == {
         ("s3:GetObject", "${ArtifactBucket.Arn}/bundle/*"),
@@ -172,7 +189,10 @@ def test_every_definition_placeholder_is_substituted() -> None:
 
     placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
     assert placeholders == set(machine["DefinitionSubstitutions"])
-    for value in machine["DefinitionSubstitutions"].values():
+    for key, value in machine["DefinitionSubstitutions"].items():
+        if key.endswith("Seconds"):  # a number, from a stack parameter with a real default
+            assert TEMPLATE["Parameters"][value["Ref"]]["Default"] >= 1
+            continue
         assert value["Fn::GetAtt"][1] == "Arn"
         assert value["Fn::GetAtt"][0] in FUNCTIONS
 
@@ -206,3 +226,79 @@ def test_template_declares_what_the_issue_asks_for() -> None:
     assert schedule["Schedule"] == {"Ref": "ScheduleExpression"}
     assert schedule["Input"] == {"Ref": "ScheduleInput"}
     assert TEMPLATE["Globals"]["Function"]["Runtime"] == "python3.12"
+
+
+def test_the_deadline_schedule_can_only_terminate_project_instances() -> None:
+    granted = [s for o, s in statements() if o == "DeadlineSchedulerRole" and "Principal" not in s]
+    assert [actions(s) for s in granted] == [["ec2:TerminateInstances"]]
+    condition = granted[0]["Condition"]["StringEquals"]
+    assert condition["ec2:ResourceTag/rigbench:project"] == {"Ref": "AWS::StackName"}
+
+
+def test_launch_only_allowed_types_with_imdsv2() -> None:
+    launching = [s for _, s in statements() if allows(s, "ec2:RunInstances")]
+    instance = [s for s in launching if "instance/*" in json.dumps(s["Resource"])]
+    assert instance
+    for statement in instance:
+        conditions = statement["Condition"]["StringEquals"]
+        assert conditions["ec2:InstanceType"] == {"Ref": "AllowedInstanceTypes"}
+        assert conditions["ec2:MetadataHttpTokens"] == "required"
+
+
+def test_data_is_retained_and_protected() -> None:
+    for logical_id in ("ResultsTable", "LedgerTable", "ArtifactBucket"):
+        assert RESOURCES[logical_id]["DeletionPolicy"] == "Retain", logical_id
+        assert RESOURCES[logical_id]["UpdateReplacePolicy"] == "Retain", logical_id
+    for logical_id in ("ResultsTable", "LedgerTable"):
+        assert RESOURCES[logical_id]["Properties"]["DeletionProtectionEnabled"] is True
+
+
+def test_bucket_refuses_plain_http() -> None:
+    policy = RESOURCES["ArtifactBucketPolicy"]["Properties"]
+    assert policy["Bucket"] == {"Ref": "ArtifactBucket"}
+    (deny,) = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert deny["Action"] == "s3:*"
+
+
+def test_execution_end_without_finish_reaches_the_cleanup_handler() -> None:
+    function = RESOURCES["SweepEndFunction"]["Properties"]
+    assert function["Handler"] == "functions.sweep_end.handler"
+    (event,) = function["Events"].values()
+    pattern = event["Properties"]["Pattern"]
+    assert pattern["source"] == ["aws.states"]
+    assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
+    assert set(pattern["detail"]["status"]) == {"ABORTED", "TIMED_OUT", "FAILED"}
+    assert pattern["detail"]["stateMachineArn"] == [{"Ref": "SweepStateMachine"}]
+
+
+def test_finish_has_reserved_concurrency() -> None:
+    finish = RESOURCES["FinishFunction"]["Properties"]
+    assert finish["ReservedConcurrentExecutions"] == {"Ref": "FinishReservedConcurrency"}
+
+
+def test_alarms_notify_the_topic() -> None:
+    alarms = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+    metrics = {
+        (a["Properties"]["Namespace"], a["Properties"]["MetricName"]) for a in alarms.values()
+    }
+    assert ("rigbench", "OverdueInstances") in metrics
+    assert ("AWS/Lambda", "Errors") in metrics
+    reaper = [
+        a for a in alarms.values()
+        if {"Name": "FunctionName", "Value": {"Ref": "ReaperFunction"}}
+        in a["Properties"].get("Dimensions", [])
+    ]  # fmt: skip
+    assert reaper, "an alarm on the reaper's errors"
+    for alarm in alarms.values():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+    assert RESOURCES["AlarmTopic"]["Type"] == "AWS::SNS::Topic"
+    assert "AlarmTopicArn" in TEMPLATE["Outputs"]
+
+
+def test_cleanup_may_lift_termination_protection_only_on_project_instances() -> None:
+    lifting = [(o, s) for o, s in statements() if allows(s, "ec2:ModifyInstanceAttribute")]
+    assert lifting
+    for owner, statement in lifting:
+        conditions = statement["Condition"]["StringEquals"]
+        assert conditions["ec2:ResourceTag/rigbench:project"] == {"Ref": "AWS::StackName"}, owner

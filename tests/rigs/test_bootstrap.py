@@ -197,3 +197,14 @@ def test_ready_check_command_reports_a_failed_install_before_rigbench_exists(
     status_file.write_text(json.dumps({"phase": "installing", "updated": 1}))
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
     assert result.returncode == 1
+
+
+def test_the_deadline_also_survives_a_reboot(tmp_path: Path) -> None:
+    deadline = int(time.time()) + 3600
+    _, _, calls = _boot(tmp_path, spec(deadline_epoch=deadline), FAKE_GPU="0")
+    timer = (tmp_path / "instance" / "units" / "rigbench-deadline.timer").read_text()
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(deadline))
+    assert f"OnCalendar={when}" in timer
+    assert "Persistent=true" in timer
+    assert "systemctl enable --now rigbench-deadline.timer" in calls
+    assert calls[0].startswith("shutdown -h +")  # still the very first thing

@@ -1,0 +1,79 @@
+"""EventBridge "Step Functions Execution Status Change" (ABORTED, TIMED_OUT, FAILED): within
+seconds of an execution ending that way, end every instance of its sweep (found by tags and
+the ledger) and close its reservations, without waiting for the reaper. Stop, abort and
+execution timeout run no Catch, so no Finish: this is what ends their instances.
+Idempotent: a FAILED sweep whose boots all finished finds nothing left to do."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions import clock
+from functions.budget import close_sweep, open_boots, sweep_of_execution
+from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
+from functions.events import ExecutionStatusChangeEvent
+from functions.observability import instrumented, logger, metrics
+from functions.settings import PROJECT_TAG, SWEEP_TAG, Clients, Settings
+
+ENDS_WITHOUT_FINISH = frozenset({"ABORTED", "TIMED_OUT", "FAILED"})
+
+
+@dataclass
+class SweepEnded:
+    sweep_id: str | None
+    terminated: list[str] = field(default_factory=list)
+    boots_closed: list[str] = field(default_factory=list)
+
+
+def end_sweep(
+    clients: Clients, settings: Settings, execution_arn: str, status: str, now: float
+) -> SweepEnded:
+    if status not in ENDS_WITHOUT_FINISH:
+        return SweepEnded(sweep_id=None)
+    sweep_id = sweep_of_execution(clients.dynamodb, settings.ledger_table, execution_arn)
+    if sweep_id is None:
+        return SweepEnded(sweep_id=None)  # ended before Validate claimed a sweep: nothing ran
+    ended = SweepEnded(sweep_id=sweep_id)
+    for rig, boot in open_boots(clients.dynamodb, settings.ledger_table, sweep_id):
+        done = end_boot(
+            clients.ec2,
+            clients.dynamodb,
+            settings.ledger_table,
+            settings.project,
+            sweep_id,
+            rig,
+            boot,
+            now,
+        )
+        ended.terminated.extend(done.terminated)
+        ended.boots_closed.append(f"{rig}#{boot}")
+    # A boot already reconciled cannot launch again (Launch checks its reservation), but an
+    # instance found live here is ended all the same: never leave one running.
+    for instance in tagged_instances(
+        clients.ec2, {PROJECT_TAG: settings.project, SWEEP_TAG: sweep_id}
+    ):
+        if instance["State"]["Name"] in LIVE:
+            terminate(clients.ec2, instance["InstanceId"])
+            ended.terminated.append(instance["InstanceId"])
+            logger.error("live instance of an ended boot", extra={"instance": instance})
+    close_sweep(clients.dynamodb, settings.ledger_table, sweep_id)
+    metrics.add_metric(
+        name="InstancesEndedOnExecutionEnd", unit=MetricUnit.Count, value=len(ended.terminated)
+    )
+    return ended
+
+
+@instrumented
+@event_parser(model=ExecutionStatusChangeEvent)
+def handler(event: ExecutionStatusChangeEvent, context: LambdaContext) -> dict[str, Any]:
+    ended = end_sweep(
+        Clients(), Settings.from_env(), event.detail.executionArn, event.detail.status, clock.now()
+    )
+    return {
+        "sweep_id": ended.sweep_id,
+        "terminated": ended.terminated,
+        "boots_closed": ended.boots_closed,
+    }

@@ -1,0 +1,34 @@
+"""The Map's output stays bounded: each boot's outcome carries a truncated error cause, so the
+largest sweep's outcomes fit in Step Functions' 256 KiB payload whatever the errors said."""
+
+import json
+
+from functions.events import BootOutcome, CaughtError
+from functions.execution_input import MAX_BOOTS_PER_SWEEP
+from functions.finish import MAX_CAUSE, explain, truncate
+
+PAYLOAD_LIMIT = 256 * 1024
+
+
+def test_a_long_cause_is_truncated() -> None:
+    cause = json.dumps({"errorMessage": "x" * 100_000, "errorType": "CommandFailed"})
+    text = truncate(explain(CaughtError(Error="CommandFailed", Cause=cause)))
+    assert len(text) == MAX_CAUSE
+    assert text.endswith("…")
+    assert truncate("short") == "short"
+
+
+def test_the_largest_sweep_s_outcomes_fit_in_one_payload() -> None:
+    outcome = BootOutcome(
+        rig="r" * 32,
+        boot=10,
+        outcome="failed",
+        instance_id="i-0123456789abcdef0",
+        error=truncate("E" * 1000, 100),
+        cause=truncate("c" * 100_000),
+        rows=0,
+        cost_usd=1.234567,
+        instance_seconds=86_400.0,
+    )
+    outcomes = [outcome.model_dump(mode="json")] * MAX_BOOTS_PER_SWEEP
+    assert len(json.dumps(outcomes).encode()) < PAYLOAD_LIMIT / 4
