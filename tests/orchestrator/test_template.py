@@ -236,13 +236,24 @@ def test_the_deadline_schedule_can_only_terminate_project_instances() -> None:
 
 
 def test_launch_only_allowed_types_with_imdsv2() -> None:
-    launching = [s for _, s in statements() if allows(s, "ec2:RunInstances")]
-    instance = [s for s in launching if "instance/*" in json.dumps(s["Resource"])]
-    assert instance
-    for statement in instance:
+    allowed = {
+        "LaunchFunction": "AllowedInstanceTypes",
+        "BakeLaunchFunction": "BuilderInstanceTypes",
+    }
+    launching = [(o, s) for o, s in statements() if allows(s, "ec2:RunInstances")]
+    instance = [(o, s) for o, s in launching if "instance/*" in json.dumps(s["Resource"])]
+    assert {o for o, _ in instance} == set(allowed)
+    for owner, statement in instance:
         conditions = statement["Condition"]["StringEquals"]
-        assert conditions["ec2:InstanceType"] == {"Ref": "AllowedInstanceTypes"}
+        assert conditions["ec2:InstanceType"] == {"Ref": allowed[owner]}
         assert conditions["ec2:MetadataHttpTokens"] == "required"
+
+
+def test_builder_types_parameter_matches_the_catalog() -> None:
+    from functions.instance_types import BUILDERS
+
+    default = TEMPLATE["Parameters"]["BuilderInstanceTypes"]["Default"]
+    assert set(default.split(",")) == set(BUILDERS.values())
 
 
 def test_data_is_retained_and_protected() -> None:
