@@ -59,6 +59,7 @@ class Config:
     rope_sliding: Rope
     rope_full: Rope
     eos_token_ids: tuple[int, ...] = (1,)
+    max_position_embeddings: int = 131_072  # positions past it were never trained
 
     def rope(self, kind: str) -> Rope:
         return self.rope_sliding if kind == SLIDING else self.rope_full
@@ -164,6 +165,7 @@ class Config:
             rope_sliding=ropes[SLIDING],
             rope_full=ropes[FULL],
             eos_token_ids=eos_ids,
+            max_position_embeddings=int(c.get("max_position_embeddings", 131_072)),
         )
 
 
