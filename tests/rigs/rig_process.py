@@ -44,7 +44,12 @@ def rig_server(
         argv += ["--set", setting]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=REPO,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -9,6 +9,7 @@ advertises the context it really has and how it delivers tokens.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -43,7 +44,13 @@ def jax_rig(
     # CPU codegen at -O0 compiles the buckets twice as fast; numerics are unchanged.
     env = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
     with rig_server(
-        "jax", "random:tiny", cache=rig_cache, log=log, timeout_s=600, settings=JAX_SETTINGS, env=env
+        "jax",
+        "random:tiny",
+        cache=rig_cache,
+        log=log,
+        timeout_s=600,
+        settings=JAX_SETTINGS,
+        env=env,
     ) as base:
         yield base
 
@@ -65,7 +72,8 @@ def _openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
     assert response.status_code == status, response.text[:500]
     error: dict[str, Any] = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
-    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["message"], str)
+    assert error["message"]
     assert error["code"] is None or isinstance(error["code"], str)
     return error
 
@@ -104,7 +112,8 @@ def test_usage_key_only_when_asked_for(rig: str, path: str) -> None:
     else:
         body["messages"] = [{"role": "user", "content": "hello"}]
     plain = _chunks(rig, path, body)
-    assert plain and all("usage" not in chunk for chunk in plain)
+    assert plain
+    assert all("usage" not in chunk for chunk in plain)
     counted = _chunks(rig, path, {**body, "stream_options": {"include_usage": True}})
     assert all("usage" in chunk for chunk in counted)
     assert all(chunk["usage"] is None for chunk in counted[:-1])
@@ -187,8 +196,10 @@ def test_neutral_values_of_unhonoured_fields_are_accepted(rig: str) -> None:
 def test_refusal_names_every_unhonoured_field(rig: str) -> None:
     body = _completion(PROMPT, 1, top_k=1, logit_bias={"5": 1}, user="me", unknown_field=1)
     error = _openai_error(_post(rig, "/v1/completions", body), 400)
-    assert "top_k:" in error["message"] and "logit_bias:" in error["message"]
-    assert "user" not in error["message"] and "unknown_field" not in error["message"]
+    assert "top_k:" in error["message"]
+    assert "logit_bias:" in error["message"]
+    assert "user" not in error["message"]
+    assert "unknown_field" not in error["message"]
 
 
 _json = st.recursive(
@@ -206,9 +217,7 @@ _json = st.recursive(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(extra=st.dictionaries(st.sampled_from(sorted(UNHONOURED)), _json, min_size=1, max_size=3))
-def test_fuzzed_unhonoured_fields_are_honoured_or_refused(
-    rig: str, extra: dict[str, Any]
-) -> None:
+def test_fuzzed_unhonoured_fields_are_honoured_or_refused(rig: str, extra: dict[str, Any]) -> None:
     response = _post(rig, "/v1/completions", {**_completion(PROMPT, 1), **extra})
     if response.status_code == 200:
         # only the values that change nothing pass
@@ -288,7 +297,7 @@ async def _stream_gaps(client: httpx.AsyncClient, tokens: int) -> list[float]:
             if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
                 stamps.append(time.monotonic())
     assert len(stamps) >= tokens // 2  # a chunk may carry more than one token's text
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def test_streams_and_health_keep_flowing_while_huge_requests_are_refused(rig: str) -> None:
@@ -330,7 +339,8 @@ def test_streams_and_health_keep_flowing_while_huge_requests_are_refused(rig: st
             gaps = await asyncio.gather(*streams)
             stop.set()
             await poller
-            assert health and all(code == 200 for code, _ in health), health
+            assert health
+            assert all(code == 200 for code, _ in health), health
             assert max(latency for _, latency in health) < 2.0, health
             return baseline, gaps, codes
 
