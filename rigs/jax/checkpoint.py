@@ -24,6 +24,7 @@ import numpy as np
 from rigs.jax.model import Config, Layer, Params, layer_shapes, param_shapes
 
 SAFETENSORS_DTYPES = {
+    "F64": np.dtype(np.float64),  # float64 parity experiments on a CPU
     "F32": np.dtype(np.float32),
     "F16": np.dtype(np.float16),
     "BF16": np.dtype(ml_dtypes.bfloat16),

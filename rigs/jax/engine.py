@@ -190,6 +190,10 @@ class JaxEngine:
             "prefill_batches": ",".join(map(str, self.options.prefill_batches)),
             "batched_prefill_max_len": str(self.options.batched_prefill_max_len),
             "steps_per_call": str(self.options.steps_per_call),
+            # Each device call decodes steps_per_call tokens per sequence and hands them over
+            # together: client-side gaps inside a burst are ~0, so rank on TPOT, not ITL.
+            "token_delivery": "burst",
+            "tokens_per_burst": str(self.options.steps_per_call),
             "max_model_len": str(self.max_model_len),
             "compilations": str(c["executables"]),
             "compile_seconds": str(c["compile_seconds"]),

@@ -59,6 +59,7 @@ class Config:
     rope_sliding: Rope
     rope_full: Rope
     eos_token_ids: tuple[int, ...] = (1,)
+    max_position_embeddings: int = 131_072  # positions past it were never trained
 
     def rope(self, kind: str) -> Rope:
         return self.rope_sliding if kind == SLIDING else self.rope_full
@@ -164,6 +165,7 @@ class Config:
             rope_sliding=ropes[SLIDING],
             rope_full=ropes[FULL],
             eos_token_ids=eos_ids,
+            max_position_embeddings=int(c.get("max_position_embeddings", 131_072)),
         )
 
 
@@ -293,30 +295,36 @@ def init_cache(cfg: Config, slots: int, max_len: int, dtype: Any) -> KVCache:
 # --- pure functions -------------------------------------------------------------------
 
 
+def wide(dtype: Any) -> Any:
+    """The dtype norms, RoPE angles, softmax and logits are computed in: float32, or float64
+    for a float64 model (parity experiments with jax_enable_x64)."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 def rms_norm(x: Array, w: Array | None, eps: float) -> Array:
     """RMSNorm in float32, scaled by w itself (Gemma 4 has no 1 + w offset)."""
-    xf = x.astype(jnp.float32)
+    xf = x.astype(wide(x.dtype))
     y = xf * jnp.power(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps, -0.5)
     if w is not None:
-        y = y * w.astype(jnp.float32)
+        y = y * w.astype(xf.dtype)
     return y.astype(x.dtype)
 
 
-def inv_freq(cfg: Config, kind: str, head_dim: int) -> Array:
+def inv_freq(cfg: Config, kind: str, head_dim: int, dtype: Any = jnp.float32) -> Array:
     """[E/2] inverse frequencies. "proportional" RoPE (global layers) rotates only the
     first partial_factor * E/2 frequency pairs, with exponents over the full head dim;
     the rest have frequency 0 (cos 1, sin 0: passed through)."""
     r = cfg.rope(kind)
     rotated = int(r.partial_factor * head_dim // 2)
-    exps = jnp.arange(0, 2 * rotated, 2, dtype=jnp.float32) / head_dim
+    exps = jnp.arange(0, 2 * rotated, 2, dtype=wide(dtype)) / head_dim
     freqs = 1.0 / (r.theta**exps)
-    freqs = jnp.concatenate([freqs, jnp.zeros(head_dim // 2 - rotated, jnp.float32)])
+    freqs = jnp.concatenate([freqs, jnp.zeros(head_dim // 2 - rotated, freqs.dtype)])
     return freqs / r.factor
 
 
 def rope(x: Array, positions: Array, freqs: Array) -> Array:
     """x [B, T, N, E] rotated by positions [B, T] (rotate-half convention)."""
-    angles = positions.astype(jnp.float32)[..., None] * freqs  # [B, T, E/2]
+    angles = positions.astype(wide(x.dtype))[..., None] * freqs  # [B, T, E/2]
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, T, 1, E]
     cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
     half = x.shape[-1] // 2
@@ -331,7 +339,7 @@ def attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     b, t, h, e = q.shape
     kv_heads = k.shape[2]
     q = q.reshape(b, t, kv_heads, h // kv_heads, e)
-    scores = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=wide(q.dtype))
     scores = jnp.where(mask[:, None, None, :, :], scores, -jnp.inf)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bske->btkge", probs, v)
@@ -363,7 +371,7 @@ def project_qkv(
     b, t, _ = x.shape
     h, k, e = cfg.num_heads, cfg.num_kv_heads[i], cfg.head_dims[i]
     qkv = jnp.einsum("btd,fd->btf", x, w.w_qkv)  # [B, T, (H + 2K) * E]
-    freqs = inv_freq(cfg, cfg.layer_types[i], e)
+    freqs = inv_freq(cfg, cfg.layer_types[i], e, x.dtype)
     q = rms_norm(qkv[..., : h * e].reshape(b, t, h, e), w.q_norm, cfg.rms_norm_eps)
     q = rope(q, positions, freqs)
     if cfg.is_shared(i):
@@ -402,7 +410,7 @@ def logits_from_hidden(params: Params, cfg: Config, x: Array) -> Array:
     The product is rounded to the weight dtype first, as transformers' lm_head does, so
     greedy choices agree with it in bfloat16 too."""
     head = params.embed if params.lm_head is None else params.lm_head
-    logits = jnp.einsum("bd,vd->bv", x, head).astype(jnp.float32)
+    logits = jnp.einsum("bd,vd->bv", x, head).astype(wide(x.dtype))
     if cfg.final_logit_softcap:
         cap = cfg.final_logit_softcap
         logits = jnp.tanh(logits / cap) * cap

@@ -46,6 +46,19 @@ def eos_ids(directory: Path) -> frozenset[int]:
     return frozenset(ids)
 
 
+def true_max_model_len(requested: int, max_position_embeddings: int) -> int:
+    """The context the rig serves (and advertises): `--max-model-len`, but never past the
+    model's trained positions."""
+    if requested > max_position_embeddings:
+        log.warning(
+            "--max-model-len %d exceeds the model's max_position_embeddings %d: serving %d",
+            requested,
+            max_position_embeddings,
+            max_position_embeddings,
+        )
+    return min(requested, max_position_embeddings)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rigs.jax.server", description=__doc__)
     parser.add_argument("--model", required=True, help="random:tiny, a directory or a hub id")
@@ -91,9 +104,10 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     cfg = checkpoint.load_config(source.path)
     log.info("loading %s (%s) as %s onto %s", source.spec, source.path, dtype, device)
     params = checkpoint.load_params(source.path, cfg, dtype, device=device)
+    max_model_len = true_max_model_len(args.max_model_len, cfg.max_position_embeddings)
     options = EngineOptions(
         max_slots=args.max_slots,
-        max_model_len=args.max_model_len,
+        max_model_len=max_model_len,
         steps_per_call=args.steps_per_call,
     )
     engine = JaxEngine(

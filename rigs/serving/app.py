@@ -2,16 +2,25 @@
 
 `/health` answers 200 only once the engine has produced real tokens (a warm-up generation
 after loading) and the last generation did not fail; 503 before, with the phase.
+
+The event loop only moves bytes: a body over `max_body_bytes` is refused (413) before it is
+read, a text longer than the context could hold is refused before it is tokenised, and
+parsing and tokenising run on a worker thread, so one huge request never stalls the other
+streams or `/health`. A request whose client has gone away is cancelled (streaming or not),
+which stops the engine's work for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
@@ -48,7 +57,9 @@ log = logging.getLogger("rigs.serving")
 
 Loader = Callable[[], tuple[Engine, ServingTokenizer]]
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 WARMUP_PROMPT = "Hello"
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client went away
 
 
 @dataclass
@@ -61,6 +72,11 @@ class ServerState:
     phase: str = "loading"
     error: str | None = None
     last_generation_failed: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # parsing and tokenising: off the event loop, two at a time at most
+    workers: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="rig-tokenize")
+    )
 
     @property
     def healthy(self) -> bool:
@@ -76,10 +92,18 @@ class _Job:
 
 
 def build_app(
-    engine: Engine, tokenizer: ServingTokenizer, *, served_model_names: Sequence[str] = ()
+    engine: Engine,
+    tokenizer: ServingTokenizer,
+    *,
+    served_model_names: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
     """An app over an already-loaded engine (it still warms up before /health says 200)."""
-    return build_lazy_app(lambda: (engine, tokenizer), served_model_names=served_model_names)
+    return build_lazy_app(
+        lambda: (engine, tokenizer),
+        served_model_names=served_model_names,
+        max_body_bytes=max_body_bytes,
+    )
 
 
 def build_lazy_app(
@@ -87,13 +111,14 @@ def build_lazy_app(
     *,
     served_model_names: Sequence[str] = (),
     on_failure: Callable[[str], None] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Starlette:
     """An app that starts answering at once and loads the engine in the background.
 
     `on_failure(reason)` is called if loading or warm-up fails (e.g. to stop the server so
-    a supervisor restarts it).
+    a supervisor restarts it). A request body over `max_body_bytes` gets a 413.
     """
-    state = ServerState(served_names=list(served_model_names))
+    state = ServerState(served_names=list(served_model_names), max_body_bytes=max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -102,6 +127,7 @@ def build_lazy_app(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        state.workers.shutdown(wait=False, cancel_futures=True)
 
     app = Starlette(
         routes=[
@@ -180,6 +206,9 @@ async def health(state: ServerState, request: Request) -> Response:
 
 async def models(state: ServerState, request: Request) -> Response:
     engine = _require_engine(state)
+    declared = _provenance(engine)
+    delivery = "burst" if declared["token_delivery"] == "burst" else "per_token"
+    burst = int(declared["tokens_per_burst"]) if "tokens_per_burst" in declared else None
     cards = [
         ModelCard(
             id=name,
@@ -187,26 +216,84 @@ async def models(state: ServerState, request: Request) -> Response:
             root=engine.model_name,
             max_model_len=engine.max_model_len,
             vocab_size=engine.vocab_size,
+            token_delivery=delivery,
+            tokens_per_burst=burst,
         )
         for name in state.served_names
     ]
     return _json(ModelList(data=cards))
 
 
+def _provenance(engine: Engine) -> dict[str, str]:
+    """The engine's provenance; an engine that does not declare `token_delivery` yields each
+    token as it is produced ("per_token")."""
+    return {"token_delivery": "per_token", **engine.provenance()}
+
+
 async def provenance(state: ServerState, request: Request) -> Response:
-    engine = _require_engine(state)
-    return JSONResponse(dict(engine.provenance()))
+    return JSONResponse(_provenance(_require_engine(state)))
 
 
 _R = TypeVar("_R", bound=BaseModel)
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
-async def _parse(request: Request, model: type[_R]) -> _R:
-    body = await request.body()
+async def _off_loop(
+    state: ServerState, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+) -> _T:
+    """`func(*args)` on a worker thread, so the event loop keeps serving meanwhile."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(state.workers, functools.partial(func, *args, **kwargs))
+
+
+def _too_large(size: str, limit: int) -> APIError:
+    return APIError(
+        413,
+        f"request body is {size} bytes; this server accepts at most {limit} bytes",
+        code="request_too_large",
+    )
+
+
+async def _read_body(state: ServerState, request: Request) -> bytes:
+    """The body, refused with a 413 as soon as it (or its Content-Length) passes the limit."""
+    limit = state.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(declared, limit)
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise _too_large(f"more than {limit}", limit)
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _parse(state: ServerState, request: Request, model: type[_R]) -> _R:
+    body = await _read_body(state, request)
     try:
-        return model.model_validate_json(body)
+        parsed = await _off_loop(state, model.model_validate_json, body)
     except ValidationError as err:
         raise from_validation_error(err) from None
+    if isinstance(parsed, CompletionRequest | ChatCompletionRequest):
+        _refuse_unhonoured(parsed)
+    return parsed
+
+
+def _refuse_unhonoured(request: CompletionRequest | ChatCompletionRequest) -> None:
+    """A 400 naming every field the request sets that the rig would silently not honour."""
+    refused = request.unhonoured()
+    if not refused:
+        return
+    problems = "; ".join(
+        f"{name}: not supported by this rig (omit it, or send "
+        f"{' or '.join(json.dumps(v) for v in neutral)})"
+        for name, neutral in refused.items()
+    )
+    param = next(iter(refused))
+    raise APIError(400, problems, param=param, code="unsupported_parameter")
 
 
 def _require_engine(state: ServerState) -> Engine:
@@ -223,25 +310,15 @@ def _plan(
     default_max_tokens: int | None,
 ) -> _Job:
     engine = _require_engine(state)
-    model = request.model or state.served_names[0]
-    if model not in state.served_names:
-        raise APIError(
-            404, f"The model `{model}` does not exist.", type="NotFoundError", param="model"
-        )
+    model = _check_model(state, request)
     if not prompt_ids:
         raise bad_request("prompt is empty", param="prompt")
-    bad = [t for t in prompt_ids if not 0 <= t < engine.vocab_size]
-    if bad:
-        raise bad_request(
-            f"token id {bad[0]} is out of range [0, {engine.vocab_size})", param="prompt"
-        )
     room = engine.max_model_len - len(prompt_ids)
     if room < 1:
-        raise bad_request(
-            f"prompt has {len(prompt_ids)} tokens; this model's maximum context length is "
-            f"{engine.max_model_len} tokens",
-            param="prompt",
-        )
+        raise _context_exceeded(f"prompt has {len(prompt_ids)} tokens", engine)
+    bad = next((t for t in prompt_ids if not 0 <= t < engine.vocab_size), None)
+    if bad is not None:
+        raise bad_request(f"token id {bad} is out of range [0, {engine.vocab_size})", "prompt")
     max_tokens = request.max_tokens or default_max_tokens or room
     if max_tokens > room:
         raise bad_request(
@@ -249,6 +326,7 @@ def _plan(
             f"you requested {len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the "
             f"prompt, {max_tokens} in the completion).",
             param="max_tokens",
+            code="context_length_exceeded",
         )
     params = SamplingParams(
         max_tokens=max_tokens,
@@ -261,19 +339,57 @@ def _plan(
     return _Job(prompt_ids, params, model, request.include_usage)
 
 
-async def completions(state: ServerState, request: Request) -> Response:
-    req = await _parse(request, CompletionRequest)
-    _require_engine(state)
+def _check_model(state: ServerState, request: CompletionRequest | ChatCompletionRequest) -> str:
+    model = request.model or state.served_names[0]
+    if model not in state.served_names:
+        raise APIError(
+            404,
+            f"The model `{model}` does not exist.",
+            type="NotFoundError",
+            param="model",
+            code="model_not_found",
+        )
+    return model
+
+
+def _context_exceeded(what: str, engine: Engine, param: str = "prompt") -> APIError:
+    return bad_request(
+        f"{what}; this model's maximum context length is {engine.max_model_len} tokens",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+def _check_text_length(state: ServerState, text: str, param: str) -> None:
+    """Refuse, without tokenising it, a text too long for the context whatever it encodes to."""
+    engine = _require_engine(state)
     assert state.tokenizer is not None
-    ids = list(req.prompt) if isinstance(req.prompt, list) else state.tokenizer.encode(req.prompt)
-    if isinstance(req.prompt, str) and not req.prompt:
+    at_least = state.tokenizer.min_tokens(text)
+    if at_least >= engine.max_model_len:
+        raise _context_exceeded(
+            f"{param} has {len(text)} characters, at least {at_least} tokens", engine, param
+        )
+
+
+async def completions(state: ServerState, request: Request) -> Response:
+    req = await _parse(state, request, CompletionRequest)
+    _require_engine(state)
+    _check_model(state, req)
+    tokenizer = state.tokenizer
+    assert tokenizer is not None
+    if isinstance(req.prompt, list):
+        ids = list(req.prompt)
+    elif not req.prompt:
         ids = []
+    else:
+        _check_text_length(state, req.prompt, "prompt")
+        ids = await _off_loop(state, tokenizer.encode, req.prompt)
     job = _plan(state, req, ids, DEFAULT_COMPLETION_MAX_TOKENS)
     if req.stream:
         return sse.response(_stream_completion(state, job))
-    ids_out = await _generate_all(state, job)
+    ids_out = await _generate_unless_abandoned(state, job, request)
     choice = CompletionChoice(
-        text=state.tokenizer.decode(ids_out),
+        text=tokenizer.decode(ids_out),
         finish_reason=_finish(job, len(ids_out)),
         token_ids=ids_out if req.return_token_ids else None,
     )
@@ -289,20 +405,23 @@ async def completions(state: ServerState, request: Request) -> Response:
 
 
 async def chat_completions(state: ServerState, request: Request) -> Response:
-    req = await _parse(request, ChatCompletionRequest)
+    req = await _parse(state, request, ChatCompletionRequest)
     _require_engine(state)
-    assert state.tokenizer is not None
+    _check_model(state, req)
+    tokenizer = state.tokenizer
+    assert tokenizer is not None
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    _check_text_length(state, "".join(m["content"] for m in messages), "messages")
     try:
-        ids = state.tokenizer.encode_chat(messages)
+        ids = await _off_loop(state, tokenizer.encode_chat, messages)
     except Exception as err:  # a template that rejects the conversation, e.g. bad role order
         raise bad_request(f"cannot apply the chat template: {err}", param="messages") from err
     job = _plan(state, req, ids, None)
     if req.stream:
         return sse.response(_stream_chat(state, job))
-    ids_out = await _generate_all(state, job)
+    ids_out = await _generate_unless_abandoned(state, job, request)
     choice = ChatChoice(
-        message=ChatMessageOut(content=state.tokenizer.decode(ids_out)),
+        message=ChatMessageOut(content=tokenizer.decode(ids_out)),
         finish_reason=_finish(job, len(ids_out)),
         token_ids=ids_out if req.return_token_ids else None,
     )
@@ -355,6 +474,31 @@ async def _generate_all(state: ServerState, job: _Job) -> list[int]:
         raise APIError(500, f"generation failed: {err}", type="internal_error") from err
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone away (the body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _generate_unless_abandoned(state: ServerState, job: _Job, request: Request) -> list[int]:
+    """All generated ids; if the client disconnects first, cancel the generation (which
+    stops the engine's work for it) and answer 499 to nobody."""
+    generation = asyncio.ensure_future(_generate_all(state, job))
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({generation, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not generation.done():
+            generation.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await generation
+    if generation.cancelled():
+        log.info("client went away: generation cancelled")
+        raise APIError(CLIENT_CLOSED_REQUEST, "the client closed the request", code=None)
+    return generation.result()
+
+
 async def _text_deltas(state: ServerState, job: _Job) -> AsyncIterator[tuple[str, int]]:
     """(text delta, tokens so far) per generated token; the delta may be empty."""
     assert state.tokenizer is not None
@@ -373,7 +517,8 @@ async def _stream_completion(state: ServerState, job: _Job) -> AsyncIterator[byt
     def chunk(text: str, finish: FinishReason | None) -> bytes:
         choice = CompletionChoice(text=text, finish_reason=finish)
         return sse.event(
-            CompletionChunk(id=rid, created=created, model=job.model, choices=[choice])
+            CompletionChunk(id=rid, created=created, model=job.model, choices=[choice]),
+            with_usage=job.include_usage,
         )
 
     count = 0
@@ -402,7 +547,8 @@ async def _stream_chat(state: ServerState, job: _Job) -> AsyncIterator[bytes]:
     def chunk(delta: ChatDelta, finish: FinishReason | None = None) -> bytes:
         choice = ChatChunkChoice(delta=delta, finish_reason=finish)
         return sse.event(
-            ChatCompletionChunk(id=rid, created=created, model=job.model, choices=[choice])
+            ChatCompletionChunk(id=rid, created=created, model=job.model, choices=[choice]),
+            with_usage=job.include_usage,
         )
 
     yield chunk(ChatDelta(role="assistant", content=""))

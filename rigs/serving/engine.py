@@ -28,13 +28,19 @@ class Engine(Protocol):
     eos_token_ids: frozenset[int]
 
     def provenance(self) -> Mapping[str, str]:
-        """Runtime versions, dtype, device and batching mode, for results rows."""
+        """Runtime versions, dtype, device and batching mode, for results rows.
+
+        Optional: "token_delivery" "burst" and "tokens_per_burst" N for an engine that hands
+        over N tokens at once (the server then advertises it in /v1/models); absent means
+        "per_token"."""
         ...
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
         """Yield generated token ids as they are produced.
 
         Stops after `params.max_tokens`, or at an EOS id once `params.min_tokens` have been
-        produced unless `params.ignore_eos`. The EOS id itself is not yielded.
+        produced unless `params.ignore_eos`. The EOS id itself is not yielded. The server
+        closes the iterator (or cancels the task awaiting it) when the client goes away: the
+        engine must then stop generating for the request.
         """
         ...

@@ -11,7 +11,7 @@ class ErrorBody(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: str | int | None = None
+    code: str | None = None  # as OpenAI: a string such as "context_length_exceeded", or null
 
 
 class ErrorResponse(BaseModel):
@@ -33,12 +33,12 @@ class APIError(Exception):
         super().__init__(message)
         self.status = status
         self.body = ErrorResponse(
-            error=ErrorBody(message=message, type=type, param=param, code=code or status)
+            error=ErrorBody(message=message, type=type, param=param, code=code)
         )
 
 
-def bad_request(message: str, param: str | None = None) -> APIError:
-    return APIError(400, message, param=param)
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
 
 
 def from_validation_error(err: ValidationError) -> APIError:

@@ -2,7 +2,8 @@
 
 Requests are strict (a string where a number belongs is a 400, not a coercion); unknown
 fields are ignored as OpenAI clients send many; fields that would change the output but
-that the server does not implement are refused rather than silently ignored.
+that the server does not implement (`UNHONOURED`) are refused rather than silently ignored,
+unless they carry the value that changes nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +21,61 @@ class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
+# OpenAI and vLLM request fields that change the output and that this server does not
+# implement, each with the values that change nothing (clients send some by default).
+UNHONOURED: dict[str, tuple[Any, ...]] = {
+    "logit_bias": (None, {}),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0, 0.0),
+    "top_a": (None, 0, 0.0),
+    "typical_p": (None, 1, 1.0),
+    "best_of": (None, 1),
+    "use_beam_search": (None, False),
+    "length_penalty": (None, 1, 1.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "suffix": (None, ""),
+    "response_format": (None, {"type": "text"}),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "structured_outputs": (None,),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "functions": (None, []),
+    "function_call": (None, "none", "auto"),
+    "top_logprobs": (None, 0),
+    "prompt_logprobs": (None, 0),
+    "stop_token_ids": (None, []),
+    "bad_words": (None, []),
+    "allowed_token_ids": (None,),
+    "prediction": (None,),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
+    "reasoning_effort": (None,),
+    "skip_special_tokens": (None, True),
+    "add_special_tokens": (None,),
+    "truncate_prompt_tokens": (None,),
+    "chat_template": (None,),
+    "chat_template_kwargs": (None, {}),
+    "continue_final_message": (None, False),
+    "add_generation_prompt": (None, True),
+}
+
+
+def _neutral(value: Any, allowed: tuple[Any, ...]) -> bool:
+    # type-exact: `True == 1` must not pass for best_of
+    return any(type(value) is type(ok) and value == ok for ok in allowed)
+
+
 class StreamOptions(_Request):
     include_usage: bool = False
 
 
 class _Sampling(_Request):
+    # Extra fields are kept (not validated) so that `unhonoured` can name them.
+    model_config = ConfigDict(strict=True, extra="allow")
+
     model: str | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     min_tokens: Annotated[int, Field(ge=0)] = 0
@@ -55,6 +106,15 @@ class _Sampling(_Request):
         if value:
             raise ValueError("stop sequences are not supported by this rig")
         return None
+
+    def unhonoured(self) -> dict[str, tuple[Any, ...]]:
+        """Fields this request sets that the server would not honour, with what it accepts."""
+        extra = self.model_extra or {}
+        return {
+            name: UNHONOURED[name]
+            for name, value in extra.items()
+            if name in UNHONOURED and not _neutral(value, UNHONOURED[name])
+        }
 
     @property
     def include_usage(self) -> bool:
@@ -203,6 +263,10 @@ class ModelCard(BaseModel):
     root: str
     max_model_len: int
     vocab_size: int  # an extension: the harness keeps token-id prompts inside it
+    # Extensions: "burst" when the engine hands over several tokens at once (client-side
+    # gaps inside a burst are ~0, so ITL means nothing and TPOT is the measure).
+    token_delivery: Literal["per_token", "burst"] = "per_token"
+    tokens_per_burst: int | None = None
 
 
 class ModelList(BaseModel):

@@ -13,6 +13,14 @@ class ServingTokenizer:
     def __init__(self, hf_tokenizer: Any) -> None:
         self.hf = hf_tokenizer
         self.special_ids = frozenset(int(i) for i in hf_tokenizer.all_special_ids)
+        # No token stands for more input characters than its vocabulary entry has (SentencePiece
+        # "▁" is one space, a byte-level symbol one byte, "<0xE3>" even fewer), so a text of
+        # N characters is at least N / max_token_chars tokens: a check that costs no encoding.
+        self.max_token_chars = max(1, *(len(piece) for piece in hf_tokenizer.get_vocab()))
+
+    def min_tokens(self, text: str) -> int:
+        """A lower bound on the tokens `text` encodes to, without encoding it."""
+        return -(-len(text) // self.max_token_chars)
 
     @classmethod
     def from_pretrained(cls, path: Path | str) -> ServingTokenizer:

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,18 +32,24 @@ def rig_server(
     log: Path,
     timeout_s: float = 120.0,
     settings: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
-    """`rigbench rig serve RIG --model MODEL [--set KEY=VALUE ...]` on a free loopback port;
-    yields its base URL."""
+    """`rigbench rig serve RIG --model MODEL [--set KEY=VALUE ...]` on a free loopback port,
+    with `env` added to the environment; yields its base URL."""
     port = free_port()
-    env = {**os.environ, "RIGBENCH_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    full_env = {**os.environ, **(env or {}), "RIGBENCH_CACHE": str(cache), "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "rigbench", "rig", "serve", rig, "--model", model]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
     for setting in settings:
         argv += ["--set", setting]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=REPO,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
     try:

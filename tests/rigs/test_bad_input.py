@@ -123,7 +123,7 @@ def _assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any
     error: dict[str, Any] = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"]
-    assert error["code"] == status
+    assert error["code"] is None or isinstance(error["code"], str)  # OpenAI: never an int
     return error
 
 
@@ -167,8 +167,8 @@ def test_fuzzed_bodies_never_break_the_rig(torch_rig: str, body: Any) -> None:
         body = {**body, "max_tokens": 1}  # keep valid requests cheap on a CPU
     response = _post(torch_rig, "/v1/completions", json.dumps(body).encode())
     if response.status_code != 200:
-        error = _assert_openai_error(response, response.status_code)
-        assert 400 <= error["code"] < 500
+        assert 400 <= response.status_code < 500
+        _assert_openai_error(response, response.status_code)
 
 
 def test_rig_still_serves_after_the_abuse(torch_rig: str) -> None:
