@@ -1,7 +1,6 @@
 """Every boot ends here, whatever happened: terminate the instance, reconcile the ledger,
 and report the boot's outcome (a failed boot does not fail the Map; the summary does)."""
 
-import json
 import time
 from typing import Any
 
@@ -11,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions.budget import reconcile_boot
+from functions.errors import error_message
 from functions.events import BootOutcome, BootState, CaughtError
 from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
@@ -26,13 +26,7 @@ def terminate(ec2: Any, instance_id: str) -> None:
 
 def explain(error: CaughtError) -> str:
     """The readable part of a Catch's Cause: a Lambda error's message, else the Cause as is."""
-    try:
-        cause = json.loads(error.Cause)
-    except ValueError:
-        return error.Cause
-    if isinstance(cause, dict) and "errorMessage" in cause:
-        return str(cause["errorMessage"])
-    return error.Cause
+    return error_message(error.Cause)
 
 
 def finish_boot(state: BootState, clients: Clients, settings: Settings) -> BootOutcome:
