@@ -19,7 +19,7 @@ import uuid
 import zipfile
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import httpx
@@ -30,9 +30,7 @@ from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
-
-if TYPE_CHECKING:
-    from rigbench.cloud import StackRefs
+from rigbench.stack.models import StackRefs
 
 ACCOUNT_ID = "123456789012"
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
@@ -357,10 +355,8 @@ class Emulation:
             self.state_machine_arn = arn
 
     # ------------------------------------------------------------------ use
-    def stack_refs(self) -> "StackRefs":
-        """The stack outputs the cloud commands work on, for this emulated stack."""
-        from rigbench.cloud import StackRefs
-
+    def stack_refs(self) -> StackRefs:
+        """The stack outputs the stack client works on, for this emulated stack."""
         return StackRefs(
             stack_name=self.stack_name,
             state_machine_arn=self.state_machine_arn,

@@ -27,6 +27,10 @@ SWEEP_TAG = "rigbench:sweep"
 # machine would measure each other.
 DEFAULT_QUOTA_VCPUS = 8.0 * max(1, (os.cpu_count() or 1) // 4)
 DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0.26-0.41)
+# In a rehearsal, every launch is refused with a capacity error the launch handler treats as
+# "try the next subnet", so the walk covers the whole subnet order; no instance is created
+# because the seam raises before moto's RunInstances.
+REFUSAL = "InsufficientInstanceCapacity"
 _MODEL_IN_USER_DATA = re.compile(r"--model[= ]+['\"]?([^'\"\s]+)")
 
 
@@ -74,7 +78,14 @@ class LocalEmulatedFleet:
         # (sweep id, rig) -> rig settings sized to this host
         self.settings: dict[tuple[str, str], dict[str, str]] = {}
         self.launched_ids: list[str] = []
+        self._rehearsal: list[LaunchRequest] | None = None
         self._lock = threading.Lock()
+
+    def rehearse(self, on: bool = True) -> list[LaunchRequest]:
+        """While on, every launch is recorded (in the list returned) and refused."""
+        with self._lock:
+            self._rehearsal = [] if on else None
+            return self._rehearsal if self._rehearsal is not None else []
 
     def bind(self, aws_env: dict[str, str]) -> None:
         self.fleet.set_env(aws_env)
@@ -86,7 +97,11 @@ class LocalEmulatedFleet:
         return self.account.spot_price_usd_per_hour
 
     def capacity_error(self, request: LaunchRequest) -> str | None:
-        return None
+        with self._lock:
+            if self._rehearsal is None:
+                return None
+            self._rehearsal.append(request)
+            return REFUSAL
 
     def model_for(self, instance: LaunchedInstance) -> str:
         sweep = instance.tags.get(SWEEP_TAG, "")

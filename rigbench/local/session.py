@@ -2,7 +2,7 @@
 
     with LocalSession(home, account) as session:
         arn = session.start(sweep_input)
-        session.follow(arn)
+        session.emu.wait(arn)
 
 Entering reaps what an earlier run left (processes of a dead owner), starts the process
 groups and their watchdog, starts the emulation with the local fleet (resources from
@@ -25,17 +25,14 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
 from rigbench.emulation import Emulation, EnvironOverride
-from rigbench.local import persist
+from rigbench.local import executions, persist
 from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
 from rigbench.local.fleet import LocalFleet, RigCommand
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
-from rigbench.local.progress import SweepProgress
 
-DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
 QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
 # The bundle is uploaded again by every session; snapshots keep only what sweeps wrote.
@@ -103,6 +100,7 @@ class LocalSession:
         *,
         console: Console | None = None,
         keep_results: bool = True,
+        restore: bool | None = None,
         rig_command: RigCommand = rig_serve_command,
         fleet_factory: Callable[[LocalFleet, EmulatedAccount], Any] | None = None,
     ) -> None:
@@ -110,6 +108,7 @@ class LocalSession:
         self.account = account
         self.console = console or Console()
         self.keep_results = keep_results
+        self.restore = keep_results if restore is None else restore
         self.rig_command = rig_command
         self.fleet_factory = fleet_factory or (lambda fleet, acct: LocalEmulatedFleet(fleet, acct))
         self.stale: list[PidRecord] = []
@@ -143,7 +142,7 @@ class LocalSession:
             self.emulated = self.fleet_factory(self._fleet, self.account)
             self.emulation = Emulation(fleet=self.emulated)
             self.emulation.start()
-            if self.keep_results:
+            if self.restore:
                 self.restored = self._restore()
         except BaseException:
             self.close()
@@ -166,6 +165,7 @@ class LocalSession:
                     self.emulation._stop_executions()
                 if self.keep_results:
                     self.save()
+                    self.save_executions()
         finally:
             try:
                 if self._fleet is not None:
@@ -215,6 +215,20 @@ class LocalSession:
             skip_prefixes=NOT_SAVED_PREFIXES,
         )
 
+    def save_executions(self) -> None:
+        """Each execution's description and history, for `rigbench status --local` later."""
+        emu = self.emu
+        sfn = emu.client("stepfunctions")
+        pages = sfn.get_paginator("list_executions")
+        for page in pages.paginate(stateMachineArn=emu.state_machine_arn):
+            for listed in page["executions"]:
+                arn = listed["executionArn"]
+                executions.save(
+                    self.home.root,
+                    executions.plain(sfn.describe_execution(executionArn=arn)),
+                    executions.plain(self.history(arn)),
+                )
+
     # -- executions --------------------------------------------------------------------------
 
     @property
@@ -245,28 +259,6 @@ class LocalSession:
         for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
             events.extend(page["events"])
         return events
-
-    def describe(self, arn: str) -> dict[str, Any]:
-        return dict(self.emu.client("stepfunctions").describe_execution(executionArn=arn))
-
-    def follow(
-        self, arn: str, *, title: str = "", live: bool = True, poll_s: float = 0.5
-    ) -> tuple[dict[str, Any], SweepProgress]:
-        """Show progress per rig and boot until the execution ends; its description and progress."""
-        progress = SweepProgress()
-        with Live(
-            progress.table(title), console=self.console, refresh_per_second=4, transient=False,
-            auto_refresh=live,
-        ) as view:  # fmt: skip
-            while True:
-                progress.feed(self.history(arn))
-                described = self.describe(arn)
-                view.update(progress.table(title))
-                if described["status"] in DONE:
-                    progress.feed(self.history(arn))
-                    view.update(progress.table(title))
-                    return described, progress
-                time.sleep(poll_s)
 
     def reports(self, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
         """The raw harness reports a sweep stored, per rig, in boot order."""

@@ -21,6 +21,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
+from functions.errors import InvalidInput
+from functions.execution_input import parse_sweep_input
+from rigbench.bundle import REPO_ROOT, rig_names
 from rigbench.stack.models import (
     BundleManifest,
     QuotaCheck,
@@ -38,6 +41,15 @@ from rigbench.stack.models import (
 
 class StackError(Exception):
     """A stack operation cannot go on; the message says why and what to do."""
+
+
+def validate_sweep_input(sweep_input: dict[str, Any]) -> None:
+    """Check an execution input as the ValidateInput state will (rigs: the repository's),
+    before anything starts; a StackError names the field that is wrong."""
+    try:
+        parse_sweep_input(sweep_input, context={"rigs": set(rig_names(REPO_ROOT))})
+    except InvalidInput as exc:
+        raise StackError(str(exc)) from exc
 
 
 @runtime_checkable

@@ -73,12 +73,12 @@ def _instance_id(payload: Any) -> str:
     return ""
 
 
-def _caught(payload: Mapping[str, Any]) -> str:
-    """The message of an error a Catch put into the state ({"Error": ..., "Cause": ...})."""
+def _caught(payload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An error a Catch put into the state ({"Error": ..., "Cause": ...}): name, message."""
     for value in payload.values():
         if isinstance(value, Mapping) and "Error" in value and "Cause" in value:
-            return error_message(str(value["Cause"])) or str(value["Error"])
-    return ""
+            return str(value["Error"]), error_message(str(value["Cause"]))
+    return None
 
 
 def _outcome(payload: Any) -> Mapping[str, Any] | None:
@@ -102,10 +102,14 @@ class _Boot:
         self.rig = "?"
         self.boot: int | None = None
         self.phase = Phase.QUEUED
-        self.state = self.instance_id = self.error = self.outcome = ""
+        self.state = self.instance_id = self.error = self.cause = self.outcome = ""
         self.finished = False
         self.cost_usd: float | None = None
         self.phase_since: datetime | None = None
+
+    def failed(self, error: str, cause: str) -> None:
+        self.error = error or self.error or "failed"
+        self.cause = cause or self.cause
 
     def move(self, phase: Phase, when: datetime | None) -> None:
         if phase != self.phase:
@@ -114,7 +118,8 @@ class _Boot:
     def frozen(self) -> BootProgress:
         return BootProgress(
             index=self.index, rig=self.rig, boot=self.boot, phase=self.phase, state=self.state,
-            instance_id=self.instance_id, error=self.error, finished=self.finished,
+            instance_id=self.instance_id, error=self.error, cause=self.cause,
+            finished=self.finished,
             outcome=self.outcome, cost_usd=self.cost_usd, phase_since=self.phase_since,
         )  # fmt: skip
 
@@ -131,7 +136,7 @@ def fold(
     by_id = {int(e["id"]): e for e in events}
     iteration_of: dict[int, int | None] = {}
     boots: dict[int, _Boot] = {}
-    sweep_state, status, error = "starting", "RUNNING", ""
+    sweep_state, status, error, cause = "starting", "RUNNING", "", ""
     for event_id in sorted(by_id):
         event = by_id[event_id]
         kind = str(event["type"])
@@ -150,7 +155,8 @@ def fold(
             elif kind in _ENDED:
                 status = kind.removeprefix("Execution").upper()
                 if kind != "ExecutionSucceeded":
-                    error = error_message(str(details.get("cause") or details.get("error") or ""))
+                    error = str(details.get("error") or status)
+                    cause = error_message(str(details.get("cause") or ""))
             continue
         boot = boots.setdefault(index, _Boot(index))
         if kind.endswith("StateEntered"):
@@ -161,7 +167,9 @@ def fold(
                 if boot.boot is None and isinstance(payload.get("boot"), int):
                     boot.boot = payload["boot"]
                 boot.instance_id = _instance_id(payload) or boot.instance_id
-                boot.error = _caught(payload) or boot.error
+                caught = _caught(payload)
+                if caught is not None:
+                    boot.failed(*caught)
             boot.state = str(details["name"])
             phase = STATE_PHASES.get(boot.state)
             if phase is not None and not boot.finished:
@@ -176,24 +184,27 @@ def fold(
                 if report.get("cost_usd") is not None:
                     boot.cost_usd = float(report["cost_usd"])
                 if boot.outcome == "failed":
-                    cause = report.get("cause") or report.get("error") or "failed"
-                    boot.error = boot.error or str(cause)
+                    boot.failed(str(report.get("error") or ""), str(report.get("cause") or ""))
         elif kind.endswith("Failed") and kind != "MapIterationFailed":
-            cause = details.get("cause") or details.get("error") or ""
-            boot.error = error_message(str(cause)) or boot.error
+            boot.failed(
+                str(details.get("error") or ""), error_message(str(details.get("cause") or ""))
+            )
         elif kind in _ITERATION_ENDED:
             boot.finished = True
+            if boot.outcome == "succeeded":  # errors before were retried away
+                boot.error = boot.cause = ""
             succeeded = kind == "MapIterationSucceeded" and not boot.error
             boot.move(Phase.TERMINATED if succeeded else Phase.FAILED, when)
     output = None
     if described is not None:
         status = str(described.get("status") or status)
         if status not in ("RUNNING", "SUCCEEDED") and not error:
-            error = error_message(str(described.get("cause") or described.get("error") or ""))
+            error = str(described.get("error") or status)
+            cause = error_message(str(described.get("cause") or ""))
         parsed = _json(described.get("output"))
         output = parsed if isinstance(parsed, dict) else None
     return SweepProgress(
         sweep_id=execution_arn.rsplit(":", 1)[-1], execution_arn=execution_arn,
-        status=status, state=sweep_state, error=error, output=output,
+        status=status, state=sweep_state, error=error, cause=cause, output=output,
         boots=[boots[i].frozen() for i in sorted(boots)],
     )  # fmt: skip

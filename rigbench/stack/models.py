@@ -77,7 +77,8 @@ class BootProgress(_Model):
     phase: Phase = Phase.QUEUED
     state: str = Field("", description="the ASL state it is in, or last was")
     instance_id: str = ""
-    error: str = Field("", description="why it failed (a Lambda error's message), if it did")
+    error: str = Field("", description="the error's name if it failed, e.g. CommandFailed")
+    cause: str = Field("", description="why it failed, readable (a Lambda error's message)")
     finished: bool = False
     outcome: str = Field("", description="succeeded or failed, once Finish reported")
     cost_usd: float | None = Field(None, description="what the boot cost, once reconciled")
@@ -91,7 +92,8 @@ class SweepProgress(_Model):
     execution_arn: str
     status: str = "RUNNING"
     state: str = Field("starting", description="the sweep-level state it is in, or last was")
-    error: str = Field("", description="why the execution failed, if it did")
+    error: str = Field("", description="the execution's error name, if it failed")
+    cause: str = Field("", description="why the execution failed, readable")
     boots: list[BootProgress] = []
     output: dict[str, Any] | None = Field(None, description="the execution output, once done")
 
