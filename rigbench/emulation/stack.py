@@ -1,6 +1,6 @@
 """An embedded AWS account running the stack template.yaml declares, in this process.
 
-    with Emulation(fleet=ScriptedFleet()) as emu:
+    with Emulation(fleet=LocalFleet(...)) as emu:  # any rigbench.emulation.Fleet
         arn = emu.start_execution({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
         emu.wait(arn)
 
