@@ -1,9 +1,10 @@
 # Two entry points: `make sweep` (the main job) and `make test` (every check CI runs).
+# `make check` is the developers' fast lane: lint and the tests not marked slow.
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install sweep test lint
+.PHONY: install sweep test check lint
 
 # The report test opens a real sweep report in Debian's headless Chromium (tests/report).
 CHROMIUM := /usr/bin/chromium
@@ -29,5 +30,12 @@ lint: $(STAMP)
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
+# Tests run on two workers (pytest-xdist); each module stays on one worker (--dist loadfile)
+# so a module's emulation is deployed once.
+PYTEST_WORKERS ?= 2
+
 test: lint $(CHROMIUM)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+
+check: lint
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" -q

@@ -17,6 +17,8 @@ Lambda reports an unhandled exception as `errorType` = the class name, so a Catc
 Choice in the state machine can match these names exactly.
 """
 
+import json
+
 
 class SweepError(Exception):
     """Base of every error a sweep step raises on purpose."""
@@ -64,3 +66,16 @@ class InstanceLost(SweepError):
 
 class ReportInvalid(SweepError):
     pass
+
+
+def error_message(cause: str) -> str:
+    """The readable part of a Step Functions `Cause`: a Lambda error's cause is a JSON
+    document whose `errorMessage` is the message; any other cause is shown as it is.
+    The one place that reads it (handlers, CLI and progress alike)."""
+    try:
+        parsed = json.loads(cause)
+    except ValueError:
+        return cause.strip()
+    if isinstance(parsed, dict) and parsed.get("errorMessage"):
+        return str(parsed["errorMessage"])
+    return cause.strip()

@@ -2,7 +2,6 @@
 the ledger, not by what the state carries), reconcile the ledger from their real run time,
 and report the boot's outcome (a failed boot does not fail the Map; the summary does)."""
 
-import json
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -11,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import clock
 from functions.cleanup import end_boot
+from functions.errors import error_message
 from functions.events import BootOutcome, BootState, CaughtError
 from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
@@ -20,13 +20,7 @@ MAX_CAUSE = 500  # per boot: 40 boots' outcomes stay far below the 256 KiB paylo
 
 def explain(error: CaughtError) -> str:
     """The readable part of a Catch's Cause: a Lambda error's message, else the Cause as is."""
-    try:
-        cause = json.loads(error.Cause)
-    except ValueError:
-        return error.Cause
-    if isinstance(cause, dict) and "errorMessage" in cause:
-        return str(cause["errorMessage"])
-    return error.Cause
+    return error_message(error.Cause)
 
 
 def truncate(text: str, limit: int = MAX_CAUSE) -> str:

@@ -1,19 +1,14 @@
 """Store a boot's results: one DynamoDB row per load cell, with provenance; the raw report
 stays in S3 where the instance put it.
 
-Results table: pk `sweep_id`, sk `row_key` = rig#boot#cell (a sweep is one Query);
-GSI `by_config`: `config_key` = rig#model#instance_type, `started_at` (one rig/model/type over
-time is one Query); GSI `by_month`: `month`, `started_at` (recent rows without a full key).
+The table's keys and item format live in functions/tables/results.py.
 """
 
-import json
-from decimal import Decimal
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
@@ -24,17 +19,9 @@ from functions.instance_commands import provenance_key
 from functions.observability import instrumented, metrics
 from functions.report import InstanceProvenance, Report
 from functions.settings import Clients, Settings
+from functions.tables.results import config_key, month_of, row_key, to_item
 
-_serializer = TypeSerializer()
 M = TypeVar("M", bound=BaseModel)
-
-
-def config_key(rig: str, model: str, instance_type: str) -> str:
-    return f"{rig}#{model}#{instance_type}"
-
-
-def row_key(rig: str, boot: int, cell_key: str) -> str:
-    return f"{rig}#{boot:02d}#{cell_key}"
 
 
 def _read_s3_json(s3: Any, bucket: str, key: str, model: type[M], what: str) -> M:
@@ -85,7 +72,7 @@ def result_rows(
                 "sweep_id": sweep.sweep_id,
                 "row_key": row_key(state.rig, state.boot, cell.key),
                 "config_key": config_key(state.rig, sweep.model, sweep.instance_type),
-                "month": report.started_at[:7],
+                "month": month_of(report.started_at),
                 "started_at": report.started_at,
                 "rig": state.rig,
                 "boot": state.boot,
@@ -98,11 +85,6 @@ def result_rows(
             }
         )
     return rows
-
-
-def to_item(row: dict[str, Any]) -> dict[str, Any]:
-    as_decimals = json.loads(json.dumps(row), parse_float=Decimal)
-    return {k: _serializer.serialize(v) for k, v in as_decimals.items() if v is not None}
 
 
 def store_results(state: BootState, clients: Clients, settings: Settings) -> Stored:

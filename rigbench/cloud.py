@@ -1,12 +1,12 @@
-"""The cloud commands: start and follow sweeps on the deployed stack, read their results,
-reap overdue instances, deploy the stack and its bundle.
+"""The cloud commands: start and follow sweeps, read their results, reap overdue instances,
+deploy the stack and its bundle.
 
-Every command works on `StackRefs` (the stack's outputs). On AWS they come from
-CloudFormation (`--stack`, default `rigbench`); the local mode builds them from its
-emulation (`Emulation.stack_refs()`), so the same code queries both.
+Every command works on a stack client (`rigbench.stack.StackClient`), chosen once by
+`open_stack`: the deployed stack (`--stack`, default `rigbench`), or with `--local` (or no AWS
+credentials) the embedded emulation, so the same code serves both.
 
-boto3 and the Lambda code in `functions/` load inside the commands that use them, so that
-`import rigbench.cli` stays light on GPU machines that run only `bench` and `rig serve`.
+boto3, moto and the Lambda code in `functions/` load inside the commands that use them, so
+that `import rigbench.cli` stays light on GPU machines that run only `bench` and `rig serve`.
 """
 
 import csv
@@ -15,38 +15,27 @@ import json
 import os
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
-from functools import cache
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from functions.errors import InvalidInput
-from functions.execution_input import parse_sweep_input
-from rigbench.bundle import REPO_ROOT, build_bundle, rig_names, upload_bundle
+from rigbench.bundle import REPO_ROOT
 from rigbench.local import cli as local_cli
-from rigbench.progress import boot_progress, progress_table
-
-if TYPE_CHECKING:
-    import boto3
-    from boto3.dynamodb.types import TypeDeserializer
+from rigbench.progress import explain_failure, status_table
+from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError
+from rigbench.stack.client import validate_sweep_input
 
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
-DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
-FOLLOW_POLL_S = 2.0
 
 StackOption = Annotated[str, typer.Option("--stack", help="CloudFormation stack name")]
-
-
-class CloudError(Exception):
-    """A command cannot go on; the message says why and what to do."""
+CloudError = StackError  # what the commands raise and report
 
 
 def fail(error: Exception, code: int = 2) -> NoReturn:
@@ -54,56 +43,39 @@ def fail(error: Exception, code: int = 2) -> NoReturn:
     raise typer.Exit(code) from error
 
 
-@dataclass(frozen=True)
-class StackRefs:
-    stack_name: str
-    state_machine_arn: str
-    results_table: str
-    ledger_table: str
-    bucket: str
+def connect_aws(stack_name: str) -> StackClient:
+    """The deployed stack (tests point this at the emulation)."""
+    from rigbench.stack.aws import AwsStack
+
+    return AwsStack.connect(stack_name)
 
 
-def stack_refs(session: "boto3.session.Session", stack_name: str) -> StackRefs:
-    from botocore.exceptions import ClientError
+def use_local(local: bool) -> bool:
+    """The one choice of stack: --local, or no AWS credentials (said in one line)."""
+    from rigbench.stack.aws import has_aws_credentials
 
+    if local:
+        return True
+    if has_aws_credentials():
+        return False
+    Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
+    return True
+
+
+@contextmanager
+def open_stack(
+    local: bool, stack_name: str, home: Path | None = None, save: bool = False
+) -> Iterator[StackClient]:
+    """The stack client the command works on, chosen once; a StackError ends the command.
+    `save`: locally, keep what the command changed (the reaper's ledger updates)."""
     try:
-        stacks = session.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
-    except ClientError as exc:
-        raise CloudError(
-            f"no stack {stack_name!r} in {session.region_name}: run `rigbench deploy` first "
-            f"({exc.response['Error']['Message']})"
-        ) from exc
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    try:
-        return StackRefs(
-            stack_name=stack_name,
-            state_machine_arn=outputs["StateMachineArn"],
-            results_table=outputs["ResultsTableName"],
-            ledger_table=outputs["LedgerTableName"],
-            bucket=outputs["BucketName"],
-        )
-    except KeyError as exc:
-        raise CloudError(
-            f"stack {stack_name!r} has no output {exc}: is it a rigbench stack?"
-        ) from exc
-
-
-def resolve(stack_name: str) -> tuple["boto3.session.Session", StackRefs]:
-    import boto3
-    from botocore.exceptions import BotoCoreError
-
-    session = boto3.session.Session()
-    try:
-        return session, stack_refs(session, stack_name)
-    except BotoCoreError as exc:
-        raise CloudError(f"cannot reach AWS: {exc}") from exc
-
-
-def resolve_or_exit(stack_name: str) -> tuple["boto3.session.Session", StackRefs]:
-    """`resolve` for a command with nothing to do without the stack: say why and exit."""
-    try:
-        return resolve(stack_name)
-    except CloudError as exc:
+        if use_local(local):
+            with local_cli.local_stack(home, save) as client:
+                yield client
+        else:
+            with connect_aws(stack_name) as client:
+                yield client
+    except StackError as exc:
         fail(exc)
 
 
@@ -122,52 +94,14 @@ def sweep_body(input_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]
             raise CloudError(f"{input_file}: the sweep input must be a JSON object")
         body.update(loaded)
     body.update({k: v for k, v in flags.items() if v is not None})
-    try:
-        parse_sweep_input(body, context={"rigs": set(rig_names(REPO_ROOT))})
-    except InvalidInput as exc:
-        raise CloudError(str(exc)) from exc
+    validate_sweep_input(body)
     return body
 
 
-def start_sweep(sfn: Any, refs: StackRefs, body: dict[str, Any], name: str | None = None) -> str:
-    name = name or body.get("sweep_id") or f"sweep-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    return str(
-        sfn.start_execution(
-            stateMachineArn=refs.state_machine_arn, name=name, input=json.dumps(body)
-        )["executionArn"]
-    )
-
-
-def history(sfn: Any, execution_arn: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
-        events.extend(page["events"])
-    return events
-
-
-def follow(
-    sfn: Any, execution_arn: str, console: Console, poll_s: float | None = None
-) -> dict[str, Any]:
-    """A live table per rig and boot until the execution ends; returns describe_execution."""
+def follow(stack: StackClient, execution_arn: str, console: Console) -> Any:
+    """A live table per rig and boot until the execution ends; returns the last progress."""
     with Live(console=console, refresh_per_second=4, transient=False) as live:
-        while True:
-            described = sfn.describe_execution(executionArn=execution_arn)
-            live.update(progress_table(boot_progress(history(sfn, execution_arn)), described))
-            if described["status"] in DONE:
-                return dict(described)
-            time.sleep(FOLLOW_POLL_S if poll_s is None else poll_s)
-
-
-def explain_failure(described: dict[str, Any]) -> str:
-    """An execution's error and cause; a Lambda error's cause is its errorMessage."""
-    cause = str(described.get("cause", ""))
-    try:
-        parsed = json.loads(cause)
-        if isinstance(parsed, dict) and "errorMessage" in parsed:
-            cause = str(parsed["errorMessage"])
-    except ValueError:
-        pass
-    return f"{described.get('error', 'failed')}: {cause}"
+        return stack.follow_sweep(execution_arn, on_update=lambda p: live.update(status_table(p)))
 
 
 def run_command(
@@ -202,9 +136,7 @@ def run_command(
         }  # fmt: skip
         if concurrency:
             flags["cells"] = {"concurrency": [int(c) for c in concurrency.split(",")]}
-        if local or dry_run or not local_cli.has_aws_credentials():
-            if not (local or dry_run):
-                Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
+        if dry_run or use_local(local):
             given = input_file is not None or any(v is not None for v in flags.values())
             code = local_cli.run_local(
                 sweep_body(input_file, flags) if given else None, dry_run=dry_run,
@@ -212,19 +144,22 @@ def run_command(
             )  # fmt: skip
             raise typer.Exit(code)
         body = sweep_body(input_file, flags)
-        session, refs = resolve(stack)
-        sfn = session.client("stepfunctions")
-        arn = start_sweep(sfn, refs, body, name)
     except (CloudError, ValueError) as exc:
         fail(exc)
-    print(arn, flush=True)  # unwrapped, for scripts
-    if no_follow:
-        return
-    described = follow(sfn, arn, console)
-    if described["status"] != "SUCCEEDED":
-        console.print(f"[red]{described['status']}: {explain_failure(described)}[/]")
+    with open_stack(False, stack) as client:
+        try:
+            started = client.start_sweep(body, name)
+        except StackError as exc:
+            fail(exc)
+        print(started.execution_arn, flush=True)  # unwrapped, for scripts
+        if no_follow:
+            return
+        progress = follow(client, started.execution_arn, console)
+    if progress.status != "SUCCEEDED":
+        console.print(f"[red]{progress.status}: {explain_failure(progress)}[/]")
         raise typer.Exit(1)
-    console.print(f"[green]SUCCEEDED[/] {described.get('output', '')}")
+    output = json.dumps(progress.output, separators=(",", ":")) if progress.output else ""
+    console.print(f"[green]SUCCEEDED[/] {output}")
 
 
 # ---------------------------------------------------------------------------------- status
@@ -233,35 +168,30 @@ def run_command(
 def status_command(
     execution: Annotated[str | None, typer.Argument(help="Execution ARN or name")] = None,
     stack: StackOption = DEFAULT_STACK,
+    local: local_cli.LocalOption = False,
+    home: local_cli.HomeOption = None,
 ) -> None:
-    """One execution's progress per rig and boot, or the recent executions."""
+    """One execution's progress per rig and boot, or the recent executions (--local: the
+    sweeps run on this machine)."""
     console = Console()
-    session, refs = resolve_or_exit(stack)
-    sfn = session.client("stepfunctions")
-    if execution is None:
-        console.print(executions_table(sfn, refs))
-        return
-    arn = execution if execution.startswith("arn:") else execution_arn(refs, execution)
-    described = dict(sfn.describe_execution(executionArn=arn))
-    console.print(progress_table(boot_progress(history(sfn, arn)), described))
-    if described["status"] not in ("RUNNING", "SUCCEEDED"):
-        console.print(f"[red]{explain_failure(described)}[/]")
+    with open_stack(local, stack, home) as client:
+        if execution is None:
+            console.print(executions_table(client))
+            return
+        progress = client.describe_sweep(execution)
+    console.print(status_table(progress))
+    if progress.status not in ("RUNNING", "SUCCEEDED"):
+        console.print(f"[red]{explain_failure(progress)}[/]")
 
 
-def execution_arn(refs: StackRefs, name: str) -> str:
-    prefix = refs.state_machine_arn.replace(":stateMachine:", ":execution:")
-    return f"{prefix}:{name}"
-
-
-def executions_table(sfn: Any, refs: StackRefs, limit: int = 20) -> Table:
-    table = Table(title=f"sweeps on {refs.stack_name}")
+def executions_table(client: StackClient, limit: int = 20) -> Table:
+    table = Table(title=f"sweeps on {client.refs.stack_name}")
     for column in ("name", "status", "started", "stopped"):
         table.add_column(column)
-    listed = sfn.list_executions(stateMachineArn=refs.state_machine_arn, maxResults=limit)
-    for e in listed["executions"]:
-        stopped = e.get("stopDate")
+    for e in client.list_sweeps(limit):
+        stopped = e.stopped_at
         table.add_row(
-            e["name"], e["status"], f"{e['startDate']:%Y-%m-%d %H:%M:%S}",
+            e.sweep_id, e.status, f"{e.started_at:%Y-%m-%d %H:%M:%S}",
             f"{stopped:%Y-%m-%d %H:%M:%S}" if stopped else "",
         )  # fmt: skip
     return table
@@ -277,90 +207,6 @@ TABLE_COLUMNS = (
     ("tok/s", "output_tok_s"), ("ttft p50", "ttft_ms.p50"), ("itl p50", "itl_ms.p50"),
     ("e2e p50", "e2e_ms.p50"),
 )  # fmt: skip
-
-
-def _number(value: Any) -> Any:
-    """DynamoDB numbers come back as Decimal: integral ones as int, others as float."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    return str(value)
-
-
-@cache
-def _deserializer() -> "TypeDeserializer":
-    from boto3.dynamodb.types import TypeDeserializer
-
-    return TypeDeserializer()
-
-
-def _plain(item: dict[str, Any]) -> dict[str, Any]:
-    value = {k: _deserializer().deserialize(v) for k, v in item.items()}
-    return json.loads(json.dumps(value, default=_number))
-
-
-def _query_all(ddb: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    for page in ddb.get_paginator("query").paginate(**kwargs):
-        items.extend(_plain(i) for i in page["Items"])
-    return items
-
-
-def months_between(since: datetime, until: datetime) -> list[str]:
-    months, year, month = [], since.year, since.month
-    while (year, month) <= (until.year, until.month):
-        months.append(f"{year:04d}-{month:02d}")
-        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
-    return months
-
-
-def query_results(
-    ddb: Any,
-    table: str,
-    *,
-    sweep: str | None = None,
-    rig: str | None = None,
-    model: str | None = None,
-    instance_type: str | None = None,
-    since: datetime | None = None,
-    now: datetime | None = None,
-) -> list[dict[str, Any]]:
-    """Results rows by Query only: a sweep (base table), one rig/model/type over time
-    (GSI by_config), or else each month since `since` (GSI by_month) filtered."""
-    now = now or datetime.now(UTC)
-    since = since or now - timedelta(days=30)
-    after = since.isoformat(timespec="seconds")
-    filters = {"rig": rig, "model": model, "instance_type": instance_type}
-    given = {k: v for k, v in filters.items() if v is not None}
-    if sweep is not None:
-        rows = _query_all(
-            ddb, TableName=table, KeyConditionExpression="sweep_id = :s",
-            ExpressionAttributeValues={":s": {"S": sweep}},
-        )  # fmt: skip
-        return [r for r in rows if all(r.get(k) == v for k, v in given.items())]
-    if len(given) == 3:
-        return _query_all(
-            ddb, TableName=table, IndexName="by_config",
-            KeyConditionExpression="config_key = :k AND started_at >= :t",
-            ExpressionAttributeValues={
-                ":k": {"S": f"{rig}#{model}#{instance_type}"}, ":t": {"S": after},
-            },
-        )  # fmt: skip
-    rows = []
-    for month in months_between(since, now):
-        kwargs: dict[str, Any] = {
-            "TableName": table, "IndexName": "by_month",
-            "KeyConditionExpression": "#m = :m AND started_at >= :t",
-            "ExpressionAttributeNames": {"#m": "month"},
-            "ExpressionAttributeValues": {":m": {"S": month}, ":t": {"S": after}},
-        }  # fmt: skip
-        if given:
-            kwargs["FilterExpression"] = " AND ".join(f"#{k} = :{k}" for k in given)
-            kwargs["ExpressionAttributeNames"].update({f"#{k}": k for k in given})
-            kwargs["ExpressionAttributeValues"].update(
-                {f":{k}": {"S": v} for k, v in given.items()}
-            )
-        rows.extend(_query_all(ddb, **kwargs))
-    return rows
 
 
 def _metric(row: dict[str, Any], path: str) -> Any:
@@ -383,10 +229,8 @@ def flat_row(row: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def render_results(rows: list[dict[str, Any]], fmt: Format) -> str | Table:
-    rows = sorted(
-        rows, key=lambda r: (r.get("started_at", ""), r.get("sweep_id", ""), r.get("row_key", ""))
-    )
+def render_results(results: list[ResultRow], fmt: Format) -> str | Table:
+    rows = [r.model_dump(mode="json") for r in results]
     if fmt == "json":
         return json.dumps(rows, indent=2, sort_keys=True)
     flat = [flat_row(r) for r in rows]
@@ -439,24 +283,11 @@ def results_command(
         if fmt not in ("table", "json", "csv"):
             raise CloudError(f"--format must be table, json or csv, not {fmt!r}")
         when = parse_since(since)
-        if local or not local_cli.has_aws_credentials():
-            if not local:
-                Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
-            with local_cli.local_account(home) as account:
-                emulation = account.emulation
-                assert emulation is not None
-                rows = query_results(
-                    emulation.client("dynamodb"), emulation.stack_refs().results_table,
-                    sweep=sweep, rig=rig, model=model, instance_type=instance_type, since=when,
-                )  # fmt: skip
-        else:
-            session, refs = resolve(stack)
-            rows = query_results(
-                session.client("dynamodb"), refs.results_table, sweep=sweep, rig=rig,
-                model=model, instance_type=instance_type, since=when,
-            )  # fmt: skip
     except CloudError as exc:
         fail(exc)
+    query = ResultsQuery(sweep=sweep, rig=rig, model=model, instance_type=instance_type, since=when)
+    with open_stack(local, stack, home) as client:
+        rows = client.results(query)
     rendered = render_results(rows, fmt)  # type: ignore[arg-type]
     if isinstance(rendered, str):
         sys.stdout.write(rendered if rendered.endswith("\n") else rendered + "\n")
@@ -470,21 +301,20 @@ def results_command(
 def reap_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List, terminate nothing")] = False,
     stack: StackOption = DEFAULT_STACK,
+    local: local_cli.LocalOption = False,
+    home: local_cli.HomeOption = None,
 ) -> None:
-    """End the stack's instances past their deadline or whose sweep has ended; reconcile."""
-    from functions.reaper import overdue_instances, reap
-    from functions.settings import Clients
-
+    """End the stack's instances past their deadline or whose sweep has ended; reconcile
+    (--local: the processes an earlier local run left, and the local ledger)."""
     console = Console()
-    session, refs = resolve_or_exit(stack)
-    clients = Clients(session)
-    if dry_run:
-        overdue = overdue_instances(clients.ec2, refs.stack_name, time.time())
-        for entry in overdue:
-            console.print(entry["instance"]["InstanceId"], entry["tags"])
-        console.print(f"{len(overdue)} instance(s) past their deadline")
-        return
-    reaped = reap(clients, refs.stack_name, refs.ledger_table)
+    with open_stack(local, stack, home, save=not dry_run) as client:
+        if dry_run:
+            overdue = {i.instance_id: i for i in client.instances() if i.overdue}
+            for instance in overdue.values():
+                console.print(instance.instance_id, instance.tags)
+            console.print(f"{len(overdue)} instance(s) past their deadline")
+            return
+        reaped = client.reap()
     console.print(
         f"terminated {len(reaped.instances)} instance(s) past their deadline or orphaned by "
         f"their sweep: {' '.join(reaped.instances)}"
@@ -496,13 +326,6 @@ def reap_command(
 
 
 # ---------------------------------------------------------------------------------- deploy
-
-
-def deploy_bundle(
-    session: "boto3.session.Session", refs: StackRefs, root: Path = REPO_ROOT
-) -> dict[str, Any]:
-    bundle = build_bundle(root)
-    return upload_bundle(session.client("s3"), refs.bucket, bundle)
 
 
 def deploy_command(
@@ -528,17 +351,20 @@ def deploy_command(
             deploy += ["--parameter-overrides", *parameter]
         for command in (["sam", "build"], deploy):
             console.print(f"[bold]$ {' '.join(command)}[/]")
-            if subprocess.run(command, cwd=REPO_ROOT).returncode != 0:
+            # functions/Makefile builds the Lambda package with this Python (rigbench's own)
+            env = {**os.environ, "PYTHON": sys.executable}
+            if subprocess.run(command, cwd=REPO_ROOT, env=env).returncode != 0:
                 console.print(f"[red]{command[1]} failed[/]")
                 raise typer.Exit(1)
-    try:
-        session, refs = resolve(stack)
-        manifest = deploy_bundle(session, refs)
-    except CloudError as exc:
-        fail(exc)
+    with open_stack(False, stack) as client:
+        try:
+            manifest = client.upload_bundle(REPO_ROOT)
+        except StackError as exc:
+            fail(exc)
+        bucket = client.refs.bucket
     console.print(
-        f"bundle {manifest['sha256'][:12]} (rigs: {', '.join(manifest['rigs'])}) "
-        f"-> s3://{refs.bucket}/{manifest['key']}"
+        f"bundle {manifest.sha256[:12]} (rigs: {', '.join(manifest.rigs)}) "
+        f"-> s3://{bucket}/{manifest.key}"
     )
 
 

@@ -1,87 +1,63 @@
-"""A sweep's progress per rig and boot, read from its Step Functions execution history.
+"""A sweep's progress (`rigbench.stack.SweepProgress`) as tables: `status_table` for
+`rigbench run` and `rigbench status`, `sweep_table` for the local sweep (`rigbench demo`)."""
 
-Each state inside the Map receives the boot's state (rig, boot, instance, ...) as input, so
-an event is attributed to its rig and boot by that input, on AWS and in the emulation alike.
-"""
-
-import json
-from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
 
 from rich.table import Table
+from rich.text import Text
 
-# The boot states of statemachine/sweep.asl.json, by the phase they belong to.
-PHASES = {
-    "Launch": "launching",
-    "WaitForAgent": "waiting ready",
-    "CheckAgent": "waiting ready",
-    "AgentOnline?": "waiting ready",
-    "WaitForRig": "waiting ready",
-    "CheckReady": "waiting ready",
-    "RigReady?": "waiting ready",
-    "RunHarness": "benchmarking",
-    "WaitForHarness": "benchmarking",
-    "PollHarness": "benchmarking",
-    "HarnessDone?": "benchmarking",
-    "StoreResults": "storing",
-    "Finish": "terminating",
-    "FinishFailed": "terminate failed",
-}
+from rigbench.stack.models import BootProgress, Phase, SweepProgress
 
 
-@dataclass
-class BootRow:
-    rig: str
-    boot: int
-    phase: str = "queued"
-    state: str = ""
-    instance_id: str = ""
-    outcome: str = ""
-    error: str = ""
-    cost_usd: float | None = None
+def _order(boot: BootProgress) -> tuple[str, int, int]:
+    return (boot.rig, boot.boot or 0, boot.index)
 
 
-def _json(text: str | None) -> Any:
-    try:
-        return json.loads(text or "")
-    except ValueError:
-        return None
-
-
-def boot_progress(events: list[dict[str, Any]]) -> dict[tuple[str, int], BootRow]:
-    rows: dict[tuple[str, int], BootRow] = {}
-    for event in events:
-        entered = event.get("stateEnteredEventDetails")
-        exited = event.get("stateExitedEventDetails")
-        details = entered or exited
-        if not details or details.get("name") not in PHASES:
-            continue
-        doc = _json(details.get("input") if entered else details.get("output"))
-        if not isinstance(doc, dict) or "rig" not in doc or "boot" not in doc:
-            continue
-        row = rows.setdefault((doc["rig"], int(doc["boot"])), BootRow(doc["rig"], int(doc["boot"])))
-        if entered:
-            row.phase, row.state = PHASES[details["name"]], details["name"]
-            instance = doc.get("instance")
-            if isinstance(instance, dict):
-                row.instance_id = instance.get("instance_id", row.instance_id)
-        elif details["name"] in ("Finish", "FinishFailed") and "outcome" in doc:
-            row.phase, row.outcome = "terminated", doc["outcome"]
-            row.instance_id = doc.get("instance_id") or row.instance_id
-            row.error = f"{doc.get('error')}: {doc.get('cause')}" if doc.get("error") else ""
-            row.cost_usd = doc.get("cost_usd")
-    return rows
-
-
-def progress_table(rows: dict[tuple[str, int], BootRow], described: dict[str, Any]) -> Table:
-    table = Table(title=f"{described.get('name', '')}  {described.get('status', '')}")
+def status_table(progress: SweepProgress) -> Table:
+    """One row per rig and boot: phase, state, instance, outcome, cost, error."""
+    table = Table(title=f"{progress.sweep_id}  {progress.status}")
     for column in ("rig", "boot", "phase", "state", "instance", "outcome", "cost $", "error"):
         table.add_column(column)
-    for (rig, boot), row in sorted(rows.items()):
+    for row in sorted(progress.boots, key=_order):
         colour = {"succeeded": "green", "failed": "red"}.get(row.outcome, "")
         table.add_row(
-            rig, str(boot), row.phase, row.state, row.instance_id,
-            f"[{colour}]{row.outcome}[/]" if colour else row.outcome,
-            f"{row.cost_usd:.4f}" if row.cost_usd is not None else "", row.error[:120],
+            row.rig, "" if row.boot is None else str(row.boot), str(row.phase), row.state,
+            row.instance_id, f"[{colour}]{row.outcome}[/]" if colour else row.outcome,
+            f"{row.cost_usd:.4f}" if row.cost_usd is not None else "",
+            f"{row.error}: {row.cause}"[:120] if row.error else "",
         )  # fmt: skip
     return table
+
+
+def sweep_table(progress: SweepProgress, title: str = "", now: datetime | None = None) -> Table:
+    """One row per rig and boot with how long it has been in its phase; the sweep's own state
+    in the caption."""
+    now = now or datetime.now(UTC)
+    table = Table(title=title or None, title_justify="left", expand=False)
+    for column in ("rig", "boot", "instance", "phase", "for", "state / detail"):
+        table.add_column(column)
+    for boot in sorted(progress.boots, key=_order):
+        style = {Phase.TERMINATED: "green", Phase.FAILED: "red"}.get(boot.phase, "")
+        since = "" if boot.finished or boot.phase_since is None else (
+            f"{(now - boot.phase_since).total_seconds():4.0f} s"
+        )  # fmt: skip
+        detail = boot.cause or boot.error or boot.state
+        table.add_row(
+            boot.rig,
+            "" if boot.boot is None else str(boot.boot),
+            boot.instance_id,
+            Text(str(boot.phase), style=style),
+            since,
+            Text(detail[:100], style="red" if boot.error else "dim"),
+        )
+    caption = f"sweep: {progress.state} ({progress.status.lower()})"
+    if progress.error:
+        caption += f": {progress.cause or progress.error}"
+    table.caption = caption
+    table.caption_justify = "left"
+    return table
+
+
+def explain_failure(progress: SweepProgress) -> str:
+    """The execution's error and its readable cause."""
+    return f"{progress.error or 'failed'}: {progress.cause}"

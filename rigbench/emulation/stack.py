@@ -1,6 +1,6 @@
 """An embedded AWS account running the stack template.yaml declares, in this process.
 
-    with Emulation(fleet=ScriptedFleet()) as emu:
+    with Emulation(fleet=LocalFleet(...)) as emu:  # any rigbench.emulation.Fleet
         arn = emu.start_execution({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
         emu.wait(arn)
 
@@ -19,7 +19,7 @@ import uuid
 import zipfile
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import httpx
@@ -30,9 +30,7 @@ from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
-
-if TYPE_CHECKING:
-    from rigbench.cloud import StackRefs
+from rigbench.stack.models import StackRefs
 
 ACCOUNT_ID = "123456789012"
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
@@ -140,10 +138,11 @@ class Emulation:
         self._clients.clear()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
-        httpx.post(f"{self.endpoint_url}/moto-api/reset")
+        httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
         httpx.post(
             f"{self.endpoint_url}/moto-api/config",
             json={"stepfunctions": {"execute_state_machine": True}},
+            timeout=60,
         ).raise_for_status()
         self._seams = Seams(self.fleet, self.faults, {}, self.function_timeout_s)
         self._seams.install()
@@ -155,21 +154,25 @@ class Emulation:
             raise
 
     def stop(self) -> None:
-        if self._server is not None:
-            try:
-                if self._seams is not None:
-                    self._seams.closing = True  # no status-change cleanup while tearing down
-                self._stop_executions()
-                httpx.post(f"{self.endpoint_url}/moto-api/reset")
-            finally:
-                self._server.stop()
-                self._server = None
-        if self._seams is not None:
-            self._seams.uninstall()
-            self._seams = None
-        self._environ.restore()
-        if Emulation._running is self:
-            Emulation._running = None
+        """Stop executions and the server; whatever fails on the way, the seams come out, the
+        environment is restored and another emulation may start."""
+        try:
+            if self._server is not None:
+                try:
+                    if self._seams is not None:
+                        self._seams.closing = True  # no status-change cleanup while tearing down
+                    self._stop_executions()
+                    httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
+                finally:
+                    self._server.stop()
+                    self._server = None
+        finally:
+            if self._seams is not None:
+                self._seams.uninstall()
+                self._seams = None
+            self._environ.restore()
+            if Emulation._running is self:
+                Emulation._running = None
 
     def _stop_executions(self) -> None:
         if not self.state_machine_arn:
@@ -385,10 +388,8 @@ class Emulation:
             machines.append(arn)
 
     # ------------------------------------------------------------------ use
-    def stack_refs(self) -> "StackRefs":
-        """The stack outputs the cloud commands work on, for this emulated stack."""
-        from rigbench.cloud import StackRefs
-
+    def stack_refs(self) -> StackRefs:
+        """The stack outputs the stack client works on, for this emulated stack."""
         return StackRefs(
             stack_name=self.stack_name,
             state_machine_arn=self.state_machine_arn,

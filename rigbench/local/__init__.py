@@ -3,11 +3,12 @@
 - `home`: where local state lives (`$RIGBENCH_HOME`, else `./.rigbench`).
 - `procs`: process groups with pidfiles, so nothing outlives a run (`watchdog` covers SIGKILL;
   the next run reaps what a dead run left).
-- `fleet`: instance ids mapped to workspaces and rig processes; SSM commands run there.
-- `emulated`: the fleet as the emulation's `Fleet` seam, with an emulated quota and price.
+- `fleet`: the emulation's `Fleet`: instance ids mapped to workspaces and rig processes,
+  SSM commands run there; quota and price from `emulated` (the emulated account's figures).
 - `persist`: emulated DynamoDB tables and S3 objects saved to and restored from disk.
 - `session`: one run: emulation + fleet + saved state, cleaned up however it ends.
-- `progress`: per rig and boot, from the execution history (a rich Live table).
+- `executions`: execution descriptions and histories saved for later `status --local`.
 - `sweep`, `dryrun`: the local sweep with its comparison table; the cloud rehearsal.
-- `cli`: `rigbench demo`, and what `rigbench run/results --local` call.
+- `cli`: `rigbench demo`, and what `rigbench run/status/results/reap --local` call.
+`rigbench.stack.local.LocalStack` is the stack client over all of this.
 """

@@ -4,8 +4,6 @@
 are configured (after saying so in one line).
 """
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,7 +15,7 @@ from rigbench.local.home import HOME_ENV, PRICE_ENV, QUOTA_ENV, LocalHome
 # The emulation, moto and the handlers load only when a local command runs (seconds).
 if TYPE_CHECKING:
     from rigbench.local.emulated import EmulatedAccount
-    from rigbench.local.session import LocalSession
+    from rigbench.stack.local import LocalStack
 
 QuotaOption = Annotated[
     float | None,
@@ -49,16 +47,6 @@ HomeOption = Annotated[
     Path | None,
     typer.Option("--home", help=f"Local state directory (env {HOME_ENV}; default ./.rigbench)"),
 ]
-
-
-def has_aws_credentials() -> bool:
-    """Whether boto3 finds credentials (environment, profile, SSO, instance role...)."""
-    import boto3  # the control plane's client: not needed to run the harness or a rig
-
-    try:
-        return boto3.session.Session().get_credentials() is not None
-    except Exception:  # a broken profile is as good as none for this question
-        return False
 
 
 LOCAL_FALLBACK_NOTICE = (
@@ -139,28 +127,21 @@ def run_local(
 def _dry_run(
     sweep_input: dict[str, Any], home: LocalHome, account: "EmulatedAccount", console: Console
 ) -> int:
-    from rigbench.local.dryrun import DryRunFleet, plan_from, print_plan
-    from rigbench.local.session import LocalSession
+    from rigbench.local.dryrun import print_plan
+    from rigbench.stack import StackError
+    from rigbench.stack.local import LocalStack
 
-    fleets: list[DryRunFleet] = []
-
-    def factory(fleet: Any, acct: "EmulatedAccount") -> DryRunFleet:
-        fleets.append(DryRunFleet(fleet, acct))
-        return fleets[-1]
-
-    with LocalSession(
-        home, account, console=console, keep_results=False, fleet_factory=factory
-    ) as session:
-        name = sweep_input.get("sweep_id") or None
-        arn = session.start({**sweep_input, "sweep_id": name} if name else sweep_input)
-        session.emu.wait(arn, timeout_s=300)
-        events = session.history(arn)
+    with LocalStack(home, account, console=console, keep_results=False) as stack:
+        try:
+            plan = stack.plan(sweep_input)
+        except StackError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
         zones = {
             s["SubnetId"]: s["AvailabilityZone"]
-            for s in session.emu.client("ec2").describe_subnets()["Subnets"]
+            for s in stack.client("ec2").describe_subnets()["Subnets"]
         }
-        launched = session.emu.running_instances()
-    plan = plan_from(events, fleets[0].requests)
+        launched = stack.session.emu.running_instances()
     print_plan(console, plan, account, zones)
     if launched:  # the seam refuses every launch; anything else is a bug worth shouting about
         console.print(f"[red]BUG: the dry run launched {launched}[/]")
@@ -175,14 +156,9 @@ def demo_command(
     raise typer.Exit(run_local(None, quota_vcpus=quota_vcpus, spot_price=spot_price, home=home))
 
 
-@contextlib.contextmanager
-def local_account(home: Path | None = None) -> Iterator["LocalSession"]:
-    """The emulated account with the saved results restored and no fleet processes: what
-    `rigbench results` queries when running locally (`session.emulation.client("dynamodb")`,
-    `session.emulation.table("ResultsTable")`)."""
-    from rigbench.local.emulated import EmulatedAccount
-    from rigbench.local.session import LocalSession
+def local_stack(home: Path | None = None, save: bool = False) -> "LocalStack":
+    """The embedded stack with the saved results and executions and no running sweep: what
+    `status`, `results` and `reap` work on locally (`save`: keep what the command changed)."""
+    from rigbench.stack.local import LocalStack
 
-    with LocalSession(LocalHome.resolve(home), EmulatedAccount(), keep_results=False) as session:
-        session.restored = session._restore()
-        yield session
+    return LocalStack(LocalHome.resolve(home), keep_results=save, restore=True)

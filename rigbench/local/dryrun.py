@@ -9,54 +9,16 @@ any failed boot. What the dry run shows is what was asked of EC2 and what was re
 """
 
 import json
-import threading
 from typing import Any
 
-from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.table import Table
 
+from functions.errors import error_message
 from functions.events import Quota, Reservation
 from rigbench.emulation.fleet import LaunchRequest
-from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
-from rigbench.local.fleet import LocalFleet
-
-# A capacity error the launch handler treats as "try the next subnet", so the walk covers the
-# whole subnet order; no instance is created because the seam raises before moto's RunInstances.
-REFUSAL = "InsufficientInstanceCapacity"
-
-
-class DryRunFleet(LocalEmulatedFleet):
-    """The emulated account's answers, with every launch recorded and refused."""
-
-    def __init__(self, fleet: LocalFleet, account: EmulatedAccount) -> None:
-        super().__init__(fleet, account)
-        self.requests: list[LaunchRequest] = []
-        self._requests_lock = threading.Lock()
-
-    def capacity_error(self, request: LaunchRequest) -> str | None:
-        with self._requests_lock:
-            self.requests.append(request)
-        return REFUSAL
-
-
-class PlannedBoot(BaseModel):
-    rig: str
-    boot: int
-    instance_type: str
-    market: str
-    subnets: list[str]  # in the order the launch would try them
-
-
-class Plan(BaseModel):
-    """What a cloud run of this input would do, read from the rehearsal's execution."""
-
-    valid: bool
-    error: str = ""
-    sweep: dict[str, Any] = {}
-    quota: Quota | None = None
-    reservation: Reservation | None = None
-    boots: list[PlannedBoot] = []
+from rigbench.local.emulated import EmulatedAccount
+from rigbench.stack.models import PlannedBoot, SweepPlan
 
 
 def _exited(events: list[dict[str, Any]], state: str) -> dict[str, Any] | None:
@@ -72,22 +34,15 @@ def _execution_error(events: list[dict[str, Any]]) -> str:
     for event in reversed(events):
         details = event.get("executionFailedEventDetails")
         if details:
-            cause = details.get("cause") or details.get("error") or "failed"
-            try:
-                parsed = json.loads(cause)
-            except ValueError:
-                return str(cause)
-            if isinstance(parsed, dict) and parsed.get("errorMessage"):
-                return str(parsed["errorMessage"])
-            return str(cause)
+            return error_message(str(details.get("cause") or details.get("error") or "failed"))
     return ""
 
 
-def plan_from(events: list[dict[str, Any]], requests: list[LaunchRequest]) -> Plan:
+def plan_from(events: list[dict[str, Any]], requests: list[LaunchRequest]) -> SweepPlan:
     """Fold the rehearsal's history and the recorded launch requests into a plan."""
     reserved = _exited(events, "ReserveBudget")
     if reserved is None:  # stopped before the Map: validation, quota or budget said no
-        return Plan(valid=False, error=_execution_error(events) or "the sweep stopped early")
+        return SweepPlan(valid=False, error=_execution_error(events) or "the sweep stopped early")
     sweep = reserved.get("sweep") or {}
     subnets = list(sweep.get("subnets") or [])
     boots = [
@@ -105,7 +60,7 @@ def plan_from(events: list[dict[str, Any]], requests: list[LaunchRequest]) -> Pl
     error = ""
     if untried:
         error = f"{len(untried)} boots never reached launch: " + _execution_error(events)
-    return Plan(
+    return SweepPlan(
         valid=not untried,
         error=error,
         sweep=sweep,
@@ -119,7 +74,7 @@ def plan_from(events: list[dict[str, Any]], requests: list[LaunchRequest]) -> Pl
     )
 
 
-def render_plan(plan: Plan, account: EmulatedAccount, zones: dict[str, str]) -> Group:
+def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]) -> Group:
     parts: list[Any] = []
     if not plan.valid:
         parts.append(f"[red]a cloud run of this input would fail:[/] {plan.error}")
@@ -161,6 +116,6 @@ def render_plan(plan: Plan, account: EmulatedAccount, zones: dict[str, str]) -> 
 
 
 def print_plan(
-    console: Console, plan: Plan, account: EmulatedAccount, zones: dict[str, str]
+    console: Console, plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
 ) -> None:
     console.print(render_plan(plan, account, zones))

@@ -2,7 +2,7 @@
 
     with LocalSession(home, account) as session:
         arn = session.start(sweep_input)
-        session.follow(arn)
+        session.emu.wait(arn)
 
 Entering reaps what an earlier run left (processes of a dead owner), starts the process
 groups and their watchdog, starts the emulation with the local fleet (resources from
@@ -19,23 +19,20 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 
 from rigbench.emulation import Emulation, EnvironOverride
-from rigbench.local import persist
-from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
+from rigbench.local import executions, persist
+from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.fleet import LocalFleet, RigCommand
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
-from rigbench.local.progress import SweepProgress
 
-DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
 QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
 # The bundle is uploaded again by every session; snapshots keep only what sweeps wrote.
@@ -53,29 +50,6 @@ def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, st
     for key, value in sorted(settings.items()):
         argv += ["--set", f"{key}={value}"]
     return argv
-
-
-def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
-    """Rig settings sized to what the sweep asks of a CPU-only local process.
-
-    A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
-    each extra length bucket or slot width is minutes of compilation for nothing this sweep
-    uses. Only settings the rig declares are passed, the same values to every rig.
-    """
-    from rigs.registry import get_rig
-
-    cells = sweep_input.get("cells") or {}
-    need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
-    wanted = {
-        "max_model_len": max(64, 1 << (need - 1).bit_length()),
-        "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
-    }
-    declared = get_rig(rig).serve.settings
-    return {
-        key: str(min(int(value), int(declared[key])))
-        for key, value in wanted.items()
-        if key in declared and isinstance(declared[key], int)
-    }
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -103,20 +77,19 @@ class LocalSession:
         *,
         console: Console | None = None,
         keep_results: bool = True,
+        restore: bool | None = None,
         rig_command: RigCommand = rig_serve_command,
-        fleet_factory: Callable[[LocalFleet, EmulatedAccount], Any] | None = None,
     ) -> None:
         self.home = home.ensure()
         self.account = account
         self.console = console or Console()
         self.keep_results = keep_results
+        self.restore = keep_results if restore is None else restore
         self.rig_command = rig_command
-        self.fleet_factory = fleet_factory or (lambda fleet, acct: LocalEmulatedFleet(fleet, acct))
         self.stale: list[PidRecord] = []
         self.restored: persist.SnapshotSummary | None = None
         self._groups: ProcessGroups | None = None
         self._fleet: LocalFleet | None = None
-        self.emulated: Any = None
         self.emulation: Emulation | None = None
         self._environ = EnvironOverride()
         self._redirected: list[tuple[logging.StreamHandler[Any], Any]] = []
@@ -139,11 +112,12 @@ class LocalSession:
         self._groups = ProcessGroups(self.home)
         atexit.register(self._groups.close)
         try:
-            self._fleet = LocalFleet(self.home, self._groups, self.rig_command)
-            self.emulated = self.fleet_factory(self._fleet, self.account)
-            self.emulation = Emulation(fleet=self.emulated)
+            self._fleet = LocalFleet(
+                self.home, self._groups, self.rig_command, account=self.account
+            )
+            self.emulation = Emulation(fleet=self._fleet)
             self.emulation.start()
-            if self.keep_results:
+            if self.restore:
                 self.restored = self._restore()
         except BaseException:
             self.close()
@@ -166,6 +140,7 @@ class LocalSession:
                     self.emulation._stop_executions()
                 if self.keep_results:
                     self.save()
+                    self.save_executions()
         finally:
             try:
                 if self._fleet is not None:
@@ -195,6 +170,13 @@ class LocalSession:
         if not self._redirected:
             log.close()
 
+    @property
+    def fleet(self) -> LocalFleet:
+        """The running fleet (an error outside the `with` block)."""
+        if self._fleet is None:
+            raise RuntimeError("the local session is not running")
+        return self._fleet
+
     # -- results on disk ---------------------------------------------------------------------
 
     def _restore(self) -> persist.SnapshotSummary:
@@ -215,6 +197,20 @@ class LocalSession:
             skip_prefixes=NOT_SAVED_PREFIXES,
         )
 
+    def save_executions(self) -> None:
+        """Each execution's description and history, for `rigbench status --local` later."""
+        emu = self.emu
+        sfn = emu.client("stepfunctions")
+        pages = sfn.get_paginator("list_executions")
+        for page in pages.paginate(stateMachineArn=emu.state_machine_arn):
+            for listed in page["executions"]:
+                arn = listed["executionArn"]
+                executions.save(
+                    self.home.root,
+                    executions.plain(sfn.describe_execution(executionArn=arn)),
+                    executions.plain(self.history(arn)),
+                )
+
     # -- executions --------------------------------------------------------------------------
 
     @property
@@ -232,11 +228,6 @@ class LocalSession:
             or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         )
         body = {**sweep_input, "sweep_id": sweep_input.get("sweep_id") or name}
-        if isinstance(self.emulated, LocalEmulatedFleet) and isinstance(body.get("model"), str):
-            self.emulated.models[body["sweep_id"]] = body["model"]
-            for rig in body.get("rigs") or []:
-                with contextlib.suppress(Exception):  # an unknown rig fails validation anyway
-                    self.emulated.settings[(body["sweep_id"], rig)] = host_settings(rig, body)
         return self.emu.start_execution(json.dumps(body), name=name)
 
     def history(self, arn: str) -> list[dict[str, Any]]:
@@ -245,28 +236,6 @@ class LocalSession:
         for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
             events.extend(page["events"])
         return events
-
-    def describe(self, arn: str) -> dict[str, Any]:
-        return dict(self.emu.client("stepfunctions").describe_execution(executionArn=arn))
-
-    def follow(
-        self, arn: str, *, title: str = "", live: bool = True, poll_s: float = 0.5
-    ) -> tuple[dict[str, Any], SweepProgress]:
-        """Show progress per rig and boot until the execution ends; its description and progress."""
-        progress = SweepProgress()
-        with Live(
-            progress.table(title), console=self.console, refresh_per_second=4, transient=False,
-            auto_refresh=live,
-        ) as view:  # fmt: skip
-            while True:
-                progress.feed(self.history(arn))
-                described = self.describe(arn)
-                view.update(progress.table(title))
-                if described["status"] in DONE:
-                    progress.feed(self.history(arn))
-                    view.update(progress.table(title))
-                    return described, progress
-                time.sleep(poll_s)
 
     def reports(self, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
         """The raw harness reports a sweep stored, per rig, in boot order."""

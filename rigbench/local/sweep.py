@@ -6,12 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
 
 from harness.compare import cell_label, compare, render, values_from_reports
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
-from rigbench.local.session import LocalSession
+from rigbench.progress import sweep_table
 from rigbench.report.cli import report_after_run
+from rigbench.stack import StackError, SweepProgress
+from rigbench.stack.local import LocalStack
 from rigs.launch import compute_capability
 from rigs.registry import discover
 
@@ -73,19 +76,33 @@ def run_sweep(
     live: bool = True,
 ) -> int:
     """Run one sweep on this machine; print progress and the comparison; 0 when it succeeded."""
-    with LocalSession(home, account, console=console) as session:
-        if session.restored and session.restored.tables:
-            rows = sum(session.restored.tables.values())
+    with LocalStack(home, account, console=console) as stack:
+        restored = stack.session.restored
+        if restored and restored.tables:
+            rows = sum(restored.tables.values())
             console.print(f"[dim]restored {rows} stored items from {home.data}[/]")
-        arn = session.start(sweep_input)
-        sweep_id = arn.rsplit(":", 1)[-1]
+        try:
+            started = stack.start_sweep(sweep_input)
+        except StackError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
+        sweep_id = started.sweep_id
         rigs = ", ".join(sweep_input.get("rigs", []))
         boots = sweep_input.get("boots_per_rig", 2)
         title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
-        described, progress = session.follow(arn, title=title, live=live)
-        reports = session.reports(sweep_id)
-        report_line = report_after_run(session.emu, sweep_id, home.root / f"report-{sweep_id}.html")
-    status = described["status"]
+        waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
+        with Live(
+            sweep_table(waiting, title),
+            console=console, refresh_per_second=4, transient=False, auto_refresh=live,
+        ) as view:  # fmt: skip
+            progress = stack.follow_sweep(
+                started.execution_arn, on_update=lambda p: view.update(sweep_table(p, title))
+            )
+        reports = stack.session.reports(sweep_id)
+        report_line = report_after_run(
+            stack.session.emu, sweep_id, home.root / f"report-{sweep_id}.html"
+        )
+    status = progress.status
     console.print()
     if reports:
         comparison = compare(values_from_reports(reports))
@@ -95,7 +112,7 @@ def run_sweep(
     else:
         console.print("[red]no reports were stored: nothing to compare[/]")
     if status != "SUCCEEDED":
-        cause = described.get("cause") or described.get("error") or progress.error
+        cause = progress.cause or progress.error
         console.print(f"[red]sweep {status.lower()}:[/] {cause}")
         console.print(report_line)
         return 1

@@ -11,9 +11,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from functions.tables import results as results_table
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.emulation import Emulation
+from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import result_rows, run_sweep, sweep_input
 
 runner = CliRunner()
@@ -24,8 +26,13 @@ cloud.register(app)
 @pytest.fixture
 def stack(emu: Emulation, monkeypatch: pytest.MonkeyPatch) -> Emulation:
     """The cloud commands resolve the stack to the emulated one."""
-    monkeypatch.setattr(cloud, "resolve", lambda name: (boto3.session.Session(), emu.stack_refs()))
-    monkeypatch.setattr(cloud, "FOLLOW_POLL_S", 0.2)
+
+    def connect(stack_name: str) -> BotoStack:
+        client = BotoStack(boto3.session.Session(), emu.stack_refs())
+        client.follow_poll_s = 0.2
+        return client
+
+    monkeypatch.setattr(cloud, "connect_aws", connect)
     return emu
 
 
@@ -95,25 +102,28 @@ def test_results_returns_what_a_sweep_stored_by_query(stack: Emulation) -> None:
     ddb = no_scan(stack.client("dynamodb"))
     table = stack.table("ResultsTable")
 
-    by_sweep = cloud.query_results(ddb, table, sweep=sweep_id)
+    def query_results(**kwargs: Any) -> list[dict[str, Any]]:
+        now = datetime.now(UTC)
+        since = kwargs.pop("since", now - timedelta(days=30))
+        return results_table.query_rows(ddb, table, since=since, until=now, **kwargs)
+
+    by_sweep = query_results(sweep=sweep_id)
     assert sorted(by_sweep, key=lambda r: r["row_key"]) == sorted(
         stored, key=lambda r: r["row_key"]
     )
-    over_time = cloud.query_results(
-        ddb, table, rig="torch", model="random:tiny", instance_type="g5g.2xlarge"
-    )
+    over_time = query_results(rig="torch", model="random:tiny", instance_type="g5g.2xlarge")
     assert {r["row_key"] for r in over_time if r["sweep_id"] == sweep_id} == {
         "torch#01#c00001",
         "torch#01#c00004",
     }
-    by_month = cloud.query_results(ddb, table, rig="vllm")
+    by_month = query_results(rig="vllm")
     assert {r["row_key"] for r in by_month if r["sweep_id"] == sweep_id} == {
         "vllm#01#c00001",
         "vllm#01#c00004",
     }
     assert all(r["rig"] == "vllm" for r in by_month)
     future = datetime.now(UTC) + timedelta(days=1)
-    assert cloud.query_results(ddb, table, rig="vllm", since=future) == []
+    assert query_results(rig="vllm", since=future) == []
 
     done = invoke("results", "--sweep", sweep_id, "--format", "json")
     assert done.exit_code == 0, done.output

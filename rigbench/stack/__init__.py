@@ -1,0 +1,42 @@
+"""The stack client: one interface to the control plane (the deployed stack or the embedded
+emulation). The CLI depends on this package; the two implementations depend on nothing of
+the CLI. See `rigbench.stack.client` for the interface."""
+
+from rigbench.stack.client import StackClient, StackError
+from rigbench.stack.models import (
+    DONE,
+    BootProgress,
+    BundleManifest,
+    Phase,
+    PlannedBoot,
+    QuotaCheck,
+    ReapReport,
+    ResultRow,
+    ResultsQuery,
+    StackInstance,
+    StackRefs,
+    SweepPlan,
+    SweepProgress,
+    SweepStarted,
+    SweepSummary,
+)
+
+__all__ = [
+    "DONE",
+    "BootProgress",
+    "BundleManifest",
+    "Phase",
+    "PlannedBoot",
+    "QuotaCheck",
+    "ReapReport",
+    "ResultRow",
+    "ResultsQuery",
+    "StackClient",
+    "StackError",
+    "StackInstance",
+    "StackRefs",
+    "SweepPlan",
+    "SweepProgress",
+    "SweepStarted",
+    "SweepSummary",
+]

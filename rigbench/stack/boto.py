@@ -1,0 +1,258 @@
+"""The stack client over boto3: everything both stacks do the same way, given a boto3 session
+and the stack's outputs. `AwsStack` finds them in CloudFormation; `LocalStack` in its
+emulation. Reading AWS answers into `rigbench.stack.models` happens here and nowhere else."""
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from functions.finish import terminate
+from functions.quota import instance_vcpus, quota_code, running_g_vcpus
+from functions.reaper import overdue_instances, project_instances, reap
+from functions.settings import BOOT_TAG, DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Clients
+from functions.tables import results as results_table
+from rigbench.bundle import REPO_ROOT, build_bundle
+from rigbench.bundle import upload_bundle as put_bundle
+from rigbench.stack.client import StackError, validate_sweep_input
+from rigbench.stack.history import fold
+from rigbench.stack.models import (
+    BundleManifest,
+    QuotaCheck,
+    ReapReport,
+    ResultRow,
+    ResultsQuery,
+    StackInstance,
+    StackRefs,
+    SweepPlan,
+    SweepProgress,
+    SweepStarted,
+    SweepSummary,
+)
+
+FOLLOW_POLL_S = 2.0
+RESULTS_DEFAULT_DAYS = 30
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ("" for anything else): the one place
+    that reads it."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def aws_errors(what: str) -> "_AwsErrors":
+    """Translate botocore errors inside the block into a StackError naming `what`."""
+    return _AwsErrors(what)
+
+
+class _AwsErrors:
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, ClientError):
+            message = exc.response.get("Error", {}).get("Message", str(exc))
+            raise StackError(f"{self.what}: {error_code(exc)}: {message}") from exc
+        if isinstance(exc, BotoCoreError):
+            raise StackError(f"{self.what}: cannot reach AWS: {exc}") from exc
+
+
+def sweep_name(sweep_input: dict[str, Any], name: str | None) -> str:
+    return name or sweep_input.get("sweep_id") or f"sweep-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+
+
+def _instance(entry: dict[str, Any], now: float) -> StackInstance:
+    instance, tags = entry["instance"], entry["tags"]
+    deadline = float(tags.get(DEADLINE_TAG, "0") or 0)
+    boot = tags.get(BOOT_TAG)
+    return StackInstance(
+        instance_id=instance["InstanceId"],
+        state=instance["State"]["Name"],
+        instance_type=instance["InstanceType"],
+        launched_at=instance.get("LaunchTime"),
+        sweep_id=tags.get(SWEEP_TAG),
+        rig=tags.get(RIG_TAG),
+        boot=int(boot) if boot and boot.isdigit() else None,
+        deadline=datetime.fromtimestamp(deadline, UTC) if deadline else None,
+        overdue=deadline <= now,
+        tags=tags,
+    )
+
+
+class BotoStack:
+    """A `StackClient` on a boto3 session and the stack's outputs (see subclasses)."""
+
+    kind = "aws"
+
+    def __init__(self, session: boto3.session.Session, refs: StackRefs) -> None:
+        self._session = session
+        self._refs = refs
+        self._clients: dict[str, Any] = {}
+        self.follow_poll_s = FOLLOW_POLL_S
+
+    @property
+    def refs(self) -> StackRefs:
+        return self._refs
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self._session.client(service)  # type: ignore[call-overload]
+        return self._clients[service]
+
+    def __enter__(self) -> "BotoStack":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    # -- sweeps ------------------------------------------------------------------------------
+    def start_sweep(self, sweep_input: dict[str, Any], name: str | None = None) -> SweepStarted:
+        validate_sweep_input(sweep_input)
+        name = sweep_name(sweep_input, name)
+        with aws_errors(f"starting sweep {name!r}"):
+            arn = self.client("stepfunctions").start_execution(
+                stateMachineArn=self.refs.state_machine_arn, name=name,
+                input=json.dumps(sweep_input),
+            )["executionArn"]  # fmt: skip
+        return SweepStarted(execution_arn=str(arn), sweep_id=name)
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        """The execution's history events, as GetExecutionHistory returns them."""
+        events: list[dict[str, Any]] = []
+        pages = self.client("stepfunctions").get_paginator("get_execution_history")
+        for page in pages.paginate(executionArn=execution_arn):
+            events.extend(page["events"])
+        return events
+
+    def describe_sweep(self, execution: str) -> SweepProgress:
+        arn = self.refs.execution_arn(execution)
+        with aws_errors(f"sweep {execution!r}"):
+            described = self.client("stepfunctions").describe_execution(executionArn=arn)
+            return fold(self.history(arn), execution_arn=arn, described=described)
+
+    def follow_sweep(
+        self,
+        execution: str,
+        on_update: Callable[[SweepProgress], None] | None = None,
+        poll_s: float | None = None,
+    ) -> SweepProgress:
+        while True:
+            progress = self.describe_sweep(execution)
+            if progress.done:  # read once more: the last events land with the status
+                progress = self.describe_sweep(execution)
+            if on_update is not None:
+                on_update(progress)
+            if progress.done:
+                return progress
+            time.sleep(self.follow_poll_s if poll_s is None else poll_s)
+
+    def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
+        with aws_errors("listing sweeps"):
+            listed = self.client("stepfunctions").list_executions(
+                stateMachineArn=self.refs.state_machine_arn, maxResults=limit
+            )["executions"]
+        return [
+            SweepSummary(
+                sweep_id=e["name"],
+                execution_arn=e["executionArn"],
+                status=e["status"],
+                started_at=e["startDate"],
+                stopped_at=e.get("stopDate"),
+            )
+            for e in listed
+        ]
+
+    def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+        raise StackError(
+            "a dry run rehearses the sweep on the embedded emulation, not on the deployed "
+            "stack: use the local stack client (rigbench run --dry-run)"
+        )
+
+    # -- results -----------------------------------------------------------------------------
+    def results(self, query: ResultsQuery) -> list[ResultRow]:
+        now = datetime.now(UTC)
+        since = query.since or now - timedelta(days=RESULTS_DEFAULT_DAYS)
+        with aws_errors("reading results"):
+            rows = results_table.query_rows(
+                self.client("dynamodb"), self.refs.results_table, since=since, until=now,
+                sweep=query.sweep, rig=query.rig, model=query.model,
+                instance_type=query.instance_type,
+            )  # fmt: skip
+        rows.sort(key=lambda r: (r.get("started_at", ""), r["sweep_id"], r["row_key"]))
+        return [ResultRow.model_validate(r) for r in rows]
+
+    # -- instances and spend -----------------------------------------------------------------
+    def _handler_clients(self) -> Clients:
+        return Clients(self._session)
+
+    def instances(self) -> list[StackInstance]:
+        now = time.time()
+        with aws_errors("listing instances"):
+            found = project_instances(self.client("ec2"), self.refs.stack_name)
+        return [_instance(entry, now) for entry in found]
+
+    def terminate_instance(self, instance_id: str) -> StackInstance:
+        mine = {i.instance_id: i for i in self.instances()}
+        if instance_id not in mine:
+            raise StackError(
+                f"{instance_id} is not a live instance of stack {self.refs.stack_name!r} "
+                f"(no {PROJECT_TAG}={self.refs.stack_name} tag): not terminated"
+            )
+        with aws_errors(f"terminating {instance_id}"):
+            terminate(self.client("ec2"), instance_id)
+        return mine[instance_id].model_copy(update={"state": "shutting-down"})
+
+    def reap(self, dry_run: bool = False) -> ReapReport:
+        with aws_errors("reaping"):
+            if dry_run:
+                overdue = overdue_instances(self.client("ec2"), self.refs.stack_name, time.time())
+                ids = [e["instance"]["InstanceId"] for e in overdue]
+                return ReapReport(dry_run=True, instances=ids)
+            reaped = reap(self._handler_clients(), self.refs.stack_name, self.refs.ledger_table)
+        return ReapReport(
+            dry_run=False, instances=reaped.instances, released_sweeps=reaped.released_sweeps
+        )
+
+    def check_quota(self, instance_type: str, market: str = "spot") -> QuotaCheck:
+        code = quota_code(market)
+        with aws_errors(f"quota {code}"):
+            quota = self.client("service-quotas").get_service_quota(
+                ServiceCode="ec2", QuotaCode=code
+            )["Quota"]["Value"]
+            need = instance_vcpus(self.client("ec2"), [instance_type])[instance_type]
+            used = running_g_vcpus(self.client("ec2"), market)
+        room = float(quota) - used
+        return QuotaCheck(
+            market=market, instance_type=instance_type, quota_code=code,
+            quota_vcpus=float(quota), used_vcpus=used, room_vcpus=room, instance_vcpus=need,
+            fits=int(room // need) if room > 0 else 0,
+        )  # fmt: skip
+
+    # -- bundle ------------------------------------------------------------------------------
+    def upload_bundle(self, root: Path | None = None) -> BundleManifest:
+        bundle = build_bundle(root or REPO_ROOT)
+        with aws_errors(f"uploading the bundle to s3://{self.refs.bucket}"):
+            return BundleManifest.model_validate(
+                put_bundle(self.client("s3"), self.refs.bucket, bundle)
+            )

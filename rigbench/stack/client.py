@@ -1,0 +1,134 @@
+"""The stack client: one interface to the rigbench control plane, two implementations.
+
+    from rigbench.stack import open_stack
+
+    with open_stack(local=True) as stack:              # or local=False: the deployed stack
+        started = stack.start_sweep({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
+        progress = stack.follow_sweep(started.execution_arn, on_update=print)
+        rows = stack.results(ResultsQuery(sweep=started.sweep_id))
+
+Implementations:
+- `rigbench.stack.aws.AwsStack`: the deployed stack, found by its CloudFormation outputs;
+- `rigbench.stack.local.LocalStack`: the embedded emulation (moto + the same handlers and
+  state machine, instances as local processes), state kept under `.rigbench/`.
+
+Every method returns the pydantic models of `rigbench.stack.models`; every failure the user
+can act on is a `StackError` whose message says what was wrong and what to do.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+from functions.errors import InvalidInput
+from functions.execution_input import parse_sweep_input
+from rigbench.bundle import REPO_ROOT, rig_names
+from rigbench.stack.models import (
+    BundleManifest,
+    QuotaCheck,
+    ReapReport,
+    ResultRow,
+    ResultsQuery,
+    StackInstance,
+    StackRefs,
+    SweepPlan,
+    SweepProgress,
+    SweepStarted,
+    SweepSummary,
+)
+
+
+class StackError(Exception):
+    """A stack operation cannot go on; the message says why and what to do."""
+
+
+def validate_sweep_input(sweep_input: dict[str, Any]) -> None:
+    """Check an execution input as the ValidateInput state will (rigs: the repository's),
+    before anything starts; a StackError names the field that is wrong."""
+    try:
+        parse_sweep_input(sweep_input, context={"rigs": set(rig_names(REPO_ROOT))})
+    except InvalidInput as exc:
+        raise StackError(str(exc)) from exc
+
+
+@runtime_checkable
+class StackClient(Protocol):
+    """The rigbench control plane, deployed or emulated. Use it as a context manager (the
+    local one starts and stops its emulation); methods are safe to call from one thread."""
+
+    @property
+    def kind(self) -> str:
+        """ "aws" or "local"."""
+        ...
+
+    @property
+    def refs(self) -> StackRefs:
+        """The stack's outputs: state machine, tables, bucket."""
+        ...
+
+    def __enter__(self) -> "StackClient": ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    # -- sweeps ------------------------------------------------------------------------------
+    def start_sweep(self, sweep_input: dict[str, Any], name: str | None = None) -> SweepStarted:
+        """Validate the input (StackError naming the field when bad) and start an execution;
+        `name` (or the input's sweep_id, or a timestamp) becomes the sweep id."""
+        ...
+
+    def describe_sweep(self, execution: str) -> SweepProgress:
+        """One sweep's status and per rig x boot progress; `execution` is an ARN or a name."""
+        ...
+
+    def follow_sweep(
+        self,
+        execution: str,
+        on_update: Callable[[SweepProgress], None] | None = None,
+        poll_s: float | None = None,
+    ) -> SweepProgress:
+        """Poll `describe_sweep` (calling `on_update` with each reading) until it ends;
+        returns the last reading."""
+        ...
+
+    def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
+        """The most recent executions, newest first."""
+        ...
+
+    def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+        """A dry run: what a run of this input would launch and reserve (nothing is launched,
+        nothing spent); `valid` is False with the reason when a run would fail."""
+        ...
+
+    # -- results -----------------------------------------------------------------------------
+    def results(self, query: ResultsQuery) -> list[ResultRow]:
+        """Results rows by Query (never Scan), sorted by start time."""
+        ...
+
+    # -- instances and spend -----------------------------------------------------------------
+    def instances(self) -> list[StackInstance]:
+        """Live instances the stack launched (by the project tag)."""
+        ...
+
+    def terminate_instance(self, instance_id: str) -> StackInstance:
+        """End one instance, only if it carries this stack's project tag (StackError if not)."""
+        ...
+
+    def reap(self, dry_run: bool = False) -> ReapReport:
+        """End instances past their deadline or whose sweep ended; release the reservations of
+        ended sweeps (what the scheduled reaper does). `dry_run`: list, end nothing."""
+        ...
+
+    def check_quota(self, instance_type: str, market: str = "spot") -> QuotaCheck:
+        """The G/VT vCPU quota of the market, what runs, and how many of the type fit."""
+        ...
+
+    # -- bundle ------------------------------------------------------------------------------
+    def upload_bundle(self, root: Path | None = None) -> BundleManifest:
+        """Build the rig + harness bundle from `root` (the repository) and make it current."""
+        ...

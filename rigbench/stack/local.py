@@ -1,0 +1,137 @@
+"""The embedded stack: the emulation (moto, the same state machine and handlers, resources
+from template.yaml) with instances as local processes, state under `.rigbench/`.
+
+Executions live in the process that ran them; a session saves each one's description and
+history when it ends (`rigbench.local.executions`), so a later process can show its status.
+"""
+
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+
+from rigbench.local import executions
+from rigbench.local.dryrun import plan_from
+from rigbench.local.emulated import EmulatedAccount
+from rigbench.local.home import LocalHome
+from rigbench.local.procs import PidRecord
+from rigbench.local.session import LocalSession
+from rigbench.stack.boto import BotoStack
+from rigbench.stack.client import StackError, validate_sweep_input
+from rigbench.stack.history import fold
+from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
+
+LOCAL_POLL_S = 0.5
+PLAN_TIMEOUT_S = 300.0
+
+
+class LocalStack(BotoStack):
+    """A `StackClient` on the embedded emulation; enter it to start the emulation."""
+
+    kind = "local"
+
+    def __init__(
+        self,
+        home: LocalHome | Path | None = None,
+        account: EmulatedAccount | None = None,
+        *,
+        console: Console | None = None,
+        keep_results: bool = True,
+        restore: bool = True,
+        **session_options: Any,
+    ) -> None:
+        self.home = home if isinstance(home, LocalHome) else LocalHome.resolve(home)
+        self.account = account or EmulatedAccount.from_env()
+        self.session = LocalSession(
+            self.home, self.account, console=console, keep_results=keep_results,
+            restore=restore, **session_options,
+        )  # fmt: skip
+        self.follow_poll_s = LOCAL_POLL_S
+
+    def __enter__(self) -> "LocalStack":
+        self.session.__enter__()
+        emu = self.session.emu
+        super().__init__(emu.session(), emu.stack_refs())
+        self.follow_poll_s = LOCAL_POLL_S
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.session.__exit__(exc_type, exc, tb)
+
+    def client(self, service: str) -> Any:
+        return self.session.emu.client(service)
+
+    @property
+    def stale(self) -> list[PidRecord]:
+        """Process groups an earlier run left behind, stopped when this stack started."""
+        return self.session.stale
+
+    # -- sweeps ------------------------------------------------------------------------------
+    def start_sweep(self, sweep_input: dict[str, Any], name: str | None = None) -> SweepStarted:
+        validate_sweep_input(sweep_input)
+        arn = self.session.start(sweep_input, name=name)  # names it local-<time>-<random>
+        return SweepStarted(execution_arn=arn, sweep_id=arn.rsplit(":", 1)[-1])
+
+    def _live(self, arn: str) -> bool:
+        sfn = self.client("stepfunctions")
+        try:
+            sfn.describe_execution(executionArn=arn)
+        except sfn.exceptions.ExecutionDoesNotExist:
+            return False
+        return True
+
+    def describe_sweep(self, execution: str) -> SweepProgress:
+        arn = self.refs.execution_arn(execution)
+        if self._live(arn):
+            return super().describe_sweep(execution)
+        saved = executions.load(self.home.root, arn.rsplit(":", 1)[-1])
+        if saved is None:
+            raise StackError(
+                f"no local sweep {execution!r} (see them with: rigbench status --local)"
+            )
+        return fold(saved.events, execution_arn=arn, described=saved.described)
+
+    def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
+        live = super().list_sweeps(limit)
+        known = {s.sweep_id for s in live}
+        saved = [
+            SweepSummary(
+                sweep_id=s.described["name"],
+                execution_arn=s.described["executionArn"],
+                status=s.described["status"],
+                started_at=s.described["startDate"],
+                stopped_at=s.described.get("stopDate"),
+            )
+            for s in executions.load_all(self.home.root)
+            if s.described["name"] not in known
+        ]
+        return sorted(live + saved, key=lambda s: s.started_at, reverse=True)[:limit]
+
+    def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+        """Rehearse the sweep on the emulation: the real state machine and handlers with the
+        emulated quota and price; every launch is recorded and refused, so nothing starts."""
+        validate_sweep_input(sweep_input)
+        if any(s.status == "RUNNING" for s in super().list_sweeps()):
+            raise StackError("a dry run refuses every launch: wait for the running sweep to end")
+        fleet = self.session.fleet
+        requests = fleet.rehearse()
+        try:
+            started = self.start_sweep(sweep_input)
+            self.session.emu.wait(started.execution_arn, timeout_s=PLAN_TIMEOUT_S)
+            events = self.history(started.execution_arn)
+        finally:
+            fleet.rehearse(False)
+        return plan_from(events, requests)
+
+    def reap(self, dry_run: bool = False) -> ReapReport:
+        """The reaper on the emulated account, and the local processes an earlier run left
+        (those were stopped when this stack started)."""
+        report = super().reap(dry_run)
+        left = [record.label for record in self.stale]
+        return report.model_copy(update={"instances": [*left, *report.instances]})
