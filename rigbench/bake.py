@@ -74,16 +74,19 @@ def bake_command(
             f"still running: {', '.join(run.builders_alive) or 'none'}"
         )
         raise typer.Exit(0 if run.status == "SUCCEEDED" and not run.builders_alive else 1)
-    from rigbench.cloud import CloudError, resolve_or_exit
+    from rigbench.cloud import fail, open_stack
+    from rigbench.stack import StackError
 
-    session, _refs = resolve_or_exit(stack_name)
-    outputs = session.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
-    arns = {o["OutputKey"]: o["OutputValue"] for o in outputs.get("Outputs", [])}
-    if "BakeStateMachineArn" not in arns:
-        raise CloudError(f"stack {stack_name!r} has no bake state machine: redeploy it")
-    arn = session.client("stepfunctions").start_execution(
-        stateMachineArn=arns["BakeStateMachineArn"],
-        input=json.dumps(body),
-        name=f"bake-{rig}-{time.strftime('%Y%m%d-%H%M%S')}",
-    )["executionArn"]
+    with open_stack(False, stack_name) as stack:
+        client = stack.client  # type: ignore[attr-defined]
+        described = client("cloudformation").describe_stacks(StackName=stack_name)
+        outputs = described["Stacks"][0].get("Outputs", [])
+        arns = {o["OutputKey"]: o["OutputValue"] for o in outputs}
+        if "BakeStateMachineArn" not in arns:
+            fail(StackError(f"stack {stack_name!r} has no bake state machine: redeploy it"))
+        arn = client("stepfunctions").start_execution(
+            stateMachineArn=arns["BakeStateMachineArn"],
+            input=json.dumps(body),
+            name=f"bake-{rig}-{time.strftime('%Y%m%d-%H%M%S')}",
+        )["executionArn"]
     typer.echo(f"started {arn}; follow it in the Step Functions console")

@@ -59,13 +59,14 @@ def write_trend_report(
     instance_type: str | None,
     since: datetime,
 ) -> Path:
-    from rigbench.cloud import query_results
+    from functions.tables.results import query_rows
     from rigbench.report.html import write
     from rigbench.report.trend import trend_page
 
-    rows = query_results(
+    rows = query_rows(
         store.dynamodb,
         store.results_table,
+        until=datetime.now(UTC),
         rig=rig,
         model=model,
         instance_type=instance_type,
@@ -76,19 +77,10 @@ def write_trend_report(
 
 @contextlib.contextmanager
 def _store(local: bool, home: Path | None, stack: str) -> Iterator["Store"]:
-    from rigbench import cloud
-    from rigbench.local import cli as local_cli
+    from rigbench.cloud import open_stack
 
-    if local or not local_cli.has_aws_credentials():
-        if not local:
-            Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
-        with local_cli.local_account(home) as account:
-            emulation = account.emulation
-            assert emulation is not None
-            yield store_from(emulation.client, emulation.stack_refs())
-        return
-    session, refs = cloud.resolve(stack)
-    yield store_from(lambda name: session.client(name), refs)  # type: ignore[call-overload]
+    with open_stack(local, stack, home) as client:
+        yield store_from(client.client, client.refs)  # type: ignore[attr-defined]
 
 
 def _slug(text: str) -> str:

@@ -12,14 +12,14 @@
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from rigbench.progress import boot_progress
 from rigbench.report.errors import ReportError
+from rigbench.stack.history import fold
 
 __all__ = ["BootData", "ReportError", "Store", "SweepData", "gather"]
 
@@ -148,9 +148,10 @@ def _execution(store: Store, sweep_id: str) -> tuple[dict[str, Any], list[dict[s
 
 
 def _query_rows(store: Store, sweep_id: str) -> list[dict[str, Any]]:
-    from rigbench.cloud import query_results  # the one reader of the results table
+    from functions.tables.results import query_rows  # the one reader of the results table
 
-    return query_results(store.dynamodb, store.results_table, sweep=sweep_id)
+    now = datetime.now(UTC)
+    return query_rows(store.dynamodb, store.results_table, since=now, until=now, sweep=sweep_id)
 
 
 def gather(store: Store, sweep_id: str) -> SweepData:
@@ -177,7 +178,11 @@ def gather(store: Store, sweep_id: str) -> SweepData:
             sweep_input = parsed if isinstance(parsed, dict) else None
         except ValueError:
             sweep_input = None
-        progress = boot_progress(events)
+        progress = {
+            (b.rig, b.boot): b
+            for b in fold(events, execution_arn=described["executionArn"]).boots
+            if b.boot is not None
+        }
 
     keys = set(ledger_boots) | set(objects) | set(progress)
     keys |= {(r["rig"], int(r["boot"])) for r in rows}
@@ -201,7 +206,7 @@ def gather(store: Store, sweep_id: str) -> SweepData:
                 cost_usd=_micro(ledger, "spent"),
                 ledger_status=ledger.get("status", {}).get("S"),
                 outcome=(found.outcome or None) if found else None,
-                error=found.error if found else "",
+                error=(f"{found.error}: {found.cause}" if found.error else "") if found else "",
             )
         )
 

@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.finish import terminate
+from functions.cleanup import terminate
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
 from functions.settings import BOOT_TAG, DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Clients
