@@ -80,8 +80,9 @@ def imported_files(modules: list[str], root: Path = REPO_ROOT) -> list[Path]:
 
 def data_files(root: Path = REPO_ROOT) -> list[Path]:
     """Files the imported modules read at run time: each rig's definition and install script
-    (rigs.registry, rigs.contract) and the instance user data template (rigs.bootstrap)."""
+    (rigs.registry, rigs.contract) and the user data templates (rigs.bootstrap, the bake's)."""
     found = sorted((root / "rigs" / "bootstrap").glob("*.j2"))
+    found += sorted((root / "functions").glob("*.j2"))
     for definition in sorted((root / "rigs").glob("*/rig.toml")):
         found.append(definition)
         script = tomllib.loads(definition.read_text()).get("install", {}).get("script")
