@@ -11,7 +11,8 @@ import pytest
 
 from functions.bake_steps import STATUS_FILE, BakeInput
 from rigbench.bake_emulation import BuildFleet, emulated_bake
-from rigbench.emulation import Emulation, Faults, ScriptedFleet
+from rigbench.emulation import Emulation, Faults
+from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 BODY: dict[str, Any] = {
     "rig": "vllm",
