@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rigbench.emulation import Emulation, Faults, ScriptedFleet
+from rigbench.emulation import Emulation, Faults
+from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 RIGS = ("torch", "vllm")
 FAST = {"LambdaRetryIntervalSeconds": 1, "MinPollSeconds": 0}

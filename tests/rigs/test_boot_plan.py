@@ -14,8 +14,9 @@ from functions.boot_plan import plan_boot
 from functions.errors import InvalidInput
 from functions.execution_input import parse_sweep_input
 from functions.instance_types import DLAMI_PARAMETERS
-from rigbench.emulation import Emulation, Faults, ScriptedFleet
+from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.conftest import result_rows, sweep_id_of, sweep_input
+from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 RIGS = ["torch", "vllm", "jax"]
 DLAMI = DLAMI_PARAMETERS["aarch64"]  # the stack's default AmiParameter
