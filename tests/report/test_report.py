@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from harness.compare import compare, render_text, values_from_reports
 from rigbench.cli import app
-from rigbench.local.cli import local_account, run_local
+from rigbench.local.cli import local_stack, run_local
 from rigbench.report.cli import store_from
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
@@ -78,10 +78,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
 @pytest.fixture(scope="module")
 def gathered(sweep: Sweep) -> SweepData:
     """The sweep as a later `rigbench report --local` reads it (its execution is gone)."""
-    with local_account(sweep.home) as account:
-        assert account.emulation is not None
-        store = store_from(account.emulation.client, account.emulation.stack_refs())
-        return gather(store, SWEEP)
+    with local_stack(sweep.home) as stack:
+        return gather(store_from(stack.client, stack.refs), SWEEP)
 
 
 @pytest.fixture(scope="module")
