@@ -56,6 +56,7 @@ from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstanc
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
 ENDS_WITHOUT_FINISH = {ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT, ExecutionStatus.FAILED}
+ACCOUNT_ID = "123456789012"  # moto's default account: the emulated stack lives there
 
 
 @dataclass
@@ -441,8 +442,6 @@ class Seams:
 
     @staticmethod
     def _ec2(region: str) -> Any:
-        from rigbench.emulation.stack import ACCOUNT_ID
-
         return ec2_backends[ACCOUNT_ID][region]
 
     def deliver_status_change(self, execution: Any) -> None:

@@ -28,11 +28,10 @@ from moto.server import ThreadedMotoServer
 from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
 from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
-from rigbench.emulation.seams import Faults, Seams
+from rigbench.emulation.seams import ACCOUNT_ID, Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
 from rigbench.stack.models import StackRefs
 
-ACCOUNT_ID = "123456789012"
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 EMULATED_AMI = "ami-0e1a7ed0000000000"  # moto does not validate AMIs unless asked to
 

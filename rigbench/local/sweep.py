@@ -12,7 +12,7 @@ from harness.compare import cell_label, compare, render, values_from_reports
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.progress import sweep_table
-from rigbench.report.cli import report_after_run
+from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack
 from rigs.launch import compute_capability

@@ -13,6 +13,7 @@ from rich.console import Console
 from rigbench.progress import status_table, sweep_table
 from rigbench.stack.history import STATE_PHASES, SWEEP_STATES, fold
 from rigbench.stack.models import Phase, SweepProgress
+from tests.orchestrator.test_definition import definition_text
 
 ASL = Path(__file__).resolve().parents[2] / "statemachine" / "sweep.asl.json"
 
@@ -128,7 +129,7 @@ def _states(definition: dict[str, Any]) -> tuple[set[str], set[str]]:
 
 
 def test_every_state_of_the_sweep_has_its_phase() -> None:
-    top, inner = _states(json.loads(ASL.read_text()))
+    top, inner = _states(json.loads(definition_text()))
     assert inner, "the sweep has no Map?"
     assert inner - set(STATE_PHASES) == set(), "boot states without a phase in STATE_PHASES"
     assert top - SWEEP_STATES == set(), "sweep states missing from SWEEP_STATES"

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from harness.compare import compare, render_text, values_from_reports
 from rigbench.cli import app
 from rigbench.local.cli import local_stack, run_local
-from rigbench.report.cli import store_from
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
 from rigbench.report.trend import trend_page
+from rigbench.report.writer import store_from
 from tests.report.chromium import Chromium
 
 SWEEP = "report-e2e"

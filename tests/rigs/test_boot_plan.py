@@ -15,7 +15,7 @@ from functions.errors import InvalidInput
 from functions.execution_input import parse_sweep_input
 from functions.instance_types import DLAMI_PARAMETERS
 from rigbench.emulation import Emulation, Faults
-from tests.orchestrator.conftest import result_rows, sweep_id_of, sweep_input
+from tests.orchestrator.conftest import FAST, result_rows, sweep_id_of, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 RIGS = ["torch", "vllm", "jax"]
@@ -100,7 +100,7 @@ def emulation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulation]:
     for rig in ("torch", "vllm"):
         (root / "rigs" / rig).mkdir(parents=True)
         (root / "rigs" / rig / "rig.toml").write_text(f'name = "{rig}"\n')
-    emu = Emulation(ScriptedFleet(), bundle_root=root, faults=Faults(hang_s=0.5))
+    emu = Emulation(ScriptedFleet(), bundle_root=root, faults=Faults(hang_s=0.5), parameters=FAST)
     emu.start()
     emu.client("ssm").put_parameter(
         Name="/rigbench/ami/vllm-0.34.0-sm75", Value=BAKED_VLLM, Type="String", Overwrite=True
