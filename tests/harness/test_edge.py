@@ -52,7 +52,8 @@ def test_a_client_stopped_between_reads_marks_its_figures_invalid(
     proc = bench_process(url, out, "--concurrency", "4", "--requests", "8", "--warmup", "0",
                          "--output-len", "64")  # fmt: skip
     try:
-        time.sleep(2.0)  # interpreter start-up, imports
+        # Frozen from the start (imports included): a run that ends within a fixed start-up
+        # sleep would never be frozen at all.
         while proc.poll() is None:
             proc.send_signal(signal.SIGSTOP)
             time.sleep(0.04)
