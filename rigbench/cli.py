@@ -25,3 +25,7 @@ from rigbench.local.cli import demo_command  # noqa: E402
 
 cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)
+
+from rigbench.mcp.cli import mcp_command  # noqa: E402
+
+app.command("mcp")(mcp_command)
