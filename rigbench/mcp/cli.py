@@ -1,7 +1,9 @@
 """`rigbench mcp`: the MCP server over stdio, or streamable HTTP on loopback with --http."""
 
 import contextlib
+import signal
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -32,15 +34,14 @@ def mcp_command(
 ) -> None:
     """Serve rigbench's tools (plan, start, follow and query sweeps) to an MCP client, on the
     deployed stack or, with --local (or no AWS credentials), on the embedded emulation."""
+    from rigbench.local.session import interrupts_as_keyboard_interrupt
     from rigbench.mcp.server import build_server
 
     # Stdout is the stdio transport: whatever opening the stack prints goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
         try:
             client = (
-                local_cli.local_stack(home, save=True)
-                if use_local(local)
-                else connect_aws(stack)
+                local_cli.local_stack(home, save=True) if use_local(local) else connect_aws(stack)
             )
             opened = client.__enter__()
         except StackError as exc:
@@ -48,10 +49,16 @@ def mcp_command(
             raise typer.Exit(2) from exc
     try:
         server = build_server(opened, max_sweep_usd)
-        if http is None:
-            server.run("stdio")
-        else:
-            typer.echo(f"rigbench MCP server on http://127.0.0.1:{http}/mcp", err=True)
-            server.run("streamable-http", host="127.0.0.1", port=http)
+        with contextlib.suppress(KeyboardInterrupt), interrupts_as_keyboard_interrupt():
+            if http is None:
+                server.run("stdio")
+            else:
+                typer.echo(f"rigbench MCP server on http://127.0.0.1:{http}/mcp", err=True)
+                server.run("streamable-http", host="127.0.0.1", port=http)
     finally:
-        client.__exit__(*sys.exc_info())
+        # An MCP client closes stdin, then sends SIGTERM after a grace period: the stack
+        # still stops its sweeps, saves what they stored and ends its instances.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        started = time.monotonic()
+        client.__exit__(None, None, None)
+        typer.echo(f"stack closed in {time.monotonic() - started:.1f} s", err=True)

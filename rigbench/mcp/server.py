@@ -81,7 +81,7 @@ def instructions(tools: SweepTools) -> str:
 def build_server(stack: StackClient, ceiling_usd: float) -> MCPServer:
     """An MCP server over an entered stack client; it never raises the ceiling."""
     tools = SweepTools(stack, ceiling_usd)
-    server: MCPServer = MCPServer("rigbench", instructions=instructions(tools))
+    server: MCPServer = MCPServer("rigbench", instructions=instructions(tools), log_level="WARNING")
 
     @server.tool(annotations=READ_ONLY)
     def check_quotas(instance_type: str = "g5g.2xlarge") -> Quotas:

@@ -210,10 +210,14 @@ class SweepTools:
         return RigList(
             rigs=[
                 RigInfo(
-                    name=name, description=rig.description, runtime=rig.runtime,
-                    version=rig.version, architectures=list(rig.architectures),
-                    accelerators=list(rig.accelerators), runs_here=name in here,
-                )  # fmt: skip
+                    name=name,
+                    description=rig.description,
+                    runtime=rig.runtime,
+                    version=rig.version,
+                    architectures=list(rig.architectures),
+                    accelerators=list(rig.accelerators),
+                    runs_here=name in here,
+                )
                 for name, rig in discover().items()
             ]
         )
