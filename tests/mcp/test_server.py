@@ -263,3 +263,33 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         assert reaped["report"]["dry_run"] is False
 
     with_client(stack, body)
+
+
+def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) -> None:
+    # A g5g.4xlarge needs 16 vCPUs; the account's quota is 8: CheckQuota fails the sweep
+    # before any launch.
+    too_big = sweep_input(instance_type="g5g.4xlarge", sweep_id="mcp-no-room")
+
+    async def body(client: Client) -> None:
+        planned = await ok(client, "plan_sweep", {"input": too_big})
+        assert planned["plan"]["valid"] is False
+        assert planned["can_start"] is False
+        assert planned["within_ceiling"] is True
+        assert planned["reasons"] == [planned["plan"]["error"]]
+        assert "quota" in planned["plan"]["error"].lower()
+
+        await ok(client, "start_sweep", {"input": too_big})
+        deadline = time.monotonic() + 120
+        while not (status := await ok(client, "sweep_status", {"sweep_id": "mcp-no-room"}))[
+            "done"
+        ]:
+            assert time.monotonic() < deadline, status
+            await anyio.sleep(0.5)
+        assert status["progress"]["status"] == "FAILED"
+        [line] = status["explained"]
+        assert line.startswith("sweep mcp-no-room failed in CheckQuota: ")
+        assert "16" in line
+        assert status["progress"]["boots"] == []
+        assert (await ok(client, "list_instances"))["instances"] == []
+
+    with_client(stack, body)
