@@ -351,7 +351,9 @@ def deploy_command(
             deploy += ["--parameter-overrides", *parameter]
         for command in (["sam", "build"], deploy):
             console.print(f"[bold]$ {' '.join(command)}[/]")
-            if subprocess.run(command, cwd=REPO_ROOT).returncode != 0:
+            # functions/Makefile builds the Lambda package with this Python (rigbench's own)
+            env = {**os.environ, "PYTHON": sys.executable}
+            if subprocess.run(command, cwd=REPO_ROOT, env=env).returncode != 0:
                 console.print(f"[red]{command[1]} failed[/]")
                 raise typer.Exit(1)
     with open_stack(False, stack) as client:

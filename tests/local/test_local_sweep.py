@@ -116,6 +116,29 @@ def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     assert "no AWS credentials found" in table.stderr
     assert len(table.stderr.strip().splitlines()) == 1
     assert "2 result rows" in table.stdout
+
+    # `status` and `reap` work on the local stack too: the sweep's boots from its saved history.
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rigbench", *args], cwd=REPO, env=_env(home),
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    status = cli("status", "--local", "e2e-one")
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "SUCCEEDED" in status.stdout
+    assert "torch" in status.stdout
+    assert "terminated" in status.stdout
+    assert "succeeded" in status.stdout
+    listing = cli("status", "--local")
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    assert "e2e-one" in listing.stdout
+    missing = cli("status", "--local", "no-such-sweep")
+    assert missing.returncode == 2
+    assert "no local sweep 'no-such-sweep'" in missing.stderr
+    reaped = cli("reap", "--local")
+    assert reaped.returncode == 0, reaped.stderr[-2000:]
+    assert "terminated 0 instance(s)" in reaped.stdout
     assert processes_under(tmp_path) == []
 
 

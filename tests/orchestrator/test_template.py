@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from cfn_tools import load_yaml
 
+from rigbench.lambda_package import package_files
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_yaml((ROOT / "template.yaml").read_text())
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
@@ -25,17 +27,6 @@ def tool(name: str) -> str:
     )
     assert found, f"{name} is not installed (pip install -e '.[dev]')"
     return found
-
-
-def python312_dir() -> str:
-    """sam build installs requirements.txt with the runtime's own Python (3.12)."""
-    candidates = [shutil.which("python3.12")]
-    candidates += [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))]
-    for candidate in filter(None, candidates):
-        done = subprocess.run([candidate, "--version"], capture_output=True, text=True)
-        if done.returncode == 0 and done.stdout.startswith("Python 3.12"):
-            return str(Path(candidate).parent)
-    raise AssertionError("sam build for the python3.12 runtime needs python3.12 on PATH")
 
 
 def run_tool(*args: str, cwd: Path = ROOT, path: str = "") -> subprocess.CompletedProcess[str]:
@@ -57,20 +48,51 @@ def test_cfn_lint() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.slow
-def test_sam_build(tmp_path: Path) -> None:
-    build = tmp_path / "build"
-    done = run_tool(
-        tool("sam"), "build", "--template", "template.yaml", "--build-dir", str(build),
-        path=python312_dir(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
+    files = {str(p) for p in package_files()}
+    assert {f.split("/")[0] for f in files} == {"functions", "rigs"}
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]
+        assert f"{module.replace('.', '/')}.py" in files, logical_id
+    rig_files = {f for f in files if f.startswith("rigs/")}
+    allowed = {"rigs/__init__.py", "rigs/contract.py", "rigs/registry.py"}
+    extra = {
+        f for f in rig_files
+        if f not in allowed and not f.startswith("rigs/bootstrap/")
+        and not f.endswith(("/rig.toml", "/install.sh.j2"))
+    }  # fmt: skip
+    assert extra == set(), "rig server code does not belong in the Lambda package"
+    assert "rigs/bootstrap/user_data.sh.j2" in files  # read when rendering user data
+    assert "rigs/torch/rig.toml" in files
+    assert "rigs/torch/install.sh.j2" in files
+
+
+@pytest.mark.slow
+def test_sam_build_after_a_local_sweep(tmp_path: Path) -> None:
+    # What a local sweep leaves: an instance workspace whose bundle links the repository.
+    workspace = ROOT / ".rigbench" / "instances" / f"i-test-{os.getpid()}"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "bundle").symlink_to(ROOT)
+    build = tmp_path / "build"
+    try:
+        done = run_tool(
+            tool("sam"), "build", "--template", "template.yaml", "--build-dir", str(build),
+            path=str(Path(sys.executable).parent),
+        )  # fmt: skip
+    finally:
+        (workspace / "bundle").unlink()
+        workspace.rmdir()
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = {str(p) for p in package_files()}
+    for logical_id in FUNCTIONS:
         package = build / logical_id
-        assert (package / Path(*module.split("."))).with_suffix(".py").is_file()
-        assert (package / "jinja2").is_dir(), "requirements.txt was not installed"
-        assert (package / "rigs" / "torch" / "rig.toml").is_file()
+        found = {str(p.relative_to(package)) for p in package.rglob("*") if p.is_file()}
+        ours = {f for f in found if f.split("/")[0] in ("functions", "rigs")}
+        assert ours == expected, logical_id
+        others = {f.split("/")[0] for f in found - ours}
+        # requirements.txt, resolved for the runtime (arm64), and nothing else
+        assert {"jinja2", "markupsafe"} <= others, others
+        assert all(o.startswith(("jinja2", "markupsafe")) for o in others), others
     assert (build / "template.yaml").is_file()
 
 

@@ -1,0 +1,174 @@
+"""The Lambda functions' package: exactly what the handlers import and read, nothing else.
+
+`sam build` runs `make build-<LogicalId>` (template.yaml: `BuildMethod: makefile`,
+functions/Makefile) in the repository root, which runs
+
+    python -m rigbench.lambda_package "$ARTIFACTS_DIR"
+
+It copies the repository modules the handlers import (found by importing them in a fresh
+interpreter), the files those modules read (the rig definitions and templates), and
+requirements.txt installed for the Lambda runtime's Python and architecture with pip's
+platform options, so no python3.12 is needed on this machine. Tests, benchmarks, rigs'
+server code, `.rigbench/` and anything else under the repository stay out.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from cfn_tools import load_yaml
+
+from rigbench.bundle import REPO_ROOT
+
+TEMPLATE = "template.yaml"
+REQUIREMENTS = "requirements.txt"
+# sam build builds each function on its own; the package is built once per content of its
+# sources (functions/, rigs/, requirements.txt, template.yaml) and copied from here.
+CACHE = Path(".aws-sam") / "lambda-package"
+SOURCES = ("functions", "rigs")
+PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
+
+
+class PackageError(Exception):
+    """The package cannot be built; the message says why."""
+
+
+def load_template(root: Path = REPO_ROOT) -> dict[str, Any]:
+    template: dict[str, Any] = load_yaml((root / TEMPLATE).read_text())
+    return template
+
+
+def handler_modules(template: dict[str, Any]) -> list[str]:
+    """The module of every function's Handler (functions.validate.handler -> functions.validate)."""
+    resources = template["Resources"].values()
+    return sorted(
+        {
+            r["Properties"]["Handler"].rsplit(".", 1)[0]
+            for r in resources
+            if r["Type"] == "AWS::Serverless::Function"
+        }
+    )
+
+
+def imported_files(modules: list[str], root: Path = REPO_ROOT) -> list[Path]:
+    """Repository files a fresh interpreter loads to import `modules` (relative to root)."""
+    probe = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "print(json.dumps([getattr(m, '__file__', None) for m in list(sys.modules.values())]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(root)!r})\n" + probe],
+        cwd=root, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise PackageError(f"importing the handlers failed:\n{done.stderr[-3000:]}")
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    found = set()
+    for name in filter(None, loaded):
+        path = Path(name).resolve()
+        if path.is_relative_to(root) and path.suffix == ".py":
+            found.add(path.relative_to(root))
+    return sorted(found)
+
+
+def data_files(root: Path = REPO_ROOT) -> list[Path]:
+    """Files the imported modules read at run time: each rig's definition and install script
+    (rigs.registry, rigs.contract) and the instance user data template (rigs.bootstrap)."""
+    found = sorted((root / "rigs" / "bootstrap").glob("*.j2"))
+    for definition in sorted((root / "rigs").glob("*/rig.toml")):
+        found.append(definition)
+        script = tomllib.loads(definition.read_text()).get("install", {}).get("script")
+        if script:
+            found.append(definition.parent / script)
+    return [p.relative_to(root) for p in found]
+
+
+def package_files(root: Path = REPO_ROOT, template: dict[str, Any] | None = None) -> list[Path]:
+    """Every repository file in the package, relative to root."""
+    template = template or load_template(root)
+    return sorted({*imported_files(handler_modules(template), root), *data_files(root)})
+
+
+def runtime_target(template: dict[str, Any]) -> tuple[str, str]:
+    """(python version, pip platform) of the functions' runtime, from the template Globals."""
+    globals_ = template.get("Globals", {}).get("Function", {})
+    runtime = str(globals_.get("Runtime", ""))
+    if not runtime.startswith("python"):
+        raise PackageError(f"template Globals Runtime {runtime!r} is not a python runtime")
+    architecture = (globals_.get("Architectures") or ["x86_64"])[0]
+    if architecture not in PLATFORMS:
+        raise PackageError(f"no pip platform known for architecture {architecture!r}")
+    return runtime.removeprefix("python"), PLATFORMS[architecture]
+
+
+def install_dependencies(dest: Path, root: Path, template: dict[str, Any]) -> None:
+    """requirements.txt for the runtime's Python and architecture."""
+    version, platform = runtime_target(template)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--target", str(dest), "--platform", platform, "--python-version", version,
+         "--implementation", "cp", "--only-binary=:all:", "-r", str(root / REQUIREMENTS)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise PackageError(f"pip could not resolve {REQUIREMENTS}:\n{done.stderr[-3000:]}")
+
+
+def source_digest(root: Path = REPO_ROOT) -> str:
+    """A digest of everything the package is made from."""
+    digest = hashlib.sha256()
+    paths = [root / TEMPLATE, root / REQUIREMENTS]
+    for name in SOURCES:
+        paths += [
+            p for p in (root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        ]
+    for path in sorted(paths):
+        digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build(dest: Path, root: Path = REPO_ROOT) -> list[Path]:
+    """Write the package to `dest` (built once per source digest); returns its files."""
+    cached = root / CACHE / source_digest(root)
+    if not cached.is_dir():
+        staging = cached.with_name(f"{cached.name}.partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        template = load_template(root)
+        for relative in package_files(root, template):
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / relative, target)
+        install_dependencies(staging, root, template)
+        for old in cached.parent.iterdir():  # one package kept: the current one
+            if ".partial-" not in old.name:
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            staging.rename(cached)
+        except OSError:  # a parallel build got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(cached, dest, dirs_exist_ok=True)
+    return sorted(p.relative_to(dest) for p in dest.rglob("*") if p.is_file())
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m rigbench.lambda_package ARTIFACTS_DIR", file=sys.stderr)
+        return 2
+    try:
+        files = build(Path(argv[0]))
+    except PackageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(files)} files -> {argv[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
