@@ -280,9 +280,7 @@ def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) ->
 
         await ok(client, "start_sweep", {"input": too_big})
         deadline = time.monotonic() + 120
-        while not (status := await ok(client, "sweep_status", {"sweep_id": "mcp-no-room"}))[
-            "done"
-        ]:
+        while not (status := await ok(client, "sweep_status", {"sweep_id": "mcp-no-room"}))["done"]:
             assert time.monotonic() < deadline, status
             await anyio.sleep(0.5)
         assert status["progress"]["status"] == "FAILED"
