@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
 from rich.console import Console
 
 from rigbench.local.emulated import EmulatedAccount
@@ -41,6 +43,31 @@ def sweep_input(**overrides: Any) -> dict[str, Any]:
         **FAST,
         **overrides,
     }
+
+
+TOOLS = {
+    "check_quotas", "plan_sweep", "start_sweep", "sweep_status", "list_sweeps",
+    "query_results", "compare", "list_instances", "terminate", "reap", "list_rigs",
+}  # fmt: skip
+DESTRUCTIVE = {"terminate", "reap"}
+SWEEP_TIMEOUT_S = 400
+
+
+def text(result: CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, f"{tool}: {text(result)}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} was not refused: {result.structured_content}"
+    return text(result)
 
 
 @pytest.fixture(scope="module")

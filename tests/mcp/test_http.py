@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 
 from tests.local.conftest import processes_under, wait_for
-from tests.mcp.test_server import TOOLS, ok, refused
+from tests.mcp.conftest import TOOLS, ok, refused
 from tests.mcp.test_stdio import server_params
 
 

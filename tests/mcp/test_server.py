@@ -12,20 +12,23 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult, TextContent, TextResourceContents
+from mcp.types import TextResourceContents
 
 from functions.execution_input import SCHEMA_PATH
 from functions.settings import PROJECT_TAG
 from rigbench.mcp.server import COMPARISON_URI, SCHEMA_URI, build_server
 from rigbench.stack.local import LocalStack
-from tests.mcp.conftest import CEILING_USD, QUOTA_VCPUS, sweep_input
-
-TOOLS = {
-    "check_quotas", "plan_sweep", "start_sweep", "sweep_status", "list_sweeps",
-    "query_results", "compare", "list_instances", "terminate", "reap", "list_rigs",
-}  # fmt: skip
-DESTRUCTIVE = {"terminate", "reap"}
-SWEEP_TIMEOUT_S = 400
+from tests.mcp.conftest import (
+    CEILING_USD,
+    DESTRUCTIVE,
+    QUOTA_VCPUS,
+    SWEEP_TIMEOUT_S,
+    TOOLS,
+    ok,
+    refused,
+    sweep_input,
+    text,
+)
 
 
 def with_client(stack: LocalStack, body: Callable[[Client], Awaitable[None]]) -> None:
@@ -34,23 +37,6 @@ def with_client(stack: LocalStack, body: Callable[[Client], Awaitable[None]]) ->
             await body(client)
 
     anyio.run(run)
-
-
-def text(result: CallToolResult) -> str:
-    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
-
-
-async def ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> Any:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, f"{tool}: {text(result)}"
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def refused(client: Client, tool: str, arguments: dict[str, Any]) -> str:
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error, f"{tool} was not refused: {result.structured_content}"
-    return text(result)
 
 
 def test_tools_have_typed_schemas_and_annotations(stack: LocalStack) -> None:

@@ -13,8 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.local.conftest import processes_under
-from tests.mcp.conftest import sweep_input
-from tests.mcp.test_server import SWEEP_TIMEOUT_S, TOOLS, ok, refused
+from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused, sweep_input
 
 REPO = Path(__file__).resolve().parents[2]
 CEILING_USD = 1.5
