@@ -31,9 +31,13 @@ from tests.mcp.conftest import (
 )
 
 
-def with_client(stack: LocalStack, body: Callable[[Client], Awaitable[None]]) -> None:
+def with_client(
+    stack: LocalStack, body: Callable[[Client], Awaitable[None]], mode: str = "auto"
+) -> None:
+    """`auto`: the SDK's in-process dispatch; `legacy`: JSON-RPC over in-memory streams."""
+
     async def run() -> None:
-        async with Client(build_server(stack, CEILING_USD)) as client:
+        async with Client(build_server(stack, CEILING_USD), mode=mode) as client:
             await body(client)
 
     anyio.run(run)
@@ -142,8 +146,9 @@ def test_terminate_refuses_an_instance_the_stack_did_not_launch(stack: LocalStac
         ec2.terminate_instances(InstanceIds=[foreign])
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_malformed_arguments_are_tool_errors_and_the_server_keeps_serving(
-    stack: LocalStack,
+    stack: LocalStack, mode: str
 ) -> None:
     async def body(client: Client) -> None:
         cases: list[tuple[str, dict[str, Any], str]] = [
@@ -167,7 +172,7 @@ def test_malformed_arguments_are_tool_errors_and_the_server_keeps_serving(
         assert "no_such_tool" in text(unknown)
         assert (await ok(client, "list_rigs"))["rigs"]
 
-    with_client(stack, body)
+    with_client(stack, body, mode)
 
 
 @pytest.mark.slow
