@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from functions.execution_input import SweepInput
-from harness.compare import compare, values_from_reports
+from harness.compare import Comparison, compare, values_from_reports
 from harness.stats import Verdict
 from rigbench.mcp.models import (
     InstanceList,
@@ -74,7 +74,7 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def verdict_lines(comparison: Any) -> list[str]:
+def verdict_lines(comparison: Comparison) -> list[str]:
     """The decisive differences of a `harness.compare.Comparison`, one line each."""
     lines = []
     for cell in comparison.cells:
@@ -87,8 +87,9 @@ def verdict_lines(comparison: Any) -> list[str]:
                     if result.change_vs_baseline is not None
                     else ""
                 )
+                spec = metric.metric
                 lines.append(
-                    f"{cell.cell} {metric.metric.label}: {result.rig} {result.verdict} "
+                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} {result.verdict} "
                     f"than {comparison.baseline}{change}"
                 )
     return lines
