@@ -7,7 +7,6 @@ from rigbench.emulation.fleet import (
     Fleet,
     LaunchedInstance,
     LaunchRequest,
-    ScriptedFleet,
 )
 from rigbench.emulation.seams import Faults
 from rigbench.emulation.stack import Emulation
@@ -21,5 +20,4 @@ __all__ = [
     "Fleet",
     "LaunchRequest",
     "LaunchedInstance",
-    "ScriptedFleet",
 ]

@@ -1,6 +1,6 @@
 """An embedded AWS account running the stack template.yaml declares, in this process.
 
-    with Emulation(fleet=ScriptedFleet()) as emu:
+    with Emulation(fleet=LocalFleet(...)) as emu:  # any rigbench.emulation.Fleet
         arn = emu.start_execution({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
         emu.wait(arn)
 
@@ -127,10 +127,11 @@ class Emulation:
         self._clients.clear()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
-        httpx.post(f"{self.endpoint_url}/moto-api/reset")
+        httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
         httpx.post(
             f"{self.endpoint_url}/moto-api/config",
             json={"stepfunctions": {"execute_state_machine": True}},
+            timeout=60,
         ).raise_for_status()
         self._seams = Seams(self.fleet, self.faults, {}, self.function_timeout_s)
         self._seams.install()
@@ -142,19 +143,23 @@ class Emulation:
             raise
 
     def stop(self) -> None:
-        if self._server is not None:
-            try:
-                self._stop_executions()
-                httpx.post(f"{self.endpoint_url}/moto-api/reset")
-            finally:
-                self._server.stop()
-                self._server = None
-        if self._seams is not None:
-            self._seams.uninstall()
-            self._seams = None
-        self._environ.restore()
-        if Emulation._running is self:
-            Emulation._running = None
+        """Stop executions and the server; whatever fails on the way, the seams come out, the
+        environment is restored and another emulation may start."""
+        try:
+            if self._server is not None:
+                try:
+                    self._stop_executions()
+                    httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
+                finally:
+                    self._server.stop()
+                    self._server = None
+        finally:
+            if self._seams is not None:
+                self._seams.uninstall()
+                self._seams = None
+            self._environ.restore()
+            if Emulation._running is self:
+                Emulation._running = None
 
     def _stop_executions(self) -> None:
         if not self.state_machine_arn:

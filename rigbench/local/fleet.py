@@ -1,4 +1,12 @@
 """The local fleet: emulated instances played by workspaces and processes on this machine.
+It is the emulation's `Fleet` (rigbench.emulation.fleet): what moto cannot answer is answered
+here. Quota and spot price are the emulated account's figures (set by flags or environment,
+so a rehearsal can try a quota of 0 or a price that busts the budget); capacity is never
+refused, except in a rehearsal, which refuses and records every launch.
+
+A launched instance's rig and sweep come from its tags; the model and the rig settings from
+the sweep's execution input, read from the emulated Step Functions as the instance's user
+data would carry them on AWS.
 
 Each launched instance id gets a workspace under `instances/<id>/` and a rig process that
 serves on a free loopback port (an instance's rig serves on 8000; here many share one host).
@@ -16,6 +24,7 @@ TimedOut; stdout capped at 24,000 characters, stderr at 8,000). Terminating an i
 ends its rig's and its commands' process groups.
 """
 
+import contextlib
 import json
 import os
 import shlex
@@ -26,10 +35,18 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from functions.settings import RIG_TAG, SWEEP_TAG
+from rigbench.emulation.fleet import (
+    CommandNotDelivered,
+    CommandResult,
+    LaunchedInstance,
+    LaunchRequest,
+)
+from rigbench.local.emulated import REFUSAL, EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.ports import free_port
 from rigbench.local.procs import ProcessGroups
@@ -139,6 +156,29 @@ def _tail(path: Path, limit: int) -> str:
     return text[:limit]
 
 
+def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
+    """Rig settings sized to what the sweep asks of a CPU-only local process.
+
+    A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
+    each extra length bucket or slot width is minutes of compilation for nothing this sweep
+    uses. Only settings the rig declares are passed, the same values to every rig.
+    """
+    from rigs.registry import get_rig
+
+    cells = sweep_input.get("cells") or {}
+    need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
+    wanted = {
+        "max_model_len": max(64, 1 << (need - 1).bit_length()),
+        "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
+    }
+    declared = get_rig(rig).serve.settings
+    return {
+        key: str(min(int(value), int(declared[key])))
+        for key, value in wanted.items()
+        if key in declared and isinstance(declared[key], int)
+    }
+
+
 class LocalFleet:
     """Instances as workspaces + process groups; thread-safe (Map iterations run in threads)."""
 
@@ -148,19 +188,94 @@ class LocalFleet:
         groups: ProcessGroups,
         rig_command: RigCommand,
         *,
+        account: EmulatedAccount | None = None,
         env: Mapping[str, str] | None = None,
+        default_model: str = "random:tiny",
     ) -> None:
         self._home = home.ensure()
         self._groups = groups
         self._rig_command = rig_command
+        self.account = account or EmulatedAccount()
+        self.default_model = default_model
         self._env = dict(env or {})
         self._lock = threading.Lock()
         self._instances: dict[str, LocalInstance] = {}
+        self._rehearsal: list[LaunchRequest] | None = None
         self._shims = self._write_shims()
 
     def set_env(self, env: Mapping[str, str]) -> None:
         """Extra environment for instance processes (how an instance reaches AWS)."""
         self._env.update(env)
+
+    # -- the emulation's Fleet ---------------------------------------------------------------
+
+    def bind(self, aws_env: dict[str, str]) -> None:
+        self.set_env(aws_env)
+
+    def quota_vcpus(self, quota_code: str) -> float:
+        return self.account.quota_vcpus
+
+    def spot_price(self, instance_type: str, availability_zone: str) -> float:
+        return self.account.spot_price_usd_per_hour
+
+    def rehearse(self, on: bool = True) -> list[LaunchRequest]:
+        """While on, every launch is recorded (in the list returned) and refused."""
+        with self._lock:
+            self._rehearsal = [] if on else None
+            return self._rehearsal if self._rehearsal is not None else []
+
+    def capacity_error(self, request: LaunchRequest) -> str | None:
+        with self._lock:
+            if self._rehearsal is None:
+                return None
+            self._rehearsal.append(request)
+            return REFUSAL
+
+    def launched(self, instance: LaunchedInstance) -> None:
+        rig = instance.tags.get(RIG_TAG)
+        if rig is None:
+            return  # not a rig instance: nothing to play
+        sweep = self._sweep_input(instance.tags.get(SWEEP_TAG, ""))
+        model = sweep.get("model") if isinstance(sweep.get("model"), str) else None
+        self.launch(
+            instance.instance_id, rig, model or self.default_model, host_settings(rig, sweep)
+        )
+
+    def _sweep_input(self, sweep_id: str) -> dict[str, Any]:
+        """The execution input of the sweep (its name is the sweep id) on the emulation."""
+        import boto3
+
+        env = self._env
+        sfn = boto3.client(
+            "stepfunctions", endpoint_url=env.get("AWS_ENDPOINT_URL"),
+            region_name=env.get("AWS_DEFAULT_REGION", "us-east-1"),
+            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID", "testing"),
+            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        )  # fmt: skip
+        for machine in sfn.list_state_machines()["stateMachines"]:
+            arn = machine["stateMachineArn"].replace(":stateMachine:", ":execution:")
+            try:
+                described = sfn.describe_execution(executionArn=f"{arn}:{sweep_id}")
+            except sfn.exceptions.ExecutionDoesNotExist:
+                continue
+            body = json.loads(described.get("input") or "{}")
+            return body if isinstance(body, dict) else {}
+        return {}
+
+    def command_result(self, command_id: str, instance_id: str) -> CommandResult:
+        try:
+            invocation = self.invocation(command_id, instance_id)
+        except (UnknownInstanceError, UnknownInvocationError) as exc:
+            raise CommandNotDelivered(command_id) from exc
+        return CommandResult(
+            status=invocation.Status,
+            stdout=invocation.StandardOutputContent,
+            stderr=invocation.StandardErrorContent,
+            response_code=invocation.ResponseCode,
+        )
+
+    def terminated(self, instance_id: str) -> None:
+        self.terminate(instance_id)
 
     # -- instances ---------------------------------------------------------------------------
 
@@ -270,7 +385,16 @@ class LocalFleet:
     def send_command(
         self, command_id: str, instance_id: str, commands: list[str], timeout_s: float
     ) -> None:
-        """Run `commands` (shell lines) in the instance's workspace, in the background."""
+        """Run `commands` (shell lines) in the instance's workspace, in the background. A
+        command for an instance that is not online is never delivered: as SSM answers, its
+        invocation never exists."""
+        with contextlib.suppress(UnknownInstanceError):
+            self.run_command(command_id, instance_id, commands, timeout_s)
+
+    def run_command(
+        self, command_id: str, instance_id: str, commands: list[str], timeout_s: float
+    ) -> None:
+        """`send_command`, raising UnknownInstanceError when the instance is not online."""
         instance = self.get(instance_id)
         if not self.agent_online(instance_id):
             raise UnknownInstanceError(f"instance {instance_id} is not online")

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -28,7 +28,7 @@ from rich.console import Console
 
 from rigbench.emulation import Emulation, EnvironOverride
 from rigbench.local import executions, persist
-from rigbench.local.emulated import EmulatedAccount, LocalEmulatedFleet
+from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.fleet import LocalFleet, RigCommand
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
@@ -50,29 +50,6 @@ def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, st
     for key, value in sorted(settings.items()):
         argv += ["--set", f"{key}={value}"]
     return argv
-
-
-def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
-    """Rig settings sized to what the sweep asks of a CPU-only local process.
-
-    A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
-    each extra length bucket or slot width is minutes of compilation for nothing this sweep
-    uses. Only settings the rig declares are passed, the same values to every rig.
-    """
-    from rigs.registry import get_rig
-
-    cells = sweep_input.get("cells") or {}
-    need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
-    wanted = {
-        "max_model_len": max(64, 1 << (need - 1).bit_length()),
-        "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
-    }
-    declared = get_rig(rig).serve.settings
-    return {
-        key: str(min(int(value), int(declared[key])))
-        for key, value in wanted.items()
-        if key in declared and isinstance(declared[key], int)
-    }
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -102,7 +79,6 @@ class LocalSession:
         keep_results: bool = True,
         restore: bool | None = None,
         rig_command: RigCommand = rig_serve_command,
-        fleet_factory: Callable[[LocalFleet, EmulatedAccount], Any] | None = None,
     ) -> None:
         self.home = home.ensure()
         self.account = account
@@ -110,12 +86,10 @@ class LocalSession:
         self.keep_results = keep_results
         self.restore = keep_results if restore is None else restore
         self.rig_command = rig_command
-        self.fleet_factory = fleet_factory or (lambda fleet, acct: LocalEmulatedFleet(fleet, acct))
         self.stale: list[PidRecord] = []
         self.restored: persist.SnapshotSummary | None = None
         self._groups: ProcessGroups | None = None
         self._fleet: LocalFleet | None = None
-        self.emulated: Any = None
         self.emulation: Emulation | None = None
         self._environ = EnvironOverride()
         self._redirected: list[tuple[logging.StreamHandler[Any], Any]] = []
@@ -138,9 +112,10 @@ class LocalSession:
         self._groups = ProcessGroups(self.home)
         atexit.register(self._groups.close)
         try:
-            self._fleet = LocalFleet(self.home, self._groups, self.rig_command)
-            self.emulated = self.fleet_factory(self._fleet, self.account)
-            self.emulation = Emulation(fleet=self.emulated)
+            self._fleet = LocalFleet(
+                self.home, self._groups, self.rig_command, account=self.account
+            )
+            self.emulation = Emulation(fleet=self._fleet)
             self.emulation.start()
             if self.restore:
                 self.restored = self._restore()
@@ -195,6 +170,13 @@ class LocalSession:
         if not self._redirected:
             log.close()
 
+    @property
+    def fleet(self) -> LocalFleet:
+        """The running fleet (an error outside the `with` block)."""
+        if self._fleet is None:
+            raise RuntimeError("the local session is not running")
+        return self._fleet
+
     # -- results on disk ---------------------------------------------------------------------
 
     def _restore(self) -> persist.SnapshotSummary:
@@ -246,11 +228,6 @@ class LocalSession:
             or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         )
         body = {**sweep_input, "sweep_id": sweep_input.get("sweep_id") or name}
-        if isinstance(self.emulated, LocalEmulatedFleet) and isinstance(body.get("model"), str):
-            self.emulated.models[body["sweep_id"]] = body["model"]
-            for rig in body.get("rigs") or []:
-                with contextlib.suppress(Exception):  # an unknown rig fails validation anyway
-                    self.emulated.settings[(body["sweep_id"], rig)] = host_settings(rig, body)
         return self.emu.start_execution(json.dumps(body), name=name)
 
     def history(self, arn: str) -> list[dict[str, Any]]:

@@ -119,7 +119,7 @@ class LocalStack(BotoStack):
         validate_sweep_input(sweep_input)
         if any(s.status == "RUNNING" for s in super().list_sweeps()):
             raise StackError("a dry run refuses every launch: wait for the running sweep to end")
-        fleet = self.session.emulated
+        fleet = self.session.fleet
         requests = fleet.rehearse()
         try:
             started = self.start_sweep(sweep_input)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rigbench.emulation.fleet import CommandNotDelivered
 from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError
 from rigbench.local.procs import group_alive
 from tests.local.conftest import wait_for
@@ -94,7 +95,10 @@ def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
     assert fleet.invocation("long", "i-0eee").StatusDetails == "Terminated"
     assert not fleet.terminate("i-0eee")  # already gone: a second terminate is a no-op
     with pytest.raises(UnknownInstanceError, match="not online"):
-        fleet.send_command("late", "i-0eee", ["true"], 5)
+        fleet.run_command("late", "i-0eee", ["true"], 5)
+    fleet.send_command("late", "i-0eee", ["true"], 5)  # as SSM: never delivered
+    with pytest.raises(CommandNotDelivered):
+        fleet.command_result("late", "i-0eee")
 
 
 def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from boto3.dynamodb.types import TypeDeserializer
 
-from rigbench.emulation import Emulation, Faults, ScriptedFleet
+from rigbench.emulation import Emulation, Faults
+from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 RIGS = ("torch", "vllm")
 _deserializer = TypeDeserializer()

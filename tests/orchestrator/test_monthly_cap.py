@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rigbench.emulation import Emulation, ScriptedFleet
+from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import (
     assert_clean,
     error_of,
@@ -14,6 +14,7 @@ from tests.orchestrator.conftest import (
     sweep_id_of,
     sweep_input,
 )
+from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 
 @pytest.fixture(scope="module")

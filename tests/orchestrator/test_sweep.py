@@ -1,6 +1,6 @@
 """The real state machine and handlers on the emulated account: sweeps that succeed."""
 
-from rigbench.emulation import Emulation, ScriptedFleet
+from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import (
     assert_clean,
     result_rows,
@@ -8,6 +8,7 @@ from tests.orchestrator.conftest import (
     sweep_id_of,
     sweep_input,
 )
+from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 
 def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> None:

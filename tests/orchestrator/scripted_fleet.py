@@ -1,0 +1,229 @@
+"""A fleet whose every answer a test sets (`rigbench.emulation.Fleet`); it records what it
+was asked. The test double of the orchestrator tests; local mode has its own fleet of
+processes (rigbench.local.fleet)."""
+
+import copy
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import boto3
+
+from functions.instance_commands import BENCH_STEP, PROBE_STEP, report_uri_of, step_of
+from functions.quota import ON_DEMAND_G_VT_QUOTA, SPOT_G_VT_QUOTA
+from functions.settings import RIG_TAG
+from rigbench.emulation.fleet import (
+    CommandNotDelivered,
+    CommandResult,
+    LaunchedInstance,
+    LaunchRequest,
+)
+
+BenchOutcome = Literal["success", "failed", "timed_out", "running", "bad_report"]
+
+
+@dataclass
+class ScriptedFleet:
+    """A fleet whose every answer a test sets; it records what it was asked.
+
+    Instances come online after `agent_after` agent checks (None: never), the rig answers a
+    completion after `ready_after` probes (None: never), or the install fails with
+    `install_error`. The harness command ends as `bench`; on success the fleet uploads a
+    report in the harness's format to the S3 URI the command names, as an instance would.
+    """
+
+    quotas: dict[str, float] = field(
+        default_factory=lambda: {SPOT_G_VT_QUOTA: 64.0, ON_DEMAND_G_VT_QUOTA: 64.0}
+    )
+    price_usd_per_hour: float = 0.30
+    refuse: dict[str, str] = field(default_factory=dict)  # availability zone -> error code
+    refuse_markets: dict[str, str] = field(default_factory=dict)  # market -> error code
+    agent_after: int | None = 0
+    ready_after: int | None = 0
+    install_error: str | None = None
+    bench: BenchOutcome = "success"
+    bench_by_rig: dict[str, BenchOutcome] = field(default_factory=dict)
+    missing_invocations: int = 1  # GetCommandInvocation calls answered InvocationDoesNotExist
+    gpu: str = "NVIDIA T4G"
+    driver: str = "570.133.20"
+    rig_provenance: dict[str, str] = field(
+        default_factory=lambda: {"runtime": "torch 2.7.0", "transformers": "5.17.0"}
+    )
+
+    def __post_init__(self) -> None:
+        self._defaults = {
+            name: copy.deepcopy(getattr(self, name)) for name in self.__dataclass_fields__
+        }
+        self._lock = threading.Lock()
+        self._aws_env: dict[str, str] = {}
+        self._clear()
+
+    def reset(self) -> None:
+        """Back to the knobs it was built with, forgetting everything it recorded."""
+        for name, value in self._defaults.items():
+            setattr(self, name, copy.deepcopy(value))
+        self._clear()
+
+    def _clear(self) -> None:
+        self.instances: dict[str, LaunchedInstance] = {}
+        self.alive: set[str] = set()
+        self.launch_requests: list[LaunchRequest] = []
+        self.commands: dict[tuple[str, str], tuple[str, list[str]]] = {}
+        self.agent_checks: dict[str, int] = {}
+        self.probes: dict[str, int] = {}
+        self.result_polls: dict[tuple[str, str], int] = {}
+        self.bench_started = threading.Event()
+
+    def bind(self, aws_env: dict[str, str]) -> None:
+        self._aws_env = dict(aws_env)
+
+    def quota_vcpus(self, quota_code: str) -> float:
+        return self.quotas.get(quota_code, 0.0)
+
+    def spot_price(self, instance_type: str, availability_zone: str) -> float:
+        return self.price_usd_per_hour
+
+    def capacity_error(self, request: LaunchRequest) -> str | None:
+        with self._lock:
+            self.launch_requests.append(request)
+        return self.refuse_markets.get(request.market) or self.refuse.get(request.availability_zone)
+
+    def launched(self, instance: LaunchedInstance) -> None:
+        with self._lock:
+            self.instances[instance.instance_id] = instance
+            self.alive.add(instance.instance_id)
+
+    def terminated(self, instance_id: str) -> None:
+        with self._lock:
+            self.alive.discard(instance_id)
+
+    def agent_online(self, instance_id: str) -> bool:
+        with self._lock:
+            self.agent_checks[instance_id] = self.agent_checks.get(instance_id, 0) + 1
+            if self.agent_after is None or instance_id not in self.alive:
+                return False
+            return self.agent_checks[instance_id] > self.agent_after
+
+    def send_command(
+        self, command_id: str, instance_id: str, commands: list[str], timeout_s: int
+    ) -> None:
+        step = step_of(commands) or "unknown"
+        with self._lock:
+            self.commands[(command_id, instance_id)] = (step, commands)
+        if step == BENCH_STEP:
+            self.bench_started.set()
+            if self._bench_outcome(instance_id) in ("success", "bad_report"):
+                self._upload_report(commands, self._bench_outcome(instance_id))
+
+    def command_result(self, command_id: str, instance_id: str) -> CommandResult:
+        key = (command_id, instance_id)
+        with self._lock:
+            polls = self.result_polls.get(key, 0) + 1
+            self.result_polls[key] = polls
+            step, _ = self.commands[key]
+        if polls <= self.missing_invocations:
+            raise CommandNotDelivered(command_id)
+        if step == PROBE_STEP:
+            return self._probe(instance_id)
+        if step == BENCH_STEP:
+            return {
+                "success": CommandResult("Success", stdout="report uploaded", response_code=0),
+                "bad_report": CommandResult("Success", stdout="report uploaded", response_code=0),
+                "failed": CommandResult(
+                    "Failed", stderr="httpx.ConnectError: connection refused", response_code=1
+                ),
+                "timed_out": CommandResult(
+                    "TimedOut", stderr="command exceeded its executionTimeout", response_code=-1
+                ),
+                "running": CommandResult("InProgress"),
+            }[self._bench_outcome(instance_id)]
+        return CommandResult("Failed", stderr=f"unknown command step {step!r}", response_code=127)
+
+    def _probe(self, instance_id: str) -> CommandResult:
+        with self._lock:
+            self.probes[instance_id] = self.probes.get(instance_id, 0) + 1
+            count = self.probes[instance_id]
+        # What rigs.bootstrap.ready_check_command prints, and its exit codes.
+        if self.install_error is not None:
+            status = {"phase": "failed", "step": "install", "error": self.install_error}
+            return CommandResult("Failed", stdout=json.dumps(status) + "\n", response_code=3)
+        if self.ready_after is not None and count > self.ready_after:
+            state = {"ready": True, "phase": "ready", "model": "random:tiny", "text": " Paris"}
+            return CommandResult("Success", stdout=json.dumps(state) + "\n", response_code=0)
+        state = {"ready": False, "phase": "unreachable", "detail": "ConnectError: [Errno 111]"}
+        return CommandResult("Failed", stdout=json.dumps(state) + "\n", response_code=1)
+
+    def _bench_outcome(self, instance_id: str) -> BenchOutcome:
+        instance = self.instances.get(instance_id)
+        rig = instance.tags.get(RIG_TAG, "") if instance else ""
+        return self.bench_by_rig.get(rig, self.bench)
+
+    def _upload_report(self, commands: list[str], outcome: BenchOutcome) -> None:
+        uri = report_uri_of(commands)
+        if uri is None:
+            raise ValueError("the bench command names no report URI")
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        body = (
+            b"{not json"
+            if outcome == "bad_report"
+            else json.dumps(scripted_report(commands)).encode()
+        )
+        provenance = {
+            "served_model": "random:tiny", "rig": self.rig_provenance,
+            "gpu": self.gpu, "driver": self.driver,
+        }  # fmt: skip
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=self._aws_env.get("AWS_ENDPOINT_URL"),
+            region_name=self._aws_env.get("AWS_DEFAULT_REGION", "us-east-1"),
+            aws_access_key_id=self._aws_env.get("AWS_ACCESS_KEY_ID", "testing"),
+            aws_secret_access_key=self._aws_env.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        )
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        prefix = key.rsplit("/", 1)[0]
+        s3.put_object(
+            Bucket=bucket, Key=f"{prefix}/provenance.json", Body=json.dumps(provenance).encode()
+        )
+
+
+def _flag(commands: list[str], name: str) -> str | None:
+    match = re.search(rf"--{name} (\S+)", "\n".join(commands))
+    return match.group(1).strip("'\"") if match else None
+
+
+def scripted_report(commands: list[str]) -> dict[str, Any]:
+    """A report in the harness's format with one cell per concurrency the command asks for."""
+    concurrency = [int(c) for c in (_flag(commands, "concurrency") or "1").split(",")]
+    output_len = int(_flag(commands, "output-len") or "16")
+    requests = int(_flag(commands, "requests") or "4")
+    cells = []
+    for c in concurrency:
+        tokens = requests * output_len
+        duration = 1.0 + 0.1 * c
+
+        def summary(base: float, c: int = c) -> dict[str, float]:
+            return {"mean": base * c, "p50": base * c, "p90": base * c * 1.2, "p99": base * c * 1.5}
+
+        cell: dict[str, Any] = {
+            "concurrency": c,
+            "requests_ok": requests,
+            "requests_failed": 0,
+            "output_tokens": tokens,
+            "duration_s": duration,
+            "output_tok_s": tokens / duration,
+            "ttft_ms": summary(40.0),
+            "itl_ms": summary(10.0),
+            "tpot_ms": summary(10.0),
+            "e2e_ms": summary(40.0 + 10.0 * output_len),
+        }
+        cells.append(cell)
+    return {
+        "harness_version": "0.1.0+scripted",
+        "url": "http://127.0.0.1:8000",
+        "model": "random:tiny",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cells": cells,
+    }
