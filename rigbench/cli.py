@@ -33,3 +33,7 @@ app.command("report")(report_command)
 from rigbench.bake import bake_command  # noqa: E402
 
 app.command("bake")(bake_command)
+
+from rigbench.mcp.cli import mcp_command  # noqa: E402
+
+app.command("mcp")(mcp_command)

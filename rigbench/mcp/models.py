@@ -1,0 +1,106 @@
+"""What the MCP tools return: pydantic models, so each tool publishes an output schema and
+answers with structured content. Tool inputs are typed by the models they already have
+(`functions.execution_input.SweepInput`, `rigbench.stack.ResultsQuery`) or plain parameters."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.compare import Comparison
+from rigbench.stack.models import (
+    QuotaCheck,
+    ReapReport,
+    ResultRow,
+    StackInstance,
+    SweepPlan,
+    SweepProgress,
+    SweepSummary,
+)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Quotas(_Out):
+    """The G/VT vCPU quota of both markets for one instance type."""
+
+    instance_type: str
+    spot: QuotaCheck
+    on_demand: QuotaCheck
+
+
+class PlanReport(_Out):
+    """A dry run of a sweep input: nothing launched, nothing spent."""
+
+    plan: SweepPlan
+    budget_usd: float
+    ceiling_usd: float = Field(description="the most this server lets one sweep budget")
+    within_ceiling: bool
+    can_start: bool = Field(description="start_sweep would start it: valid and within ceiling")
+    reasons: list[str] = Field([], description="why it cannot start, if it cannot")
+
+
+class SweepStart(_Out):
+    """A started sweep: follow it with sweep_status(sweep_id)."""
+
+    sweep_id: str
+    execution_arn: str
+    budget_usd: float
+    ceiling_usd: float
+
+
+class SweepStatus(_Out):
+    """A sweep's status, its phase per rig and boot, and its errors in words."""
+
+    progress: SweepProgress
+    done: bool
+    explained: list[str] = Field(description="one line per failure: what failed and why")
+
+
+class SweepList(_Out):
+    sweeps: list[SweepSummary]
+
+
+class ResultsPage(_Out):
+    """Results rows by Query (never Scan), oldest first; at most `limit` of `total`."""
+
+    rows: list[ResultRow]
+    total: int
+    truncated: bool
+
+
+class SweepComparison(_Out):
+    """Every rig of a sweep against the baseline: median of boot medians with a bootstrap
+    interval per cell and metric, a verdict only where the intervals separate."""
+
+    sweep_id: str
+    comparison: Comparison
+    verdicts: list[str] = Field(description="the decisive differences, one line each")
+    flipped: bool = Field(description="a ranking flipped between boots somewhere")
+
+
+class InstanceList(_Out):
+    """Live instances this stack launched (found by its project tag)."""
+
+    instances: list[StackInstance]
+
+
+class Terminated(_Out):
+    instance: StackInstance
+
+
+class Reaped(_Out):
+    report: ReapReport
+
+
+class RigInfo(_Out):
+    name: str
+    description: str
+    runtime: str
+    version: str
+    architectures: list[str]
+    accelerators: list[str]
+    runs_here: bool = Field(description="this machine can serve it (what --local sweeps use)")
+
+
+class RigList(_Out):
+    rigs: list[RigInfo]

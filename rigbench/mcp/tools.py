@@ -1,0 +1,224 @@
+"""What each MCP tool does, as plain methods on a stack client: no MCP here (server.py
+registers them). Every refusal is a `Refused` or the stack's `StackError`, its message
+saying what was wrong; the server turns both into tool errors.
+
+The spend ceiling is fixed when the server starts: `start_sweep` refuses any sweep whose
+budget is above it before anything reaches the stack, so nothing is launched or reserved.
+"""
+
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from functions.execution_input import SweepInput
+from harness.compare import Comparison, compare, values_from_reports
+from harness.stats import Verdict
+from rigbench.mcp.models import (
+    InstanceList,
+    PlanReport,
+    Quotas,
+    Reaped,
+    ResultsPage,
+    RigInfo,
+    RigList,
+    SweepComparison,
+    SweepList,
+    SweepStart,
+    SweepStatus,
+    Terminated,
+)
+from rigbench.stack import ResultRow, ResultsQuery, StackClient, SweepProgress
+
+T = TypeVar("T")
+
+
+class Refused(Exception):
+    """A tool call this server will not carry out; the message says why."""
+
+
+def sweep_body(sweep: SweepInput) -> dict[str, Any]:
+    """The execution input as the caller gave it (defaults stay implicit, as in a file)."""
+    return sweep.model_dump(mode="json", exclude_unset=True)
+
+
+def explain(progress: SweepProgress) -> list[str]:
+    """One line per failure, sweep first: what failed, where, and why."""
+    lines = []
+    if progress.error:
+        lines.append(
+            f"sweep {progress.sweep_id} {progress.status.lower()} in {progress.state}: "
+            f"{progress.error}: {progress.cause or 'no cause given'}"
+        )
+    for boot in progress.boots:
+        if boot.error:
+            where = f"{boot.rig} boot {boot.boot if boot.boot is not None else '?'}"
+            lines.append(
+                f"{where} failed in {boot.state or boot.phase} "
+                f"(instance {boot.instance_id or 'none'}): {boot.error}: {boot.cause}"
+            )
+    return lines
+
+
+def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
+    """Per rig, one report-shaped document per stored boot, in boot order: each row's
+    `metrics` is the report cell it was stored from (functions/store.py)."""
+    cells: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        cells[row.rig][row.boot].append(row.metrics)
+    return {
+        rig: [{"cells": by_boot[boot]} for boot in sorted(by_boot)]
+        for rig, by_boot in sorted(cells.items())
+    }
+
+
+def verdict_lines(comparison: Comparison) -> list[str]:
+    """The decisive differences of a `harness.compare.Comparison`, one line each."""
+    lines = []
+    for cell in comparison.cells:
+        for metric in cell.metrics:
+            for result in metric.results:
+                if result.verdict in (None, Verdict.INDISTINGUISHABLE):
+                    continue
+                change = (
+                    f" ({result.change_vs_baseline:+.1%})"
+                    if result.change_vs_baseline is not None
+                    else ""
+                )
+                spec = metric.metric
+                lines.append(
+                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} {result.verdict} "
+                    f"than {comparison.baseline}{change}"
+                )
+    return lines
+
+
+class SweepTools:
+    """The tools over one open stack client. Calls reach the stack one at a time (the
+    client is safe from one thread; the server runs sync tools on worker threads)."""
+
+    def __init__(self, stack: StackClient, ceiling_usd: float) -> None:
+        if ceiling_usd <= 0:
+            raise ValueError(f"the spend ceiling must be above 0 USD, not {ceiling_usd}")
+        self.stack = stack
+        self.ceiling_usd = ceiling_usd
+        self._lock = threading.Lock()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            return fn()
+
+    # -- capacity and planning ---------------------------------------------------------------
+    def check_quotas(self, instance_type: str) -> Quotas:
+        return self._call(
+            lambda: Quotas(
+                instance_type=instance_type,
+                spot=self.stack.check_quota(instance_type, "spot"),
+                on_demand=self.stack.check_quota(instance_type, "on-demand"),
+            )
+        )
+
+    def _ceiling_refusal(self, sweep: SweepInput) -> str:
+        if sweep.budget_usd <= self.ceiling_usd:
+            return ""
+        return (
+            f"budget_usd {sweep.budget_usd:g} is above this server's ceiling of "
+            f"{self.ceiling_usd:g} USD per sweep (set when the server started with "
+            f"--max-sweep-usd; a tool cannot raise it): lower budget_usd"
+        )
+
+    def plan_sweep(self, sweep: SweepInput) -> PlanReport:
+        # The local stack rehearses on an execution named after the input's sweep id; a
+        # rehearsal name of its own leaves that id free for the start that follows the plan.
+        rehearsal = {**sweep_body(sweep), "sweep_id": f"plan-{uuid.uuid4().hex[:12]}"}
+        plan = self._call(lambda: self.stack.plan(rehearsal))
+        if plan.sweep:
+            plan = plan.model_copy(update={"sweep": {**plan.sweep, "sweep_id": sweep.sweep_id}})
+        reasons = [r for r in (plan.error, self._ceiling_refusal(sweep)) if r]
+        return PlanReport(
+            plan=plan,
+            budget_usd=sweep.budget_usd,
+            ceiling_usd=self.ceiling_usd,
+            within_ceiling=not self._ceiling_refusal(sweep),
+            can_start=not reasons,
+            reasons=reasons,
+        )
+
+    # -- sweeps ------------------------------------------------------------------------------
+    def start_sweep(self, sweep: SweepInput) -> SweepStart:
+        refusal = self._ceiling_refusal(sweep)
+        if refusal:
+            raise Refused(f"sweep not started, nothing launched: {refusal}")
+        started = self._call(lambda: self.stack.start_sweep(sweep_body(sweep)))
+        return SweepStart(
+            sweep_id=started.sweep_id,
+            execution_arn=started.execution_arn,
+            budget_usd=sweep.budget_usd,
+            ceiling_usd=self.ceiling_usd,
+        )
+
+    def sweep_status(self, sweep_id: str) -> SweepStatus:
+        progress = self._call(lambda: self.stack.describe_sweep(sweep_id))
+        return SweepStatus(progress=progress, done=progress.done, explained=explain(progress))
+
+    def list_sweeps(self, since: datetime | None, limit: int) -> SweepList:
+        listed = self._call(lambda: self.stack.list_sweeps(limit))
+        if since is not None:
+            since = since if since.tzinfo else since.replace(tzinfo=UTC)
+            listed = [s for s in listed if s.started_at >= since]
+        return SweepList(sweeps=listed)
+
+    # -- results -----------------------------------------------------------------------------
+    def query_results(self, query: ResultsQuery, limit: int) -> ResultsPage:
+        rows = self._call(lambda: self.stack.results(query))
+        return ResultsPage(rows=rows[:limit], total=len(rows), truncated=len(rows) > limit)
+
+    def compare(self, sweep_id: str, baseline: str | None) -> SweepComparison:
+        rows = self._call(lambda: self.stack.results(ResultsQuery(sweep=sweep_id)))
+        if not rows:
+            raise Refused(
+                f"sweep {sweep_id!r} has no results rows (yet): see sweep_status({sweep_id!r})"
+            )
+        try:
+            comparison = compare(values_from_reports(reports_from_rows(rows)), baseline=baseline)
+        except ValueError as exc:
+            raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
+        return SweepComparison(
+            sweep_id=sweep_id,
+            comparison=comparison,
+            verdicts=verdict_lines(comparison),
+            flipped=comparison.any_flip,
+        )
+
+    # -- instances ---------------------------------------------------------------------------
+    def list_instances(self) -> InstanceList:
+        return InstanceList(instances=self._call(self.stack.instances))
+
+    def terminate(self, instance_id: str) -> Terminated:
+        return Terminated(instance=self._call(lambda: self.stack.terminate_instance(instance_id)))
+
+    def reap(self, dry_run: bool) -> Reaped:
+        return Reaped(report=self._call(lambda: self.stack.reap(dry_run)))
+
+    # -- rigs --------------------------------------------------------------------------------
+    def list_rigs(self) -> RigList:
+        from rigbench.local.sweep import local_rigs
+        from rigs.registry import discover
+
+        here = set(local_rigs())
+        return RigList(
+            rigs=[
+                RigInfo(
+                    name=name,
+                    description=rig.description,
+                    runtime=rig.runtime,
+                    version=rig.version,
+                    architectures=list(rig.architectures),
+                    accelerators=list(rig.accelerators),
+                    runs_here=name in here,
+                )
+                for name, rig in discover().items()
+            ]
+        )

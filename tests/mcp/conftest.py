@@ -1,0 +1,80 @@
+"""An MCP client session on the rigbench server, over the embedded emulation."""
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+from rich.console import Console
+
+from rigbench.local.emulated import EmulatedAccount
+from rigbench.local.home import LocalHome
+from rigbench.stack.local import LocalStack
+from tests.local.conftest import processes_under
+
+logging.getLogger("moto").setLevel(logging.CRITICAL)
+
+CEILING_USD = 2.0
+QUOTA_VCPUS = 8.0  # one g5g.2xlarge at a time
+TINY_CELLS = {
+    "concurrency": [1, 2],
+    "requests_per_cell": 2,
+    "prompt_tokens": 8,
+    "output_tokens": 4,
+    "warmup_requests": 1,
+}
+FAST = {
+    "deadlines": {"ready_s": 240, "bench_s": 240, "instance_s": 600},
+    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+}
+
+
+def sweep_input(**overrides: Any) -> dict[str, Any]:
+    """One torch boot of random:tiny with two tiny cells: a sweep of under a minute."""
+    return {
+        "rigs": ["torch"],
+        "model": "random:tiny",
+        "boots_per_rig": 1,
+        "budget_usd": 1,
+        "cells": TINY_CELLS,
+        **FAST,
+        **overrides,
+    }
+
+
+TOOLS = {
+    "check_quotas", "plan_sweep", "start_sweep", "sweep_status", "list_sweeps",
+    "query_results", "compare", "list_instances", "terminate", "reap", "list_rigs",
+}  # fmt: skip
+DESTRUCTIVE = {"terminate", "reap"}
+SWEEP_TIMEOUT_S = 400
+
+
+def text(result: CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, f"{tool}: {text(result)}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"{tool} was not refused: {result.structured_content}"
+    return text(result)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One emulated stack for a module's tests (it takes seconds to start)."""
+    root: Path = tmp_path_factory.mktemp("mcp")
+    account = EmulatedAccount(quota_vcpus=QUOTA_VCPUS)
+    with LocalStack(LocalHome(root / "home"), account, console=Console(stderr=True)) as opened:
+        yield opened
+    assert processes_under(root) == []

@@ -1,0 +1,284 @@
+"""Every tool through the SDK's own client, in memory, on the embedded emulation: a sweep
+planned, started, followed to its end, queried and compared; the refusals (over the ceiling,
+an instance the stack did not launch, malformed arguments) as tool errors, after which the
+server keeps serving."""
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import TextResourceContents
+
+from functions.execution_input import SCHEMA_PATH
+from functions.settings import PROJECT_TAG
+from rigbench.mcp.server import COMPARISON_URI, SCHEMA_URI, build_server
+from rigbench.stack.local import LocalStack
+from tests.mcp.conftest import (
+    CEILING_USD,
+    DESTRUCTIVE,
+    QUOTA_VCPUS,
+    SWEEP_TIMEOUT_S,
+    TOOLS,
+    ok,
+    refused,
+    sweep_input,
+    text,
+)
+
+
+def with_client(
+    stack: LocalStack, body: Callable[[Client], Awaitable[None]], mode: str = "auto"
+) -> None:
+    """`auto`: the SDK's in-process dispatch; `legacy`: JSON-RPC over in-memory streams."""
+
+    async def run() -> None:
+        async with Client(build_server(stack, CEILING_USD), mode=mode) as client:
+            await body(client)
+
+    anyio.run(run)
+
+
+def test_tools_have_typed_schemas_and_annotations(stack: LocalStack) -> None:
+    async def body(client: Client) -> None:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == TOOLS
+        for name, tool in listed.items():
+            assert tool.output_schema is not None, name
+            assert tool.annotations is not None, name
+            if name in DESTRUCTIVE:
+                assert tool.annotations.destructive_hint is True, name
+                assert tool.annotations.read_only_hint is False, name
+            elif name == "start_sweep":
+                assert tool.annotations.read_only_hint is False
+                assert tool.annotations.destructive_hint is False
+            else:
+                assert tool.annotations.read_only_hint is True, name
+        # The sweep input is the pydantic model's schema, budget required.
+        sweep = json.dumps(listed["start_sweep"].input_schema)
+        assert "budget_usd" in sweep
+        assert "boots_per_rig" in sweep
+        assert listed["terminate"].input_schema["properties"]["instance_id"]["pattern"]
+
+    with_client(stack, body)
+
+
+def test_resources_hold_the_input_schema(stack: LocalStack) -> None:
+    async def body(client: Client) -> None:
+        uris = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert SCHEMA_URI in uris
+        templates = {
+            t.uri_template for t in (await client.list_resource_templates()).resource_templates
+        }
+        assert COMPARISON_URI in templates
+        read = await client.read_resource(SCHEMA_URI)
+        content = read.contents[0]
+        assert isinstance(content, TextResourceContents)
+        assert json.loads(content.text) == json.loads(SCHEMA_PATH.read_text())
+
+    with_client(stack, body)
+
+
+def test_quotas_for_both_markets(stack: LocalStack) -> None:
+    async def body(client: Client) -> None:
+        quotas = await ok(client, "check_quotas", {"instance_type": "g5g.2xlarge"})
+        for market, code in (("spot", "L-3819A6DF"), ("on_demand", "L-DB2E81BA")):
+            check = quotas[market]
+            assert check["quota_code"] == code
+            assert check["quota_vcpus"] == QUOTA_VCPUS
+            assert check["instance_vcpus"] == 8
+            assert check["fits"] == int(check["room_vcpus"] // 8)
+
+    with_client(stack, body)
+
+
+def test_sweep_over_the_ceiling_is_refused_and_nothing_launched(stack: LocalStack) -> None:
+    before = {s.sweep_id for s in stack.list_sweeps(100)}
+    ec2 = stack.client("ec2")
+    instances_before = ec2.describe_instances()["Reservations"]
+
+    async def body(client: Client) -> None:
+        over = sweep_input(budget_usd=CEILING_USD + 0.5, sweep_id="over-ceiling")
+        message = await refused(client, "start_sweep", {"input": over})
+        assert "ceiling" in message
+        assert f"{CEILING_USD:g} USD" in message
+        assert "nothing launched" in message
+        planned = await ok(client, "plan_sweep", {"input": over})
+        assert planned["within_ceiling"] is False
+        assert planned["can_start"] is False
+        assert any("ceiling" in r for r in planned["reasons"])
+        assert planned["plan"]["valid"] is True  # the stack alone would have run it
+
+    with_client(stack, body)
+    after = stack.list_sweeps(100)
+    # The plan is a rehearsal execution; no execution of the refused sweep exists.
+    assert "over-ceiling" not in {s.sweep_id for s in after}
+    assert all(s.status != "RUNNING" for s in after if s.sweep_id not in before)
+    assert ec2.describe_instances()["Reservations"] == instances_before
+    assert stack.instances() == []
+
+
+def test_terminate_refuses_an_instance_the_stack_did_not_launch(stack: LocalStack) -> None:
+    ec2 = stack.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    foreign = ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": PROJECT_TAG, "Value": "some-other-stack"}]}],
+    )["Instances"][0]["InstanceId"]  # fmt: skip
+
+    async def body(client: Client) -> None:
+        message = await refused(client, "terminate", {"instance_id": foreign})
+        assert foreign in message
+        assert "not terminated" in message
+        listed = await ok(client, "list_instances")
+        assert foreign not in {i["instance_id"] for i in listed["instances"]}
+
+    try:
+        with_client(stack, body)
+        state = ec2.describe_instances(InstanceIds=[foreign])["Reservations"][0]["Instances"][0]
+        assert state["State"]["Name"] == "running"
+    finally:
+        ec2.terminate_instances(InstanceIds=[foreign])
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_malformed_arguments_are_tool_errors_and_the_server_keeps_serving(
+    stack: LocalStack, mode: str
+) -> None:
+    async def body(client: Client) -> None:
+        cases: list[tuple[str, dict[str, Any], str]] = [
+            ("start_sweep", {"input": {"rigs": ["torch"], "budget_usd": 1}}, "input.model"),
+            ("start_sweep", {"input": sweep_input(modle="x")}, "input.modle"),
+            ("plan_sweep", {"input": sweep_input(budget_usd="lots")}, "input.budget_usd"),
+            ("plan_sweep", {}, "input"),
+            ("terminate", {"instance_id": "not-an-instance"}, "instance_id"),
+            ("list_sweeps", {"since": "yesterday-ish"}, "since"),
+            ("query_results", {"filters": {"sweep": "x", "colour": "red"}}, "filters.colour"),
+            ("sweep_status", {"sweep_id": "no-such-sweep"}, "no-such-sweep"),
+            ("compare", {"sweep_id": "no-such-sweep"}, "no results"),
+        ]
+        for tool, arguments, named in cases:
+            message = await refused(client, tool, arguments)
+            assert named in message, message
+            # ... and the next call is served.
+            assert "sweeps" in await ok(client, "list_sweeps", {"limit": 5})
+        unknown = await client.call_tool("no_such_tool", {})
+        assert unknown.is_error
+        assert "no_such_tool" in text(unknown)
+        assert (await ok(client, "list_rigs"))["rigs"]
+
+    with_client(stack, body, mode)
+
+
+@pytest.mark.slow
+def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None:
+    sweep = sweep_input(sweep_id="mcp-e2e")
+    started_at = datetime.now(UTC) - timedelta(seconds=1)
+
+    async def body(client: Client) -> None:
+        rigs = {r["name"]: r for r in (await ok(client, "list_rigs"))["rigs"]}
+        assert rigs["torch"]["runs_here"] is True
+
+        planned = await ok(client, "plan_sweep", {"input": sweep})
+        assert planned["can_start"] is True, planned["reasons"]
+        assert planned["within_ceiling"] is True
+        assert planned["reasons"] == []
+        assert [(b["rig"], b["boot"]) for b in planned["plan"]["boots"]] == [("torch", 1)]
+        reservation = planned["plan"]["reservation"]
+        assert 0 < reservation["total_usd"] <= sweep["budget_usd"]
+        assert planned["plan"]["quota"]["max_concurrency"] == 1
+
+        started = await ok(client, "start_sweep", {"input": sweep})
+        assert started["sweep_id"] == "mcp-e2e"
+        assert started["ceiling_usd"] == CEILING_USD
+
+        phases: set[str] = set()
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        while True:
+            status = await ok(client, "sweep_status", {"sweep_id": "mcp-e2e"})
+            phases |= {b["phase"] for b in status["progress"]["boots"]}
+            if status["done"]:
+                break
+            assert time.monotonic() < deadline, f"sweep still running: {status}"
+            await anyio.sleep(1.0)
+        assert status["progress"]["status"] == "SUCCEEDED", status["explained"]
+        assert status["explained"] == []
+        [boot] = status["progress"]["boots"]
+        assert (boot["rig"], boot["boot"], boot["phase"]) == ("torch", 1, "terminated")
+        assert boot["instance_id"].startswith("i-")
+        assert "benchmarking" in phases or "terminated" in phases
+
+        listed = await ok(client, "list_sweeps", {"since": started_at.isoformat()})
+        assert "mcp-e2e" in {s["sweep_id"] for s in listed["sweeps"]}
+        later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        assert (await ok(client, "list_sweeps", {"since": later}))["sweeps"] == []
+
+        results = await ok(client, "query_results", {"filters": {"sweep": "mcp-e2e"}})
+        assert results["total"] == 2
+        assert not results["truncated"]
+        assert sorted(r["cell"] for r in results["rows"]) == ["c00001", "c00002"]
+        for row in results["rows"]:
+            assert (row["rig"], row["boot"], row["model"]) == ("torch", 1, "random:tiny")
+            assert row["metrics"]["requests_ok"] == 2
+        page = await ok(client, "query_results", {"filters": {"sweep": "mcp-e2e"}, "limit": 1})
+        assert len(page["rows"]) == 1
+        assert page["truncated"] is True
+        by_rig = await ok(client, "query_results", {"filters": {"rig": "torch"}})
+        assert {r["sweep_id"] for r in by_rig["rows"]} >= {"mcp-e2e"}
+
+        compared = await ok(client, "compare", {"sweep_id": "mcp-e2e"})
+        comparison = compared["comparison"]
+        assert comparison["rigs"] == ["torch"]
+        assert comparison["baseline"] == "torch"
+        assert [c["cell"] for c in comparison["cells"]] == ["c=1", "c=2"]
+        ttft = comparison["cells"][0]["metrics"][0]
+        [torch] = ttft["results"]
+        assert torch["aggregate"]["n_boots"] == 1
+        assert torch["aggregate"]["value"] > 0
+        assert compared["verdicts"] == []
+        assert compared["flipped"] is False
+        read = await client.read_resource(COMPARISON_URI.format(sweep_id="mcp-e2e"))
+        content = read.contents[0]
+        assert isinstance(content, TextResourceContents)
+        assert json.loads(content.text) == compared
+
+        assert (await ok(client, "list_instances"))["instances"] == []
+        reaped = await ok(client, "reap", {"dry_run": True})
+        assert reaped["report"] == {"dry_run": True, "instances": [], "released_sweeps": []}
+        reaped = await ok(client, "reap")
+        assert reaped["report"]["dry_run"] is False
+
+    with_client(stack, body)
+
+
+def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) -> None:
+    # A g5g.4xlarge needs 16 vCPUs; the account's quota is 8: CheckQuota fails the sweep
+    # before any launch.
+    too_big = sweep_input(instance_type="g5g.4xlarge", sweep_id="mcp-no-room")
+
+    async def body(client: Client) -> None:
+        planned = await ok(client, "plan_sweep", {"input": too_big})
+        assert planned["plan"]["valid"] is False
+        assert planned["can_start"] is False
+        assert planned["within_ceiling"] is True
+        assert planned["reasons"] == [planned["plan"]["error"]]
+        assert "quota" in planned["plan"]["error"].lower()
+
+        await ok(client, "start_sweep", {"input": too_big})
+        deadline = time.monotonic() + 120
+        while not (status := await ok(client, "sweep_status", {"sweep_id": "mcp-no-room"}))["done"]:
+            assert time.monotonic() < deadline, status
+            await anyio.sleep(0.5)
+        assert status["progress"]["status"] == "FAILED"
+        [line] = status["explained"]
+        assert line.startswith("sweep mcp-no-room failed in CheckQuota: ")
+        assert "16" in line
+        assert status["progress"]["boots"] == []
+        assert (await ok(client, "list_instances"))["instances"] == []
+
+    with_client(stack, body)

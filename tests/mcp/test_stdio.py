@@ -1,0 +1,94 @@
+"""`rigbench mcp --local` as a real stdio subprocess, driven by the SDK's stdio client: every
+tool over the wire, a sweep run to its end while rig processes share the server's stdout,
+and what it stored read back by a second server on the same state directory."""
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.local.conftest import processes_under
+from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused, sweep_input
+
+REPO = Path(__file__).resolve().parents[2]
+CEILING_USD = 1.5
+
+
+def server_params(home: Path) -> StdioServerParameters:
+    """The server as an MCP client would start it, with no AWS credentials anywhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    nowhere = str(home / "no-such-aws-file")
+    env |= {
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHONPATH": str(REPO),
+        "RIGBENCH_LOCAL_QUOTA_VCPUS": "8",
+    }
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "rigbench", "mcp", "--local", "--home", str(home),
+              "--max-sweep-usd", str(CEILING_USD)],
+        env=env,
+        cwd=str(REPO),
+    )  # fmt: skip
+
+
+async def run_sweep_over_stdio(home: Path) -> None:
+    sweep = sweep_input(sweep_id="mcp-stdio")
+    async with Client(server_params(home)) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        assert (await ok(client, "check_quotas", {}))["spot"]["fits"] == 1
+        assert "torch" in {r["name"] for r in (await ok(client, "list_rigs"))["rigs"]}
+
+        over = await refused(client, "start_sweep", {"input": {**sweep, "budget_usd": 2}})
+        assert "ceiling of 1.5 USD" in over
+        assert await refused(client, "start_sweep", {"input": {"rigs": "torch"}})
+        assert "not terminated" in await refused(
+            client, "terminate", {"instance_id": "i-0123456789abcdef0"}
+        )
+
+        planned = await ok(client, "plan_sweep", {"input": sweep})
+        assert planned["can_start"] is True, planned["reasons"]
+        started = await ok(client, "start_sweep", {"input": sweep})
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        while not (status := await ok(client, "sweep_status", {"sweep_id": started["sweep_id"]}))[
+            "done"
+        ]:
+            assert time.monotonic() < deadline, status
+            await anyio.sleep(1.0)
+        assert status["progress"]["status"] == "SUCCEEDED", status["explained"]
+
+        assert "mcp-stdio" in {s["sweep_id"] for s in (await ok(client, "list_sweeps"))["sweeps"]}
+        rows = await ok(client, "query_results", {"filters": {"sweep": "mcp-stdio"}})
+        assert rows["total"] == 2
+        compared = await ok(client, "compare", {"sweep_id": "mcp-stdio"})
+        assert compared["comparison"]["rigs"] == ["torch"]
+        assert (await ok(client, "list_instances"))["instances"] == []
+        assert (await ok(client, "reap"))["report"]["instances"] == []
+
+
+async def read_back_over_stdio(home: Path) -> dict[str, Any]:
+    async with Client(server_params(home)) as client:
+        status = await ok(client, "sweep_status", {"sweep_id": "mcp-stdio"})
+        assert status["progress"]["status"] == "SUCCEEDED"
+        result: dict[str, Any] = await ok(
+            client, "query_results", {"filters": {"sweep": "mcp-stdio"}}
+        )
+        return result
+
+
+@pytest.mark.slow
+def test_stdio_server_runs_a_sweep_and_a_new_server_reads_it_back(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    anyio.run(run_sweep_over_stdio, home)
+    assert processes_under(tmp_path) == []
+    rows = anyio.run(read_back_over_stdio, home)
+    assert rows["total"] == 2
+    assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
+    assert processes_under(tmp_path) == []

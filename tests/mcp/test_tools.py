@@ -1,0 +1,59 @@
+"""The comparison `compare` builds from results rows: rows regrouped into per-boot reports,
+verdicts only where intervals separate (two rigs, three boots each)."""
+
+from typing import Any
+
+from rigbench.mcp.tools import SweepTools, reports_from_rows, verdict_lines
+from rigbench.stack import ResultRow
+
+
+def cell(concurrency: int, ttft_ms: float, tok_s: float) -> dict[str, Any]:
+    stat = {"p50": ttft_ms, "p90": ttft_ms, "p99": ttft_ms, "mean": ttft_ms}
+    return {
+        "concurrency": concurrency, "requests_ok": 4, "requests_failed": 0,
+        "ttft_ms": stat, "itl_ms": stat, "tpot_ms": stat, "e2e_ms": stat,
+        "output_tok_s": tok_s,
+    }  # fmt: skip
+
+
+def row(rig: str, boot: int, metrics: dict[str, Any]) -> ResultRow:
+    return ResultRow(
+        sweep_id="s", row_key=f"{rig}#{boot}#{metrics['concurrency']}", rig=rig, boot=boot,
+        model="random:tiny", instance_type="g5g.2xlarge", cell=f"c{metrics['concurrency']:05d}",
+        started_at="2026-12-02T00:00:00+00:00", metrics=metrics,
+    )  # fmt: skip
+
+
+ROWS = [
+    # fast: 10 ms, 100 tok/s; slow: 50 ms, 20 tok/s, boot by boot, one cell each.
+    *(row("fast", b, cell(1, 10.0 + b, 100.0 - b)) for b in (3, 1, 2)),
+    *(row("slow", b, cell(1, 50.0 + b, 20.0 + b)) for b in (1, 2, 3)),
+]
+
+
+def test_rows_regroup_into_reports_in_boot_order() -> None:
+    reports = reports_from_rows(ROWS)
+    assert list(reports) == ["fast", "slow"]
+    assert [r["cells"][0]["ttft_ms"]["p50"] for r in reports["fast"]] == [11.0, 12.0, 13.0]
+
+
+class NoStack:
+    """Only results() is called by compare; every other call would fail the test."""
+
+    kind = "test"
+
+    def results(self, query: Any) -> list[ResultRow]:
+        assert query.sweep == "s"
+        return ROWS
+
+
+def test_compare_gives_verdicts_where_intervals_separate() -> None:
+    tools = SweepTools(NoStack(), ceiling_usd=1.0)  # type: ignore[arg-type]
+    found = tools.compare("s", baseline="slow")
+    assert found.comparison.baseline == "slow"
+    assert found.flipped is False
+    # Medians of boots: TTFT 12 vs 52 ms, output 98 vs 22 tok/s.
+    assert "c=1 TTFT p50 (ms): fast faster than slow (-76.9%)" in found.verdicts
+    assert "c=1 output (tok/s): fast faster than slow (+345.5%)" in found.verdicts
+    assert len(found.verdicts) == 5  # TTFT, ITL, TPOT, E2E, output
+    assert verdict_lines(found.comparison) == found.verdicts
