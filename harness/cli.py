@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -114,6 +115,7 @@ def bench(
         _die(f"invalid argument: {_config_error(exc)}", EXIT_USAGE)
     if out.is_dir():
         _die(f"--out {out} is a directory; give a file path", EXIT_USAGE)
+    _check_writable(out)
 
     report = run_and_write(config, out)
     # Piped output would otherwise wrap at 80 columns and squash the table.
@@ -122,6 +124,18 @@ def bench(
     if report.interrupted:
         print("interrupted: the partial report above was written", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _check_writable(out: Path) -> None:
+    """Before any request: a run whose report cannot be written is a run thrown away."""
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        _die(f"--out {out}: folder {folder} does not exist", EXIT_USAGE)
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".rigbench-write-check-"):
+            pass
+    except OSError as exc:
+        _die(f"--out {out}: cannot write in {folder} ({exc.strerror})", EXIT_USAGE)
 
 
 def run_and_write(config: BenchmarkConfig, out: Path) -> BenchmarkReport:

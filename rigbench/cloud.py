@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
 
@@ -36,6 +36,7 @@ DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
 
 StackOption = Annotated[str, typer.Option("--stack", help="CloudFormation stack name")]
 CloudError = StackError  # what the commands raise and report
+MAX_SINCE_DAYS = 3 * 365
 
 
 def fail(error: Exception, code: int = 2) -> NoReturn:
@@ -262,7 +263,14 @@ def parse_since(text: str | None) -> datetime | None:
         parsed = datetime.fromisoformat(text)
     except ValueError as exc:
         raise CloudError(f"--since {text!r} is not a date (YYYY-MM-DD or ISO 8601)") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    # Results are queried month by month (one Query per monthly partition): bound the count.
+    if parsed < datetime.now(UTC) - timedelta(days=MAX_SINCE_DAYS):
+        raise CloudError(
+            f"--since {text!r} is more than {MAX_SINCE_DAYS // 365} years ago: "
+            "give a later date (results are queried one month at a time)"
+        )
+    return parsed
 
 
 def results_command(

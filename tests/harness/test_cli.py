@@ -59,6 +59,17 @@ def test_unreachable_url_fails_fast_with_one_line() -> None:
     assert "cannot reach" in one_error_line(result)
 
 
+def test_out_in_a_missing_folder_is_refused_before_any_request(tmp_path: Path) -> None:
+    with socket.socket() as s:  # nobody listens: had the run started, the error would be 1
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "no-such-folder" / "report.json"
+    result = rigbench("--url", f"http://127.0.0.1:{port}", "--model", "m", "--out", str(out))
+    assert result.returncode == 2
+    assert "does not exist" in one_error_line(result)
+    assert not out.parent.exists()
+
+
 @pytest.mark.slow
 def test_server_that_never_answers_fails_within_10_s() -> None:
     with socket.socket() as s:  # accepts connections (backlog) but never answers

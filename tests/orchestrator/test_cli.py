@@ -182,3 +182,15 @@ def test_deploy_uploads_the_bundle_named_by_its_hash(stack: Emulation) -> None:
     assert manifest["sha256"] == expected.sha256
     assert "torch" in manifest["rigs"]
     assert s3.get_object(Bucket=bucket, Key=manifest["key"])["Body"].read() == expected.data
+
+
+def test_since_far_in_the_past_is_refused_in_one_line() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from rigbench.cloud import CloudError, parse_since
+
+    with pytest.raises(CloudError, match="more than 3 years ago"):
+        parse_since("1999-01-01")
+    recent = parse_since((datetime.now(UTC) - timedelta(days=30)).date().isoformat())
+    assert recent is not None
+    assert recent.tzinfo is not None
