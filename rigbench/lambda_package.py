@@ -70,9 +70,14 @@ def imported_files(modules: list[str], root: Path = REPO_ROOT) -> list[Path]:
     if done.returncode != 0:
         raise PackageError(f"importing the handlers failed:\n{done.stderr[-3000:]}")
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    # A virtual environment inside the repository (make's .venv) holds installed packages,
+    # not repository modules: they come from requirements.txt instead.
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
     found = set()
     for name in filter(None, loaded):
         path = Path(name).resolve()
+        if any(path.is_relative_to(prefix) for prefix in installed):
+            continue
         if path.is_relative_to(root) and path.suffix == ".py":
             found.add(path.relative_to(root))
     return sorted(found)

@@ -257,9 +257,9 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
 
 
 def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) -> None:
-    # A g5g.4xlarge needs 16 vCPUs; the account's quota is 8: CheckQuota fails the sweep
-    # before any launch.
-    too_big = sweep_input(instance_type="g5g.4xlarge", sweep_id="mcp-no-room")
+    # A g5g.2xlarge needs 8 vCPUs; the account's quota, lowered to 4 for this test, cannot
+    # hold one: CheckQuota fails the sweep before any launch.
+    too_big = sweep_input(instance_type="g5g.2xlarge", sweep_id="mcp-no-room")
 
     async def body(client: Client) -> None:
         planned = await ok(client, "plan_sweep", {"input": too_big})
@@ -277,8 +277,13 @@ def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) ->
         assert status["progress"]["status"] == "FAILED"
         [line] = status["explained"]
         assert line.startswith("sweep mcp-no-room failed in CheckQuota: ")
-        assert "16" in line
+        assert "8" in line
         assert status["progress"]["boots"] == []
         assert (await ok(client, "list_instances"))["instances"] == []
 
-    with_client(stack, body)
+    quota = stack.account.quota_vcpus
+    stack.account.quota_vcpus = 4
+    try:
+        with_client(stack, body)
+    finally:
+        stack.account.quota_vcpus = quota
