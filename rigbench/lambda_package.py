@@ -128,15 +128,16 @@ def install_dependencies(dest: Path, root: Path, template: dict[str, Any]) -> No
 
 
 def source_digest(root: Path = REPO_ROOT) -> str:
-    """A digest of everything the package is made from."""
+    """A digest of everything the package is made from, this packager included."""
     digest = hashlib.sha256()
-    paths = [root / TEMPLATE, root / REQUIREMENTS]
+    paths = [root / TEMPLATE, root / REQUIREMENTS, Path(__file__).resolve()]
     for name in SOURCES:
         paths += [
             p for p in (root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts
         ]
     for path in sorted(paths):
-        digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+        name = path.relative_to(root) if path.is_relative_to(root) else path.name
+        digest.update(f"{name}\0".encode() + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
