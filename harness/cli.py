@@ -128,10 +128,9 @@ def bench(
 
 def _check_writable(out: Path) -> None:
     """Before any request: a run whose report cannot be written is a run thrown away."""
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        _die(f"--out {out}: folder {folder} does not exist", EXIT_USAGE)
+    folder = out.parent
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".rigbench-write-check-"):
             pass
     except OSError as exc:

@@ -136,7 +136,7 @@ def source_digest(root: Path = REPO_ROOT) -> str:
             p for p in (root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts
         ]
     for path in sorted(paths):
-        name = path.relative_to(root) if path.is_relative_to(root) else path.name
+        name = str(path.relative_to(root)) if path.is_relative_to(root) else path.name
         digest.update(f"{name}\0".encode() + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
