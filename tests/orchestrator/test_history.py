@@ -3,7 +3,6 @@ state of statemachine/sweep.asl.json has its phase."""
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -14,8 +13,6 @@ from rigbench.progress import status_table, sweep_table
 from rigbench.stack.history import STATE_PHASES, SWEEP_STATES, fold
 from rigbench.stack.models import Phase, SweepProgress
 from tests.orchestrator.test_definition import definition_text
-
-ASL = Path(__file__).resolve().parents[2] / "statemachine" / "sweep.asl.json"
 
 
 def _pass(
