@@ -363,6 +363,7 @@ class ReferenceServer:
             ordered = sorted(samples)
             if ordered:
                 stats[name] = {
+                    "mean": 1e3 * sum(ordered) / len(ordered),
                     "p50": 1e3 * ordered[len(ordered) // 2],
                     "p99": 1e3 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
                     "max": 1e3 * ordered[-1],

@@ -27,13 +27,15 @@ def assert_on_schedule(cell: CellReport, url: str, tokens_per_chunk: int = 1) ->
 
     The tight tolerances against the schedule itself are test_accuracy's; here other
     processes on a shared box may delay the server, so the server's own record is the truth.
+    Gaps are compared by their means: a late write lengthens one gap and shortens the next,
+    which moves a p50 of a few dozen gaps but cancels in the mean.
     """
     stats = server_stats(url)
     server_ttft = stats["observed_ttft_ms"]["p50"]
-    server_itl = stats["observed_chunk_gap_ms"]["p50"] / tokens_per_chunk
+    server_itl = stats["observed_chunk_gap_ms"]["mean"] / tokens_per_chunk
     assert server_ttft == pytest.approx(TTFT_MS, abs=10.0)
     assert cell.ttft_ms.p50 == pytest.approx(server_ttft, abs=2.0)
-    assert cell.itl_ms.p50 == pytest.approx(server_itl, abs=0.5)
+    assert cell.itl_ms.mean == pytest.approx(server_itl, abs=0.5)
     assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
 
 
