@@ -145,9 +145,18 @@ class BootOutcome(_Model):
     instance_seconds: float = 0.0
 
 
+class ReportWritten(_Model):
+    """WriteReport's result: the sweep's HTML report in the bucket."""
+
+    key: str
+    bytes: int
+
+
 class SummarizeEvent(_Model):
     sweep: SweepConfig
     boots: list[BootOutcome] = Field(default_factory=list)
+    # WriteReport's result, or what its Catch caught (the sweep goes on without a report).
+    report: ReportWritten | CaughtError | None = None
 
 
 class SpotInterruptionDetail(_Model):
@@ -186,4 +195,5 @@ RESULT_PATHS: dict[str, tuple[str, type[BaseModel]]] = {
     "RunHarness": ("$.command", CommandState),
     "PollHarness": ("$.command", CommandState),
     "StoreResults": ("$.stored", Stored),
+    "WriteReport": ("$.report", ReportWritten),
 }

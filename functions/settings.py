@@ -25,6 +25,12 @@ RIG_TAG = "rigbench:rig"
 BOOT_TAG = "rigbench:boot"
 DEADLINE_TAG = "rigbench:deadline"
 
+
+def sweep_report_key(sweep_id: str) -> str:
+    """Where WriteReport puts a sweep's HTML report: outside reports/, which instances may write."""
+    return f"sweep-reports/{sweep_id}/report.html"
+
+
 # Standard retry mode: bounded client retries; the state machine owns the longer retries.
 CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 

@@ -8,11 +8,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from functions.budget import close_sweep, open_boots
-from functions.events import SummarizeEvent
-from functions.observability import instrumented
+from functions.events import CaughtError, ReportWritten, SummarizeEvent
+from functions.observability import instrumented, logger
 from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
+MAX_REPORT_WHY = 1_000
 
 
 class Summary(BaseModel):
@@ -22,8 +23,18 @@ class Summary(BaseModel):
     boots_failed: int
     rows: int
     cost_usd: float
+    report_key: str = ""  # the sweep's HTML report in the bucket (WriteReport)
+    report_missing: str = ""  # why there is none: a report that failed fails nothing else
     error: str = ""
     cause: str = ""
+
+
+def _report_fields(report: ReportWritten | CaughtError | None) -> dict[str, str]:
+    if isinstance(report, ReportWritten):
+        return {"report_key": report.key}
+    if isinstance(report, CaughtError):
+        return {"report_missing": f"{report.Error}: {report.Cause}"[:MAX_REPORT_WHY]}
+    return {"report_missing": "WriteReport did not run"}
 
 
 def summarize(event: SummarizeEvent) -> Summary:
@@ -35,6 +46,7 @@ def summarize(event: SummarizeEvent) -> Summary:
         boots_failed=len(failed),
         rows=sum(b.rows for b in event.boots),
         cost_usd=round(sum(b.cost_usd for b in event.boots), 6),
+        **_report_fields(event.report),
     )
     if not failed:
         return summary
@@ -53,6 +65,8 @@ def summarize(event: SummarizeEvent) -> Summary:
 @event_parser(model=SummarizeEvent)
 def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
     summary = summarize(event)
+    if summary.report_missing:
+        logger.warning("sweep report missing", extra={"why": summary.report_missing})
     ddb, table = Clients().dynamodb, Settings.from_env().ledger_table
     # A boot whose Finish kept failing still holds its reservation: leave the sweep open so
     # the status-change handler (this execution fails) or the reaper ends and bills it.

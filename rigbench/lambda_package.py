@@ -3,13 +3,17 @@
 `sam build` runs `make build-<LogicalId>` (template.yaml: `BuildMethod: makefile`,
 functions/Makefile) in the repository root, which runs
 
-    python -m rigbench.lambda_package "$ARTIFACTS_DIR"
+    python -m rigbench.lambda_package "$ARTIFACTS_DIR" <LogicalId>
 
 It copies the repository modules the handlers import (found by importing them in a fresh
 interpreter), the files those modules read (the rig definitions and templates), and
 requirements.txt installed for the Lambda runtime's Python and architecture with pip's
 platform options, so no python3.12 is needed on this machine. Tests, benchmarks, rigs'
 server code, `.rigbench/` and anything else under the repository stay out.
+
+Every function shares one package, except those in `OWN_PACKAGES`: the ReportFunction's
+plotting and statistics (requirements-report.txt) fill most of Lambda's 250 MB, so only its
+package carries them, with only what its own handler imports.
 """
 
 import hashlib
@@ -28,10 +32,15 @@ from rigbench.bundle import REPO_ROOT
 
 TEMPLATE = "template.yaml"
 REQUIREMENTS = "requirements.txt"
-# sam build builds each function on its own; the package is built once per content of its
-# sources (functions/, rigs/, requirements.txt, template.yaml) and copied from here.
+# Functions whose package is their own: their handler's modules, requirements.txt and these.
+OWN_PACKAGES = {"ReportFunction": "requirements-report.txt"}
+SHARED = "shared"
+# What Lambda allows unzipped, function and layers together (the Powertools layer counts too).
+LAMBDA_UNZIPPED_LIMIT = 262_144_000
+# sam build builds each function on its own; each package is built once per content of its
+# sources (these folders, the requirements, template.yaml) and copied from here.
 CACHE = Path(".aws-sam") / "lambda-package"
-SOURCES = ("functions", "rigs")
+SOURCES = ("functions", "rigs", "rigbench", "harness")
 PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
 
 
@@ -44,14 +53,19 @@ def load_template(root: Path = REPO_ROOT) -> dict[str, Any]:
     return template
 
 
-def handler_modules(template: dict[str, Any]) -> list[str]:
-    """The module of every function's Handler (functions.validate.handler -> functions.validate)."""
-    resources = template["Resources"].values()
+def package_of(logical_id: str | None) -> str:
+    """The package a function gets: its own (its logical id) or the shared one."""
+    return logical_id if logical_id in OWN_PACKAGES else SHARED
+
+
+def handler_modules(template: dict[str, Any], package: str = SHARED) -> list[str]:
+    """The module of the Handler of every function in `package`
+    (functions.validate.handler -> functions.validate)."""
     return sorted(
         {
             r["Properties"]["Handler"].rsplit(".", 1)[0]
-            for r in resources
-            if r["Type"] == "AWS::Serverless::Function"
+            for logical_id, r in template["Resources"].items()
+            if r["Type"] == "AWS::Serverless::Function" and package_of(logical_id) == package
         }
     )
 
@@ -83,23 +97,32 @@ def imported_files(modules: list[str], root: Path = REPO_ROOT) -> list[Path]:
     return sorted(found)
 
 
-def data_files(root: Path = REPO_ROOT) -> list[Path]:
+def data_files(imported: list[Path], root: Path = REPO_ROOT) -> list[Path]:
     """Files the imported modules read at run time: each rig's definition and install script
-    (rigs.registry, rigs.contract) and the user data templates (rigs.bootstrap, the bake's)."""
-    found = sorted((root / "rigs" / "bootstrap").glob("*.j2"))
-    found += sorted((root / "functions").glob("*.j2"))
-    for definition in sorted((root / "rigs").glob("*/rig.toml")):
-        found.append(definition)
-        script = tomllib.loads(definition.read_text()).get("install", {}).get("script")
-        if script:
-            found.append(definition.parent / script)
+    (rigs.registry, rigs.contract), the user data templates (rigs.bootstrap, the bake's), the
+    report's page templates, and what harness.version hashes (every harness module)."""
+    found: list[Path] = []
+    if Path("rigs/registry.py") in imported:
+        found += sorted((root / "rigs" / "bootstrap").glob("*.j2"))
+        for definition in sorted((root / "rigs").glob("*/rig.toml")):
+            found.append(definition)
+            script = tomllib.loads(definition.read_text()).get("install", {}).get("script")
+            if script:
+                found.append(definition.parent / script)
+    for folder in sorted({p.parent for p in imported}):
+        found += sorted((root / folder).glob("*.j2"))
+    if Path("harness/version.py") in imported:
+        found += [*sorted((root / "harness").glob("*.py")), root / "pyproject.toml"]
     return [p.relative_to(root) for p in found]
 
 
-def package_files(root: Path = REPO_ROOT, template: dict[str, Any] | None = None) -> list[Path]:
-    """Every repository file in the package, relative to root."""
+def package_files(
+    root: Path = REPO_ROOT, template: dict[str, Any] | None = None, package: str = SHARED
+) -> list[Path]:
+    """Every repository file in `package` (SHARED or a logical id of OWN_PACKAGES)."""
     template = template or load_template(root)
-    return sorted({*imported_files(handler_modules(template), root), *data_files(root)})
+    imported = imported_files(handler_modules(template, package), root)
+    return sorted({*imported, *data_files(imported, root)})
 
 
 def runtime_target(template: dict[str, Any]) -> tuple[str, str]:
@@ -114,23 +137,40 @@ def runtime_target(template: dict[str, Any]) -> tuple[str, str]:
     return runtime.removeprefix("python"), PLATFORMS[architecture]
 
 
-def install_dependencies(dest: Path, root: Path, template: dict[str, Any]) -> None:
-    """requirements.txt for the runtime's Python and architecture."""
+def requirements(package: str) -> list[str]:
+    return [REQUIREMENTS] + ([OWN_PACKAGES[package]] if package in OWN_PACKAGES else [])
+
+
+def install_dependencies(
+    dest: Path, root: Path, template: dict[str, Any], package: str = SHARED
+) -> None:
+    """The package's requirements for the runtime's Python and architecture. No bytecode:
+    this machine's Python would compile it for its own version, not the runtime's."""
     version, platform = runtime_target(template)
+    files = requirements(package)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--target", str(dest), "--platform", platform, "--python-version", version,
-         "--implementation", "cp", "--only-binary=:all:", "-r", str(root / REQUIREMENTS)],
+         "--no-compile", "--target", str(dest), "--platform", platform,
+         "--python-version", version, "--implementation", "cp", "--only-binary=:all:",
+         *(arg for name in files for arg in ("-r", str(root / name)))],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if done.returncode != 0:
-        raise PackageError(f"pip could not resolve {REQUIREMENTS}:\n{done.stderr[-3000:]}")
+        raise PackageError(f"pip could not resolve {', '.join(files)}:\n{done.stderr[-3000:]}")
+    # numpy's and scipy's own test suites (about 20 MB) are never imported by a handler.
+    for suite in sorted(dest.glob("*/**/tests")):
+        shutil.rmtree(suite, ignore_errors=True)
+
+
+def package_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def source_digest(root: Path = REPO_ROOT) -> str:
     """A digest of everything the package is made from, this packager included."""
     digest = hashlib.sha256()
     paths = [root / TEMPLATE, root / REQUIREMENTS, Path(__file__).resolve()]
+    paths += [root / name for name in OWN_PACKAGES.values()] + [root / "pyproject.toml"]
     for name in SOURCES:
         paths += [
             p for p in (root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts
@@ -141,20 +181,30 @@ def source_digest(root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()[:16]
 
 
-def build(dest: Path, root: Path = REPO_ROOT) -> list[Path]:
-    """Write the package to `dest` (built once per source digest); returns its files."""
-    cached = root / CACHE / source_digest(root)
+def build(dest: Path, root: Path = REPO_ROOT, logical_id: str | None = None) -> list[Path]:
+    """Write the function's package to `dest` (built once per source digest); returns its
+    files. A PackageError when it would not fit in Lambda."""
+    package = package_of(logical_id)
+    digest = source_digest(root)
+    cached = root / CACHE / f"{digest}-{package}"
     if not cached.is_dir():
         staging = cached.with_name(f"{cached.name}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         template = load_template(root)
-        for relative in package_files(root, template):
+        for relative in package_files(root, template, package):
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / relative, target)
-        install_dependencies(staging, root, template)
-        for old in cached.parent.iterdir():  # one package kept: the current one
-            if ".partial-" not in old.name:
+        install_dependencies(staging, root, template, package)
+        size = package_bytes(staging)
+        if size > LAMBDA_UNZIPPED_LIMIT:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise PackageError(
+                f"the {package} package is {size / 1e6:.0f} MB unzipped, above Lambda's "
+                f"{LAMBDA_UNZIPPED_LIMIT / 1e6:.0f} MB"
+            )
+        for old in cached.parent.iterdir():  # the current packages kept, nothing older
+            if ".partial-" not in old.name and not old.name.startswith(f"{digest}-"):
                 shutil.rmtree(old, ignore_errors=True)
         try:
             staging.rename(cached)
@@ -165,11 +215,13 @@ def build(dest: Path, root: Path = REPO_ROOT) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m rigbench.lambda_package ARTIFACTS_DIR", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print(
+            "usage: python -m rigbench.lambda_package ARTIFACTS_DIR [LOGICAL_ID]", file=sys.stderr
+        )
         return 2
     try:
-        files = build(Path(argv[0]))
+        files = build(Path(argv[0]), logical_id=argv[1] if len(argv) == 2 else None)
     except PackageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
