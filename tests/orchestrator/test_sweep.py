@@ -1,5 +1,8 @@
 """The real state machine and handlers on the emulated account: sweeps that succeed."""
 
+import json
+
+from functions.settings import sweep_report_key
 from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import (
     assert_clean,
@@ -38,3 +41,38 @@ def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> 
     assert isinstance(fleet, ScriptedFleet)
     assert len(fleet.instances) == 4
     assert all(i.market == "spot" for i in fleet.instances.values())
+
+
+def test_a_sweep_leaves_its_html_report_in_the_bucket(emu: Emulation) -> None:
+    described = run_sweep(emu, sweep_input(rigs=["torch", "vllm"], boots_per_rig=2))
+
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    sweep_id = sweep_id_of(described)
+    summary = json.loads(described["output"])
+    assert summary["report_key"] == sweep_report_key(sweep_id)
+    assert summary["report_missing"] == ""
+    stored = emu.client("s3").get_object(Bucket=emu.stack_refs().bucket, Key=summary["report_key"])
+    assert stored["ContentType"].startswith("text/html")
+    page = stored["Body"].read().decode()
+    assert f"rigbench sweep {sweep_id}" in page
+    for plot in ("plot-throughput", "plot-latency", "plot-tradeoff", "plot-cost"):
+        assert f'id="{plot}"' in page, plot
+    assert "succeeded" in page
+    assert "still running" not in page
+    assert "execution not available" not in page
+
+
+def test_a_report_that_fails_fails_nothing_else(emu: Emulation) -> None:
+    emu.faults.fail_lambda("ReportFunction", "raise")
+    described = run_sweep(emu, sweep_input())
+
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    summary = json.loads(described["output"])
+    assert summary["report_key"] == ""
+    assert "injected failure in ReportFunction" in summary["report_missing"]
+    sweep_id = sweep_id_of(described)
+    listed = emu.client("s3").list_objects_v2(
+        Bucket=emu.stack_refs().bucket, Prefix=sweep_report_key(sweep_id)
+    )
+    assert listed.get("KeyCount", 0) == 0
+    assert_clean(emu, sweep_id)

@@ -12,12 +12,21 @@ from typing import Any
 import pytest
 from cfn_tools import load_yaml
 
-from rigbench.lambda_package import package_files
+from functions.settings import sweep_report_key
+from rigbench.lambda_package import (
+    LAMBDA_UNZIPPED_LIMIT,
+    OWN_PACKAGES,
+    SHARED,
+    package_bytes,
+    package_files,
+    package_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_yaml((ROOT / "template.yaml").read_text())
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
 FUNCTIONS = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"}
+REPOSITORY_TOP_LEVEL = ("functions", "rigs", "rigbench", "harness", "pyproject.toml")
 PROJECT_TAG_CONDITIONS = {"ec2:ResourceTag/rigbench:project", "aws:ResourceTag/rigbench:project"}
 
 
@@ -53,7 +62,8 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
     assert {f.split("/")[0] for f in files} == {"functions", "rigs"}
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]
-        assert f"{module.replace('.', '/')}.py" in files, logical_id
+        if package_of(logical_id) == SHARED:
+            assert f"{module.replace('.', '/')}.py" in files, logical_id
     rig_files = {f for f in files if f.startswith("rigs/")}
     # rigs/kernels.py: the instance-type catalog reads compute capabilities with it.
     allowed = {"rigs/__init__.py", "rigs/contract.py", "rigs/registry.py", "rigs/kernels.py"}
@@ -66,6 +76,17 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
     assert "rigs/bootstrap/user_data.sh.j2" in files  # read when rendering user data
     assert "rigs/torch/rig.toml" in files
     assert "rigs/torch/install.sh.j2" in files
+
+
+def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rigs() -> None:
+    assert set(OWN_PACKAGES) == {"ReportFunction"}
+    files = {str(p) for p in package_files(package="ReportFunction")}
+    assert "rigbench/report/publish.py" in files
+    assert {"rigbench/report/template.html.j2", "rigbench/report/table.html.j2"} <= files
+    assert "harness/stats.py" in files
+    assert "pyproject.toml" in files
+    assert not any(f.startswith(("rigs/", "rigbench/local/", "rigbench/emulation/")) for f in files)
+    assert "functions/launch.py" not in files
 
 
 @pytest.mark.slow
@@ -84,16 +105,23 @@ def test_sam_build_after_a_local_sweep(tmp_path: Path) -> None:
         (workspace / "bundle").unlink()
         workspace.rmdir()
     assert done.returncode == 0, done.stdout + done.stderr
-    expected = {str(p) for p in package_files()}
     for logical_id in FUNCTIONS:
+        name = package_of(logical_id)
+        expected = {str(p) for p in package_files(package=name)}
         package = build / logical_id
         found = {str(p.relative_to(package)) for p in package.rglob("*") if p.is_file()}
-        ours = {f for f in found if f.split("/")[0] in ("functions", "rigs")}
+        ours = {f for f in found if f.split("/")[0] in REPOSITORY_TOP_LEVEL}
         assert ours == expected, logical_id
         others = {f.split("/")[0] for f in found - ours}
-        # requirements.txt, resolved for the runtime (arm64), and nothing else
-        assert {"jinja2", "markupsafe"} <= others, others
-        assert all(o.startswith(("jinja2", "markupsafe")) for o in others), others
+        assert not any(f.endswith(".pyc") for f in found), logical_id
+        assert package_bytes(package) < LAMBDA_UNZIPPED_LIMIT, logical_id
+        if name == SHARED:  # requirements.txt, resolved for the runtime (arm64), and nothing else
+            assert {"jinja2", "markupsafe"} <= others, others
+            assert all(o.startswith(("jinja2", "markupsafe")) for o in others), others
+        else:  # and the report's plots and statistics, for aarch64
+            assert {"jinja2", "plotly", "numpy", "scipy", "httpx"} <= others, others
+            assert any(f.endswith("aarch64-linux-gnu.so") for f in found if f.startswith("scipy/"))
+            assert not any("/tests/" in f for f in found), logical_id
     assert (build / "template.yaml").is_file()
 
 
@@ -203,6 +231,30 @@ def test_instance_role_is_the_ssm_agent_plus_its_own_prefixes() -> None:
         ("s3:GetObject", "${ArtifactBucket.Arn}/bundle/*"),
         ("s3:PutObject", "${ArtifactBucket.Arn}/reports/*"),
     }
+
+
+def test_only_the_report_function_writes_sweep_reports_and_reads_only_boot_reports() -> None:
+    s3 = {
+        (actions(s)[0], json.dumps(s["Resource"]), json.dumps(s.get("Condition")))
+        for o, s in statements()
+        if o == "ReportFunction" and actions(s)[0].startswith("s3:")
+    }
+    assert s3 == {
+        ("s3:ListBucket", '{"Fn::GetAtt": ["ArtifactBucket", "Arn"]}',
+         '{"StringLike": {"s3:prefix": "reports/*"}}'),
+        ("s3:GetObject", '{"Fn::Sub": "${ArtifactBucket.Arn}/reports/*"}', "null"),
+        ("s3:PutObject", '{"Fn::Sub": "${ArtifactBucket.Arn}/sweep-reports/*"}', "null"),
+    }  # fmt: skip
+    policies = FUNCTIONS["ReportFunction"]["Properties"]["Policies"]
+    templates = {next(iter(p)) for p in policies if "Statement" not in p}
+    assert templates == {"DynamoDBReadPolicy"}  # no S3 policy template: they grant the bucket
+    writers = {
+        o for o, s in statements() if allows(s, "s3:PutObject") and "sweep-reports" in json.dumps(s)
+    }
+    assert writers == {"ReportFunction"}
+    # The instances write their boots' reports, never the sweep's page.
+    assert sweep_report_key("s").startswith("sweep-reports/")
+    assert not sweep_report_key("s").startswith("reports/")
 
 
 def test_every_definition_placeholder_is_substituted() -> None:
