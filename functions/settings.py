@@ -26,9 +26,12 @@ BOOT_TAG = "rigbench:boot"
 DEADLINE_TAG = "rigbench:deadline"
 
 
+SWEEP_REPORTS_PREFIX = "sweep-reports/"
+
+
 def sweep_report_key(sweep_id: str) -> str:
     """Where WriteReport puts a sweep's HTML report: outside reports/, which instances may write."""
-    return f"sweep-reports/{sweep_id}/report.html"
+    return f"{SWEEP_REPORTS_PREFIX}{sweep_id}/report.html"
 
 
 # Standard retry mode: bounded client retries; the state machine owns the longer retries.

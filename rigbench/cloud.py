@@ -156,11 +156,22 @@ def run_command(
         if no_follow:
             return
         progress = follow(client, started.execution_arn, console)
+        report = report_line(client, started.sweep_id)
     if progress.status != "SUCCEEDED":
         console.print(f"[red]{progress.status}: {explain_failure(progress)}[/]")
+        print(report, flush=True)
         raise typer.Exit(1)
     output = json.dumps(progress.output, separators=(",", ":")) if progress.output else ""
     console.print(f"[green]SUCCEEDED[/] {output}")
+    print(report, flush=True)
+
+
+def report_line(client: StackClient, sweep_id: str) -> str:
+    """Where the sweep's report is (unwrapped: a presigned URL is one long line), or why not."""
+    try:
+        return f"report: {client.report_location(sweep_id)}"
+    except StackError as exc:
+        return f"report not available: {exc}"
 
 
 # ---------------------------------------------------------------------------------- status

@@ -39,6 +39,11 @@ class LocalHome:
         """Saved emulated tables and buckets (the results that outlast a run)."""
         return self.root / "data"
 
+    def report(self, sweep_id: str) -> Path:
+        """A sweep's report page: written when `rigbench run --local` ends, else kept from
+        what WriteReport stored in the emulated bucket."""
+        return self.root / f"report-{sweep_id}.html"
+
     def ensure(self) -> "LocalHome":
         for path in (self.procs, self.instances, self.data):
             path.mkdir(parents=True, exist_ok=True)

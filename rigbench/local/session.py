@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
+from functions.settings import SWEEP_REPORTS_PREFIX
 from rigbench.emulation import Emulation, EnvironOverride
 from rigbench.local import executions, persist
 from rigbench.local.emulated import EmulatedAccount
@@ -35,8 +36,9 @@ from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
 
 # Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
 QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
-# The bundle is uploaded again by every session; snapshots keep only what sweeps wrote.
-NOT_SAVED_PREFIXES = ("bundle/",)
+# The bundle is uploaded again by every session; snapshots keep only what sweeps wrote. Sweep
+# reports (megabytes each) are kept as files of the home instead (`keep_reports`).
+NOT_SAVED_PREFIXES = ("bundle/", SWEEP_REPORTS_PREFIX)
 # Transient tables: idempotency records only guard retries within one execution.
 NOT_RESTORED_TABLE_SUFFIXES = ("IdempotencyTable",)
 
@@ -188,8 +190,21 @@ class LocalSession:
             skip_tables=NOT_RESTORED_TABLE_SUFFIXES,
         )
 
+    def keep_reports(self) -> None:
+        """Each sweep report WriteReport stored, as the home's file unless the run wrote one."""
+        s3, bucket = self.emu.client("s3"), self.emu.stack_refs().bucket
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=SWEEP_REPORTS_PREFIX
+        )
+        for obj in (o for page in pages for o in page.get("Contents", [])):
+            path = self.home.report(obj["Key"].split("/")[1])
+            if not path.exists():
+                body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                path.write_bytes(body)
+
     def save(self) -> persist.SnapshotSummary:
         emu = self.emu
+        self.keep_reports()
         return persist.save(
             emu.client("dynamodb"),
             emu.client("s3"),

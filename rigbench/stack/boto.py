@@ -11,16 +11,25 @@ from types import TracebackType
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.cleanup import terminate
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
-from functions.settings import BOOT_TAG, DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Clients
+from functions.settings import (
+    BOOT_TAG,
+    DEADLINE_TAG,
+    PROJECT_TAG,
+    RIG_TAG,
+    SWEEP_TAG,
+    Clients,
+    sweep_report_key,
+)
 from functions.tables import results as results_table
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
-from rigbench.stack.client import StackError, validate_sweep_input
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
 from rigbench.stack.history import fold
 from rigbench.stack.models import (
     BundleManifest,
@@ -248,6 +257,41 @@ class BotoStack:
             quota_vcpus=float(quota), used_vcpus=used, room_vcpus=room, instance_vcpus=need,
             fits=int(room // need) if room > 0 else 0,
         )  # fmt: skip
+
+    # -- reports -----------------------------------------------------------------------------
+    def _no_report(self, sweep_id: str) -> StackError:
+        return StackError(
+            f"no report for sweep {sweep_id!r} in s3://{self.refs.bucket}: no such sweep, it is "
+            "still running, or its report failed (its output's report_missing says why); "
+            f"`rigbench report {sweep_id}` makes one from what it stored"
+        )
+
+    def _stored_report(self, sweep_id: str, read: bool) -> bytes:
+        s3, key = self.client("s3"), sweep_report_key(sweep_id)
+        with aws_errors(f"reading s3://{self.refs.bucket}/{key}"):
+            try:
+                if not read:
+                    s3.head_object(Bucket=self.refs.bucket, Key=key)
+                    return b""
+                return bytes(s3.get_object(Bucket=self.refs.bucket, Key=key)["Body"].read())
+            except ClientError as exc:
+                if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
+                    raise self._no_report(sweep_id) from None
+                raise
+
+    def sweep_report(self, sweep_id: str) -> str:
+        return self._stored_report(sweep_id, read=True).decode()
+
+    def report_location(self, sweep_id: str, expires_s: int = REPORT_URL_EXPIRES_S) -> str:
+        self._stored_report(sweep_id, read=False)
+        # SigV4: buckets made since 2020 refuse the SigV2 URLs boto3 may otherwise sign.
+        signer = self._session.client("s3", config=Config(signature_version="s3v4"))
+        url: str = signer.generate_presigned_url(
+            "get_object",
+            Params={"Bucket": self.refs.bucket, "Key": sweep_report_key(sweep_id)},
+            ExpiresIn=expires_s,
+        )
+        return url
 
     # -- bundle ------------------------------------------------------------------------------
     def upload_bundle(self, root: Path | None = None) -> BundleManifest:

@@ -38,6 +38,8 @@ from rigbench.stack.models import (
     SweepSummary,
 )
 
+REPORT_URL_EXPIRES_S = 24 * 3600
+
 
 class StackError(Exception):
     """A stack operation cannot go on; the message says why and what to do."""
@@ -126,6 +128,19 @@ class StackClient(Protocol):
 
     def check_quota(self, instance_type: str, market: str = "spot") -> QuotaCheck:
         """The G/VT vCPU quota of the market, what runs, and how many of the type fit."""
+        ...
+
+    # -- reports -----------------------------------------------------------------------------
+    def sweep_report(self, sweep_id: str) -> str:
+        """The sweep's report page (one self-contained HTML file), as WriteReport stored it
+        when the boots ended; a StackError when there is none (no such sweep, still running,
+        or its report failed: the sweep's execution output says why)."""
+        ...
+
+    def report_location(self, sweep_id: str, expires_s: int = REPORT_URL_EXPIRES_S) -> str:
+        """Where a person opens the sweep's report: on the deployed stack a presigned S3 GET
+        URL (valid `expires_s`, or less when the credentials that signed it expire sooner),
+        on the local one its file. A StackError when there is no report."""
         ...
 
     # -- bundle ------------------------------------------------------------------------------

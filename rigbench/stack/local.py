@@ -18,7 +18,7 @@ from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord
 from rigbench.local.session import LocalSession
 from rigbench.stack.boto import BotoStack
-from rigbench.stack.client import StackError, validate_sweep_input
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
 from rigbench.stack.history import fold
 from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
 
@@ -128,6 +128,26 @@ class LocalStack(BotoStack):
         finally:
             fleet.rehearse(False)
         return plan_from(events, requests)
+
+    def sweep_report(self, sweep_id: str) -> str:
+        """What WriteReport stored in this session, else the home's report file."""
+        try:
+            return super().sweep_report(sweep_id)
+        except StackError:
+            path = self.home.report(sweep_id)
+            if path.is_file():
+                return path.read_text(encoding="utf-8")
+            raise
+
+    def report_location(self, sweep_id: str, expires_s: int = REPORT_URL_EXPIRES_S) -> str:
+        """The home's report file (written from the bucket when the run wrote none): a URL
+        into the emulation would die with it."""
+        path = self.home.report(sweep_id)
+        if not path.is_file():
+            page = super().sweep_report(sweep_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(page, encoding="utf-8")
+        return str(path)
 
     def reap(self, dry_run: bool = False) -> ReapReport:
         """The reaper on the emulated account, and the local processes an earlier run left

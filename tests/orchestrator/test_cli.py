@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -63,6 +64,27 @@ def test_run_follows_a_sweep_to_its_end(stack: Emulation, tmp_path: Path) -> Non
     assert "terminated" in done.output
     assert len(result_rows(stack, "cli-run-1")) == 4
     assert stack.running_instances() == []
+    # It ends with where the report is: a presigned GET of the object WriteReport stored.
+    url = done.output.strip().splitlines()[-1].removeprefix("report: ")
+    assert url.startswith(stack.endpoint_url), done.output
+    assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url
+    assert "X-Amz-Expires=86400" in url
+    assert "/sweep-reports/cli-run-1/report.html?" in url
+    fetched = httpx.get(url, timeout=30)
+    assert fetched.status_code == 200
+    assert fetched.headers["content-type"].startswith("text/html")
+    assert "rigbench sweep cli-run-1" in fetched.text
+    assert 'id="plot-throughput"' in fetched.text
+
+
+def test_run_says_when_there_is_no_report(stack: Emulation, tmp_path: Path) -> None:
+    stack.faults.fail_lambda("ReportFunction", "raise")
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(sweep_input()))
+    done = invoke("run", str(path), "--name", "cli-run-no-report")
+    assert done.exit_code == 0, done.output
+    last = done.output.strip().splitlines()[-1]
+    assert last.startswith("report not available: no report for sweep 'cli-run-no-report'")
 
 
 def test_run_refuses_bad_input_before_starting_anything(stack: Emulation, tmp_path: Path) -> None:
