@@ -1,4 +1,4 @@
-"""The rigbench MCP server: the tools of `rigbench.mcp.tools` and two resources, on the
+"""The rigbench MCP server: the tools of `rigbench.mcp.tools` and three resources, on the
 official SDK's `MCPServer`.
 
     server = build_server(stack, ceiling_usd=5.0)     # stack: an entered StackClient
@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 SCHEMA_URI = "rigbench://schema/sweep-input"
 COMPARISON_URI = "rigbench://sweeps/{sweep_id}/comparison"
+REPORT_URI = "rigbench://sweeps/{sweep_id}/report"
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 # Starts executions that launch instances and reserve budget: not read-only, not destructive.
@@ -176,5 +177,18 @@ def build_server(stack: StackClient, ceiling_usd: float) -> MCPServer:
         except (Refused, StackError) as exc:
             raise ResourceError(str(exc)) from exc
         return json.dumps(found.model_dump(mode="json"), indent=1)
+
+    @server.resource(
+        REPORT_URI,
+        name="sweep-report",
+        description="A sweep's report: one self-contained HTML page (comparison, plots, cost "
+        "per token, provenance, what is missing) that opens offline, stored when the sweep ends",
+        mime_type="text/html",
+    )
+    def sweep_report(sweep_id: str) -> str:
+        try:
+            return tools.report(sweep_id)
+        except (Refused, StackError) as exc:
+            raise ResourceError(str(exc)) from exc
 
     return server

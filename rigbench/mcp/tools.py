@@ -175,6 +175,13 @@ class SweepTools:
         rows = self._call(lambda: self.stack.results(query))
         return ResultsPage(rows=rows[:limit], total=len(rows), truncated=len(rows) > limit)
 
+    def report(self, sweep_id: str) -> str:
+        """The sweep's self-contained HTML report, as its WriteReport step stored it."""
+        name = sweep_id.rsplit(":", 1)[-1]  # an execution ARN ends with the sweep id
+        if not name or "/" in name:
+            raise Refused(f"{sweep_id!r} is not a sweep id (an execution name or ARN)")
+        return self._call(lambda: self.stack.sweep_report(name))
+
     def compare(self, sweep_id: str, baseline: str | None) -> SweepComparison:
         rows = self._call(lambda: self.stack.results(ResultsQuery(sweep=sweep_id)))
         if not rows:

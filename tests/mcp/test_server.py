@@ -11,12 +11,12 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.types import TextResourceContents
 
 from functions.execution_input import SCHEMA_PATH
 from functions.settings import PROJECT_TAG
-from rigbench.mcp.server import COMPARISON_URI, SCHEMA_URI, build_server
+from rigbench.mcp.server import COMPARISON_URI, REPORT_URI, SCHEMA_URI, build_server
 from rigbench.stack.local import LocalStack
 from tests.mcp.conftest import (
     CEILING_USD,
@@ -75,10 +75,15 @@ def test_resources_hold_the_input_schema(stack: LocalStack) -> None:
             t.uri_template for t in (await client.list_resource_templates()).resource_templates
         }
         assert COMPARISON_URI in templates
+        assert REPORT_URI in templates
         read = await client.read_resource(SCHEMA_URI)
         content = read.contents[0]
         assert isinstance(content, TextResourceContents)
         assert json.loads(content.text) == json.loads(SCHEMA_PATH.read_text())
+        # A sweep that does not exist is an error that says so; the server goes on serving.
+        with pytest.raises(MCPError, match="no report for sweep 'no-such-sweep'"):
+            await client.read_resource(REPORT_URI.format(sweep_id="no-such-sweep"))
+        assert (await client.read_resource(SCHEMA_URI)).contents
 
     with_client(stack, body)
 
@@ -246,6 +251,13 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         content = read.contents[0]
         assert isinstance(content, TextResourceContents)
         assert json.loads(content.text) == compared
+        read = await client.read_resource(REPORT_URI.format(sweep_id="mcp-e2e"))
+        [page] = read.contents
+        assert isinstance(page, TextResourceContents)
+        assert page.mime_type == "text/html"
+        assert "<title>rigbench sweep mcp-e2e</title>" in page.text
+        assert 'id="plot-throughput"' in page.text
+        assert "<script src=" not in page.text  # self-contained: plotly.js is inlined
 
         assert (await ok(client, "list_instances"))["instances"] == []
         reaped = await ok(client, "reap", {"dry_run": True})
