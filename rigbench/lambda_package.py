@@ -35,8 +35,10 @@ REQUIREMENTS = "requirements.txt"
 # Functions whose package is their own: their handler's modules, requirements.txt and these.
 OWN_PACKAGES = {"ReportFunction": "requirements-report.txt"}
 SHARED = "shared"
-# What Lambda allows unzipped, function and layers together (the Powertools layer counts too).
+# What Lambda allows unzipped, function and layers together, and what is kept for the
+# Powertools layer (about 13 MB installed for arm64 without the runtime's boto3, 2026-12).
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
+LAYER_ALLOWANCE = 30_000_000
 # sam build builds each function on its own; each package is built once per content of its
 # sources (these folders, the requirements, template.yaml) and copied from here.
 CACHE = Path(".aws-sam") / "lambda-package"
@@ -157,9 +159,6 @@ def install_dependencies(
     )  # fmt: skip
     if done.returncode != 0:
         raise PackageError(f"pip could not resolve {', '.join(files)}:\n{done.stderr[-3000:]}")
-    # numpy's and scipy's own test suites (about 20 MB) are never imported by a handler.
-    for suite in sorted(dest.glob("*/**/tests")):
-        shutil.rmtree(suite, ignore_errors=True)
 
 
 def package_bytes(path: Path) -> int:
@@ -197,11 +196,11 @@ def build(dest: Path, root: Path = REPO_ROOT, logical_id: str | None = None) -> 
             shutil.copyfile(root / relative, target)
         install_dependencies(staging, root, template, package)
         size = package_bytes(staging)
-        if size > LAMBDA_UNZIPPED_LIMIT:
+        if size + LAYER_ALLOWANCE > LAMBDA_UNZIPPED_LIMIT:
             shutil.rmtree(staging, ignore_errors=True)
             raise PackageError(
-                f"the {package} package is {size / 1e6:.0f} MB unzipped, above Lambda's "
-                f"{LAMBDA_UNZIPPED_LIMIT / 1e6:.0f} MB"
+                f"the {package} package is {size / 1e6:.0f} MB unzipped: with the Powertools "
+                f"layer it would not fit in Lambda's {LAMBDA_UNZIPPED_LIMIT / 1e6:.0f} MB"
             )
         for old in cached.parent.iterdir():  # the current packages kept, nothing older
             if ".partial-" not in old.name and not old.name.startswith(f"{digest}-"):
