@@ -266,6 +266,14 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         assert reaped["report"]["dry_run"] is False
 
     with_client(stack, body)
+    # Locally the report's place is a file of the home, kept when the session saves.
+    kept = stack.home.report("mcp-e2e")
+    assert not kept.exists()
+    stack.session.save()
+    assert "<title>rigbench sweep mcp-e2e</title>" in kept.read_text()
+    kept.unlink()
+    assert stack.report_location("mcp-e2e") == str(kept)
+    assert "<title>rigbench sweep mcp-e2e</title>" in kept.read_text()
 
 
 def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) -> None:
