@@ -39,6 +39,7 @@ SWEEP_STATES: frozenset[str] = frozenset(
         "CheckQuota",
         "ReserveBudget",
         "RunBoots",
+        "WriteReport",
         "Summarize",
         "AnyBootFailed?",
         "SweepFailed",
