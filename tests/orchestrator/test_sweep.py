@@ -1,6 +1,10 @@
 """The real state machine and handlers on the emulated account: sweeps that succeed."""
 
+import pytest
+
 from rigbench.emulation import Emulation
+from rigbench.stack import ResultsQuery
+from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import (
     assert_clean,
     result_rows,
@@ -23,6 +27,17 @@ def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> 
     row = rows[0]
     assert row["metrics"]["output_tok_s"] > 0
     assert set(row["metrics"]["ttft_ms"]) >= {"mean", "p50", "p90", "p99"}
+    # The cell's achieved load, validity and delivery ride along in the row.
+    for row in rows:
+        concurrency, metrics = row["metrics"]["concurrency"], row["metrics"]
+        assert metrics["achieved_concurrency"] == pytest.approx(0.95 * concurrency)
+        assert metrics["achieved_request_rate"] == pytest.approx(4 / (1.0 + 0.1 * concurrency))
+        assert metrics["delivery"] == "streamed"
+        assert metrics["ttft_validity"]["p50"] is True
+        assert metrics["itl_validity"]["p50"] is True
+        assert metrics["itl_validity"]["p99"] is False
+        assert metrics["itl_validity"]["predicted_error_ms"]["p99"] == pytest.approx(0.9)
+        assert "chunks read late" in metrics["itl_validity"]["reason"]
     provenance = row["provenance"]
     assert provenance["bundle_sha256"] == emu.bundle["sha256"]
     assert provenance["harness_version"] == "0.1.0+scripted"
@@ -38,3 +53,22 @@ def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> 
     assert isinstance(fleet, ScriptedFleet)
     assert len(fleet.instances) == 4
     assert all(i.market == "spot" for i in fleet.instances.values())
+
+
+def test_rows_from_a_report_before_achieved_load_are_stored_and_read_back(emu: Emulation) -> None:
+    fleet = emu.fleet
+    assert isinstance(fleet, ScriptedFleet)
+    fleet.report_before_achieved_load = True
+    described = run_sweep(emu, sweep_input())
+
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    sweep_id = sweep_id_of(described)
+    stack = BotoStack(emu.session(), emu.stack_refs())
+    rows = stack.results(ResultsQuery(sweep=sweep_id))
+    assert [r.cell for r in rows] == ["c00001", "c00004"]
+    for row in rows:
+        assert row.metrics["output_tok_s"] > 0
+        # Not recorded then: unknown, not "valid" or "streamed".
+        for field in ("achieved_concurrency", "ttft_validity", "itl_validity", "delivery"):
+            assert row.metrics.get(field) is None
+    assert_clean(emu, sweep_id)
