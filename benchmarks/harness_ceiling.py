@@ -2,6 +2,7 @@
 
     python -m benchmarks.harness_ceiling [--levels 16,32,64,96,128,192,256] [--runs 3]
                                          [--workers 1] [--no-guidellm] [--httpx]
+                                         [--every-level]
 
 Level by level, each tool in turn (so both meet the same conditions on a shared machine), a
 fresh reference server (first token after --ttft-ms, then one every --itl-ms, --output-len
@@ -15,8 +16,11 @@ really achieved (requests in flight, time-weighted), and for rigbench its strain
 (`harness.runner.strained_figures`: a TTFT or ITL p50 whose predicted error exceeds the
 tolerance) and whether the warning was right: fired exactly when an error was beyond the
 tolerance. A tool's edge is the highest token-event rate it sustained; a tool is no longer
-tried after two levels in a row that it did not sustain. With --runs N the sweep is
-repeated and the median edge printed, with how often the warning was right over all cells.
+tried after two levels in a row that it did not sustain, unless --every-level. With --runs
+N the sweep is repeated and the median edge printed, with how often the warning was right
+over all cells, and a table: per level, both tools side by side, the medians over the runs
+of the errors and the achieved concurrency, how many runs sustained the level and how often
+the warning fired.
 rigbench's client CPU time per token event is printed too; --httpx reads through httpx, as
 rigbench did before its lean read path (harness.http1), for comparison.
 GuideLLM reports no per-gap ITL; its per-request (last - first token) / (tokens - 1) is
@@ -174,7 +178,7 @@ def sweep(
     misses = dict.fromkeys(runners, 0)
     for level in levels:
         for tool, runner in runners.items():
-            if misses[tool] >= 2:  # two levels off in a row: past this tool's edge
+            if misses[tool] >= 2 and not args.every_level:  # past this tool's edge
                 continue
             with reference_server_process(*schedule, nice=args.nice - 5) as url:
                 try:
@@ -247,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="rigbench client processes")
     parser.add_argument("--runs", type=int, default=1, help="sweeps; the median edge is printed")
     parser.add_argument("--no-guidellm", action="store_true")
+    parser.add_argument(
+        "--every-level",
+        action="store_true",
+        help="measure each tool at every level, also past two levels it did not sustain",
+    )
     parser.add_argument(
         "--httpx",
         action="store_true",
