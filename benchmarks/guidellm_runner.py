@@ -8,7 +8,9 @@ module drives its CLI as a subprocess and reads back its JSON report:
                           input_len=128, output_len=64)
     result["ttft_ms"]["p50"], result["itl_ms"]["p50"], result["request_rate"]
 
-The CLI is found at $RIGBENCH_GUIDELLM, else /work/venv-guidellm/bin/guidellm. Offline use needs
+The CLI is found at $RIGBENCH_GUIDELLM, else /work/venv-guidellm/bin/guidellm, which
+`python3 -m venv /work/venv-guidellm && /work/venv-guidellm/bin/pip install guidellm==0.8.1`
+makes (the version whose reports the tests parse; a few GB, torch included). Offline use needs
 a local tokenizer directory (made by make_guidellm_tokenizer.py with GuideLLM's own interpreter
 on first use) and HF_HUB_OFFLINE=1.
 
@@ -83,7 +85,7 @@ def guidellm_executable() -> Path:
         raise FileNotFoundError(
             f"GuideLLM CLI not found at {path} (set RIGBENCH_GUIDELLM to its `guidellm` "
             "executable; install with: python3 -m venv /work/venv-guidellm && "
-            "/work/venv-guidellm/bin/pip install guidellm)"
+            "/work/venv-guidellm/bin/pip install guidellm==0.8.1)"
         )
     return path
 

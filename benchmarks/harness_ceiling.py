@@ -2,6 +2,7 @@
 
     python -m benchmarks.harness_ceiling [--levels 16,32,64,96,128,192,256] [--runs 3]
                                          [--workers 1] [--no-guidellm] [--httpx]
+                                         [--every-level]
 
 Level by level, each tool in turn (so both meet the same conditions on a shared machine), a
 fresh reference server (first token after --ttft-ms, then one every --itl-ms, --output-len
@@ -15,8 +16,11 @@ really achieved (requests in flight, time-weighted), and for rigbench its strain
 (`harness.runner.strained_figures`: a TTFT or ITL p50 whose predicted error exceeds the
 tolerance) and whether the warning was right: fired exactly when an error was beyond the
 tolerance. A tool's edge is the highest token-event rate it sustained; a tool is no longer
-tried after two levels in a row that it did not sustain. With --runs N the sweep is
-repeated and the median edge printed, with how often the warning was right over all cells.
+tried after two levels in a row that it did not sustain, unless --every-level. With --runs
+N the sweep is repeated and the median edge printed, with how often the warning was right
+over all cells, and a table: per level, both tools side by side, the medians over the runs
+of the errors and the achieved concurrency, how many runs sustained the level and how often
+the warning fired.
 rigbench's client CPU time per token event is printed too; --httpx reads through httpx, as
 rigbench did before its lean read path (harness.http1), for comparison.
 GuideLLM reports no per-gap ITL; its per-request (last - first token) / (tokens - 1) is
@@ -143,7 +147,8 @@ def run_guidellm(url: str, level: int, args: argparse.Namespace) -> Level:
 
 def print_level(row: Level) -> None:
     def err(value: float | None, kept: float) -> str:
-        return "     -" if value is None else f"{value - kept:+6.2f}"
+        error = _error(value, kept)
+        return "     -" if error is None else f"{error:+6.2f}"
 
     achieved = "-" if row.achieved_concurrency is None else f"{row.achieved_concurrency:.0f}"
     if row.warned is None:
@@ -173,7 +178,7 @@ def sweep(
     misses = dict.fromkeys(runners, 0)
     for level in levels:
         for tool, runner in runners.items():
-            if misses[tool] >= 2:  # two levels off in a row: past this tool's edge
+            if misses[tool] >= 2 and not args.every_level:  # past this tool's edge
                 continue
             with reference_server_process(*schedule, nice=args.nice - 5) as url:
                 try:
@@ -186,6 +191,49 @@ def sweep(
             print_level(row)
             misses[tool] = 0 if row.sustained else misses[tool] + 1
     return rows
+
+
+def _median(values: list[float | None], fmt: str) -> str:
+    known = [v for v in values if v is not None]
+    return "-" if not known else format(statistics.median(known), fmt)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def _loads() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def median_line(level: int, measured: dict[str, list[Level]]) -> str:
+    """One level, each tool side by side: the medians of its errors and achieved concurrency
+    over the runs that reached the level, how many runs sustained it, and for rigbench how
+    often its strain warning fired and was right."""
+    parts = [f"c={level:4d}"]
+    for tool, found in measured.items():
+        rows = [r for r in found if r.concurrency == level]
+        if not rows:
+            parts.append(f"{tool}: not reached")
+            continue
+        part = (
+            f"{tool}: failed {_median([r.failed for r in rows], '.0f')}, in flight "
+            f"{_median([r.achieved_concurrency for r in rows], '.1f')}, TTFT "
+            f"{_median([_error(r.ttft_p50, r.server_ttft_p50) for r in rows], '+.2f')} ITL "
+            f"{_median([_error(r.itl_p50, r.server_gap_p50) for r in rows], '+.2f')} ms, "
+            f"sustained {sum(r.sustained for r in rows)}/{len(rows)}"
+        )
+        if rows[0].warned is not None:
+            part += (
+                f", warning fired {sum(bool(r.warned) for r in rows)}/{len(rows)} "
+                f"right {sum(bool(r.warning_right) for r in rows)}/{len(rows)}"
+            )
+        parts.append(part)
+    return " | ".join(parts)
+
+
+def _error(value: float | None, kept: float) -> float | None:
+    return None if value is None else value - kept
 
 
 def edge(rows: list[Level]) -> Level | None:
@@ -203,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="rigbench client processes")
     parser.add_argument("--runs", type=int, default=1, help="sweeps; the median edge is printed")
     parser.add_argument("--no-guidellm", action="store_true")
+    parser.add_argument(
+        "--every-level",
+        action="store_true",
+        help="measure each tool at every level, also past two levels it did not sustain",
+    )
     parser.add_argument(
         "--httpx",
         action="store_true",
@@ -232,22 +285,28 @@ def main(argv: list[str] | None = None) -> int:
     path = "httpx" if args.httpx else "lean"
     print(
         f"schedule: TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms, {args.output_len} tokens; "
-        f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; nice {os.nice(0)}; "
+        f"{os.cpu_count()} CPUs; {_now()}, load average {_loads()}; nice {os.nice(0)}; "
         f"rigbench workers {args.workers}, read path {path}; "
         f"{guidellm_note}. Errors: measured minus what the "
         "server kept; tolerance TTFT 2 ms, ITL 0.5 ms.",
         flush=True,
     )
     edges: dict[str, list[Level | None]] = {tool: [] for tool in runners}
-    judged: list[Level] = []
+    measured: dict[str, list[Level]] = {tool: [] for tool in runners}
     for run in range(args.runs):
         if args.runs > 1:
             print(f"-- run {run + 1} of {args.runs} (load average {os.getloadavg()[0]:.1f})")
         rows = sweep(levels, runners, args)
-        judged += rows["rigbench"]
         for tool, found in rows.items():
+            measured[tool] += found
             edges[tool].append(edge(found))
+    judged = measured["rigbench"]
 
+    print(
+        f"\nper level, median over the runs that measured it ({_now()}, load average {_loads()}):"
+    )
+    for level in levels:
+        print(median_line(level, measured), flush=True)
     print()
     for tool, per_run in edges.items():
         figures = ", ".join(

@@ -4,6 +4,8 @@
 Only the fields a results row needs are modelled; everything else in the report stays in S3.
 """
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -18,6 +20,17 @@ class Summary(_Lenient):
     p99: float | None = None
 
 
+class Validity(_Lenient):
+    """`harness.schemas.MetricValidity`: which figures were measured within tolerance."""
+
+    mean: bool = True
+    p50: bool = True
+    p90: bool = True
+    p99: bool = True
+    predicted_error_ms: Summary = Summary()
+    reason: str | None = None
+
+
 class Cell(_Lenient):
     concurrency: int | None = None
     rate: float | None = None
@@ -30,6 +43,14 @@ class Cell(_Lenient):
     itl_ms: Summary
     tpot_ms: Summary
     e2e_ms: Summary
+    # Recorded by harnesses since the achieved-load fields; None in a report from before,
+    # where the load, validity and delivery were not recorded (not "valid" or "streamed").
+    achieved_concurrency: float | None = None
+    achieved_request_rate: float | None = None
+    load_shortfall: str | None = None
+    ttft_validity: Validity | None = None
+    itl_validity: Validity | None = None
+    delivery: Literal["streamed", "burst"] | None = None
 
     @property
     def key(self) -> str:

@@ -200,8 +200,8 @@ BURST_ITL_TO_TPOT = 0.1
 def delivers_in_bursts(itl_p50_ms: float | None, tpot_p50_ms: float | None) -> bool:
     """Whether a cell's tokens came in bursts, judged from its ITL and TPOT medians.
 
-    Judged from the medians because the results rows the comparison also reads do not carry
-    the harness's per-cell `delivery` flag; once they do, read that flag instead.
+    Judged from the medians because results rows and reports written before the harness
+    recorded its per-cell `delivery` flag do not carry it.
     """
     if itl_p50_ms is None or tpot_p50_ms is None or tpot_p50_ms <= 0:
         return False

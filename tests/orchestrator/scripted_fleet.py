@@ -46,6 +46,8 @@ class ScriptedFleet:
     install_error: str | None = None
     bench: BenchOutcome = "success"
     bench_by_rig: dict[str, BenchOutcome] = field(default_factory=dict)
+    # Upload reports as a harness did before it recorded achieved load, validity and delivery.
+    report_before_achieved_load: bool = False
     missing_invocations: int = 1  # GetCommandInvocation calls answered InvocationDoesNotExist
     gpu: str = "NVIDIA T4G"
     driver: str = "570.133.20"
@@ -169,7 +171,9 @@ class ScriptedFleet:
         body = (
             b"{not json"
             if outcome == "bad_report"
-            else json.dumps(scripted_report(commands)).encode()
+            else json.dumps(
+                scripted_report(commands, achieved_load=not self.report_before_achieved_load)
+            ).encode()
         )
         provenance = {
             "served_model": "random:tiny", "rig": self.rig_provenance,
@@ -194,8 +198,10 @@ def _flag(commands: list[str], name: str) -> str | None:
     return match.group(1).strip("'\"") if match else None
 
 
-def scripted_report(commands: list[str]) -> dict[str, Any]:
-    """A report in the harness's format with one cell per concurrency the command asks for."""
+def scripted_report(commands: list[str], *, achieved_load: bool = True) -> dict[str, Any]:
+    """A report in the harness's format with one cell per concurrency the command asks for;
+    without `achieved_load`, as a harness wrote it before it recorded the achieved load,
+    validity and delivery. Each cell's ITL p99 is flagged invalid, the rest valid."""
     concurrency = [int(c) for c in (_flag(commands, "concurrency") or "1").split(",")]
     output_len = int(_flag(commands, "output-len") or "16")
     requests = int(_flag(commands, "requests") or "4")
@@ -219,6 +225,19 @@ def scripted_report(commands: list[str]) -> dict[str, Any]:
             "tpot_ms": summary(10.0),
             "e2e_ms": summary(40.0 + 10.0 * output_len),
         }
+        if achieved_load:
+            cell |= {
+                "achieved_concurrency": 0.95 * c,
+                "achieved_request_rate": requests / duration,
+                "load_shortfall": None,
+                "ttft_validity": {"predicted_error_ms": {"p50": 0.1, "count": requests}},
+                "itl_validity": {
+                    "p99": False,
+                    "predicted_error_ms": {"p99": 0.9, "count": requests},
+                    "reason": "ITL p99: chunks read late (predicted error 0.9 ms)",
+                },
+                "delivery": "streamed",
+            }
         cells.append(cell)
     return {
         "harness_version": "0.1.0+scripted",

@@ -63,6 +63,13 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     assert [c.concurrency for c in report.cells] == [1, 2]
     assert all(c.requests_ok == 4 and c.requests_failed == 0 for c in report.cells)
     assert all(c.output_tok_s > 0 and c.ttft_ms.p50 is not None for c in report.cells)
+    # What the harness records of the achieved load, validity and delivery reaches the row.
+    for cell in report.cells:
+        assert (cell.achieved_concurrency or 0) > 0
+        assert (cell.achieved_request_rate or 0) > 0
+        assert cell.ttft_validity is not None
+        assert cell.itl_validity is not None
+        assert cell.delivery is not None
     found = read_instance_provenance(s3, bucket, provenance_key("s-1", "torch", 1))
     assert found.served_model
     assert "no /provenance" in found.rig["error"]  # the reference server is not a rig

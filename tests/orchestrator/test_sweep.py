@@ -2,8 +2,12 @@
 
 import json
 
+import pytest
+
 from functions.settings import sweep_report_key
 from rigbench.emulation import Emulation
+from rigbench.stack import ResultsQuery
+from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import (
     assert_clean,
     result_rows,
@@ -26,6 +30,17 @@ def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> 
     row = rows[0]
     assert row["metrics"]["output_tok_s"] > 0
     assert set(row["metrics"]["ttft_ms"]) >= {"mean", "p50", "p90", "p99"}
+    # The cell's achieved load, validity and delivery ride along in the row.
+    for row in rows:
+        concurrency, metrics = row["metrics"]["concurrency"], row["metrics"]
+        assert metrics["achieved_concurrency"] == pytest.approx(0.95 * concurrency)
+        assert metrics["achieved_request_rate"] == pytest.approx(4 / (1.0 + 0.1 * concurrency))
+        assert metrics["delivery"] == "streamed"
+        assert metrics["ttft_validity"]["p50"] is True
+        assert metrics["itl_validity"]["p50"] is True
+        assert metrics["itl_validity"]["p99"] is False
+        assert metrics["itl_validity"]["predicted_error_ms"]["p99"] == pytest.approx(0.9)
+        assert "chunks read late" in metrics["itl_validity"]["reason"]
     provenance = row["provenance"]
     assert provenance["bundle_sha256"] == emu.bundle["sha256"]
     assert provenance["harness_version"] == "0.1.0+scripted"
@@ -75,4 +90,23 @@ def test_a_report_that_fails_fails_nothing_else(emu: Emulation) -> None:
         Bucket=emu.stack_refs().bucket, Prefix=sweep_report_key(sweep_id)
     )
     assert listed.get("KeyCount", 0) == 0
+    assert_clean(emu, sweep_id)
+
+
+def test_rows_from_a_report_before_achieved_load_are_stored_and_read_back(emu: Emulation) -> None:
+    fleet = emu.fleet
+    assert isinstance(fleet, ScriptedFleet)
+    fleet.report_before_achieved_load = True
+    described = run_sweep(emu, sweep_input())
+
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    sweep_id = sweep_id_of(described)
+    stack = BotoStack(emu.session(), emu.stack_refs())
+    rows = stack.results(ResultsQuery(sweep=sweep_id))
+    assert [r.cell for r in rows] == ["c00001", "c00004"]
+    for row in rows:
+        assert row.metrics["output_tok_s"] > 0
+        # Not recorded then: unknown, not "valid" or "streamed".
+        for field in ("achieved_concurrency", "ttft_validity", "itl_validity", "delivery"):
+            assert row.metrics.get(field) is None
     assert_clean(emu, sweep_id)
