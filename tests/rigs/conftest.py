@@ -10,12 +10,9 @@ from tests.rigs.rig_process import rig_server
 
 
 @pytest.fixture(scope="session")
-def rig_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache dir for the session, also handed to server subprocesses via RIGBENCH_CACHE."""
-    path = tmp_path_factory.mktemp("rigbench-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RIGBENCH_CACHE", str(path))
-        yield path
+def rig_cache(shared_rig_cache: Path) -> Path:
+    """The run's cache dir (tests/conftest.py), handed to server subprocesses too."""
+    return shared_rig_cache
 
 
 @pytest.fixture(scope="session")
