@@ -40,7 +40,9 @@ def state_function(definition: dict[str, Any], state: str) -> str:
         raise ValueError(f"the state machine has no Lambda task state {state!r}") from None
 
 
-def deployed_settings(clients: Clients, lam: Any, refs: StackRefs, region: str) -> dict[str, Settings]:
+def deployed_settings(
+    clients: Clients, lam: Any, refs: StackRefs, region: str
+) -> dict[str, Settings]:
     """The settings the deployed Validate and ReserveBudget functions enforce (their
     environment: allowed types, caps, subnets, tables), per state."""
     definition = json.loads(
@@ -99,10 +101,13 @@ def plan_deployed(
         month=month,
         boots=[
             PlannedBoot(
-                rig=item.rig, boot=item.boot, instance_type=sweep.instance_type,
-                market=sweep.market, subnets=list(sweep.subnets),
+                rig=item.rig,
+                boot=item.boot,
+                instance_type=sweep.instance_type,
+                market=sweep.market,
+                subnets=list(sweep.subnets),
             )
             for item in state.items
-        ],  # fmt: skip
+        ],
         planned_against=against,
     )
