@@ -171,16 +171,29 @@ def sweep_of_execution(ddb: Any, table: str, execution_arn: str) -> str | None:
     return item["sweep_id"]["S"] if item else None
 
 
-def reserve_budget(
+def month_committed(ddb: Any, table: str, month: str) -> int:
+    """Micro-dollars committed in the month: open reservations plus actual spend."""
+    item = ddb.get_item(
+        TableName=table, Key=_key(f"MONTH#{month}", "TOTAL"), ConsistentRead=True
+    ).get("Item", {})
+    return int(item.get("committed", {}).get("N", "0"))
+
+
+def over_monthly_cap(settings: Settings, month: str, committed: int, total: int) -> OverBudget:
+    cap = to_micro(settings.monthly_cap_usd)
+    return OverBudget(
+        f"monthly cap ${settings.monthly_cap_usd:.2f} would be exceeded by "
+        f"${usd(committed + total - cap):.2f}: ${usd(committed):.2f} already committed "
+        f"in {month} + this sweep's estimate ${usd(total):.2f}"
+    )
+
+
+def price_sweep(
     state: SweepState, clients: Clients, settings: Settings, now: datetime
 ) -> Reservation:
+    """The sweep's reservation, read-only: priced, and refused (OverBudget) when over the
+    sweep's budget or, alone, over the monthly cap. Committing it is `reserve_budget`'s."""
     sweep = state.sweep
-    owner = sweep_owner(clients.dynamodb, settings.ledger_table, sweep.sweep_id)
-    if owner != sweep.execution_arn:
-        raise InvalidInput(
-            f"sweep {sweep.sweep_id} belongs to {owner or 'no execution'}, not "
-            f"{sweep.execution_arn}: refusing to reserve for it"
-        )
     price, source = price_per_hour(
         clients.ec2, sweep.market, sweep.instance_type, sweep.subnets, settings.region
     )
@@ -202,14 +215,34 @@ def reserve_budget(
             f"deadline) is over the sweep budget ${sweep.budget_usd:.2f} by "
             f"${usd(total - budget):.2f}; lower boots or deadlines.instance_s, or raise budget_usd"
         )
-    if existing_reservation(clients.dynamodb, settings.ledger_table, sweep.sweep_id):
-        return reservation  # a retried step: the reservation is already in the ledger
     cap = to_micro(settings.monthly_cap_usd)
     if total > cap:
         raise OverBudget(
             f"estimate ${usd(total):.2f} alone is over the monthly cap "
             f"${settings.monthly_cap_usd:.2f} by ${usd(total - cap):.2f}"
         )
+    return reservation
+
+
+def reserve_budget(
+    state: SweepState, clients: Clients, settings: Settings, now: datetime
+) -> Reservation:
+    sweep = state.sweep
+    owner = sweep_owner(clients.dynamodb, settings.ledger_table, sweep.sweep_id)
+    if owner != sweep.execution_arn:
+        raise InvalidInput(
+            f"sweep {sweep.sweep_id} belongs to {owner or 'no execution'}, not "
+            f"{sweep.execution_arn}: refusing to reserve for it"
+        )
+    reservation = price_sweep(state, clients, settings, now)
+    if existing_reservation(clients.dynamodb, settings.ledger_table, sweep.sweep_id):
+        return reservation  # a retried step: the reservation is already in the ledger
+    month = reservation.month
+    total = to_micro(reservation.total_usd)
+    budget = to_micro(sweep.budget_usd)
+    per_boot = to_micro(reservation.per_boot_usd)
+    price = reservation.price_usd_per_hour
+    cap = to_micro(settings.monthly_cap_usd)
     created_at = now.isoformat(timespec="seconds")
     table = settings.ledger_table
     writes: list[Any] = [
@@ -267,15 +300,8 @@ def reserve_budget(
             raise
         reasons = exc.response.get("CancellationReasons", [])
         if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-            month_item = clients.dynamodb.get_item(
-                TableName=table, Key=_key(f"MONTH#{month}", "TOTAL"), ConsistentRead=True
-            ).get("Item", {})
-            committed = int(month_item.get("committed", {}).get("N", "0"))
-            raise OverBudget(
-                f"monthly cap ${settings.monthly_cap_usd:.2f} would be exceeded by "
-                f"${usd(committed + total - cap):.2f}: ${usd(committed):.2f} already committed "
-                f"in {month} + this sweep's estimate ${usd(total):.2f}"
-            ) from exc
+            committed = month_committed(clients.dynamodb, table, month)
+            raise over_monthly_cap(settings, month, committed, total) from exc
         if existing_reservation(clients.dynamodb, table, sweep.sweep_id):
             return reservation  # a concurrent retry won the race
         raise

@@ -2,6 +2,7 @@
 
 import os
 import threading
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -38,8 +39,8 @@ def sweep_report_key(sweep_id: str) -> str:
 CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 
 
-def _csv(name: str) -> list[str]:
-    return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]
+def _csv(env: Mapping[str, str], name: str) -> list[str]:
+    return [part.strip() for part in env.get(name, "").split(",") if part.strip()]
 
 
 class Settings(BaseModel):
@@ -65,7 +66,11 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls) -> "Settings":
-        env = os.environ
+        return cls.from_mapping(os.environ)
+
+    @classmethod
+    def from_mapping(cls, env: Mapping[str, str]) -> "Settings":
+        """From a function's environment (this process's, or a deployed function's)."""
         return cls(
             project=env["PROJECT"],
             results_table=env["RESULTS_TABLE"],
@@ -73,11 +78,11 @@ class Settings(BaseModel):
             idempotency_table=env["IDEMPOTENCY_TABLE"],
             bucket=env["BUCKET"],
             bundle_manifest_key=env.get("BUNDLE_MANIFEST_KEY", "bundle/current.json"),
-            subnet_ids=_csv("SUBNET_IDS"),
+            subnet_ids=_csv(env, "SUBNET_IDS"),
             security_group_id=env.get("SECURITY_GROUP_ID", ""),
             instance_profile_arn=env.get("INSTANCE_PROFILE_ARN", ""),
             ami_parameter=env.get("AMI_PARAMETER", ""),
-            allowed_instance_types=_csv("ALLOWED_INSTANCE_TYPES"),
+            allowed_instance_types=_csv(env, "ALLOWED_INSTANCE_TYPES"),
             sweep_budget_usd=float(env.get("SWEEP_BUDGET_USD", "0")),
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),
             token_secret_arn=env.get("TOKEN_SECRET_ARN", ""),

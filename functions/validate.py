@@ -37,6 +37,21 @@ def sweep_id_from(execution_name: str) -> str:
 def validate_sweep(
     event: ValidateEvent, clients: Clients, settings: Settings, now: datetime
 ) -> SweepState:
+    state = check_sweep(event, clients, settings, now)
+    # Before anything is reserved or launched: this execution owns this sweep id, or fails.
+    sweep = state.sweep
+    claim_sweep(
+        clients.dynamodb, settings.ledger_table, sweep.sweep_id, event.execution_arn,
+        sweep.created_at,
+    )  # fmt: skip
+    return state
+
+
+def check_sweep(
+    event: ValidateEvent, clients: Clients, settings: Settings, now: datetime
+) -> SweepState:
+    """The input against the stack, read-only: the sweep and its rig x boot items, or
+    InvalidInput. The sweep id is not claimed here (`validate_sweep` does)."""
     bundle = read_bundle(clients.s3, settings.bucket, settings.bundle_manifest_key)
     sweep = parse_sweep_input(
         event.input,
@@ -55,8 +70,6 @@ def validate_sweep(
     fields = sweep.model_dump(exclude={"sweep_id", "subnets"})
     created_at = now.isoformat(timespec="seconds")
     sweep_id = sweep.sweep_id or sweep_id_from(event.execution_name)
-    # Before anything is reserved or launched: this execution owns this sweep id, or fails.
-    claim_sweep(clients.dynamodb, settings.ledger_table, sweep_id, event.execution_arn, created_at)
     config = SweepConfig(
         **fields,
         sweep_id=sweep_id,

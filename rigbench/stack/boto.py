@@ -30,6 +30,7 @@ from functions.tables import results as results_table
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
 from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
+from rigbench.stack.deployed_plan import plan_deployed
 from rigbench.stack.history import fold
 from rigbench.stack.models import (
     BundleManifest,
@@ -193,10 +194,13 @@ class BotoStack:
         ]
 
     def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
-        raise StackError(
-            "a dry run rehearses the sweep on the embedded emulation, not on the deployed "
-            "stack: use the local stack client (rigbench run --dry-run)"
-        )
+        """A dry run against the deployed stack, read-only (`rigbench.stack.deployed_plan`)."""
+        validate_sweep_input(sweep_input)
+        with aws_errors(f"planning against stack {self.refs.stack_name!r}"):
+            return plan_deployed(
+                self._handler_clients(), self.client("lambda"), self.refs, sweep_input,
+                datetime.now(UTC),
+            )  # fmt: skip
 
     # -- results -----------------------------------------------------------------------------
     def results(self, query: ResultsQuery) -> list[ResultRow]:

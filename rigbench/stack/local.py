@@ -127,7 +127,11 @@ class LocalStack(BotoStack):
             events = self.history(started.execution_arn)
         finally:
             fleet.rehearse(False)
-        return plan_from(events, requests)
+        against = (
+            f"the embedded emulation (emulated quota {self.account.quota_vcpus:g} vCPU, spot "
+            f"price ${self.account.spot_price_usd_per_hour:.4f}/h)"
+        )
+        return plan_from(events, requests).model_copy(update={"planned_against": against})
 
     def sweep_report(self, sweep_id: str) -> str:
         """What WriteReport stored in this session, else the home's report file."""

@@ -177,6 +177,15 @@ class PlannedBoot(_Model):
     subnets: list[str] = Field(description="in the order the launch would try them")
 
 
+class MonthSpend(_Model):
+    """The month's spend a plan was checked against: committed (open reservations plus
+    actual spend) and the stack's monthly cap."""
+
+    month: str
+    committed_usd: float
+    cap_usd: float
+
+
 class SweepPlan(_Model):
     """What a run of a sweep input would do (a dry run: nothing launched, nothing spent)."""
 
@@ -185,7 +194,11 @@ class SweepPlan(_Model):
     sweep: dict[str, Any] = {}
     quota: Quota | None = None
     reservation: Reservation | None = None
+    month: MonthSpend | None = Field(None, description="the month's spend it was checked against")
     boots: list[PlannedBoot] = []
+    planned_against: str = Field(
+        "", description="whose quota, price, settings and month's spend the plan applied"
+    )
 
 
 class BundleManifest(_Model):
