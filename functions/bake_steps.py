@@ -34,7 +34,7 @@ from functions.boot_plan import base_image
 from functions.budget import OPEN_ATTRIBUTE, month_of, to_micro, usd
 from functions.errors import CapacityUnavailable, InvalidInput, OverBudget, QuotaExhausted
 from functions.instance_types import BUILDERS, Architecture, get_instance_type
-from functions.launch import CAPACITY_ERRORS, resolve_image
+from functions.launch import CAPACITY_ERRORS, encrypted_root, launch_image
 from functions.settings import DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Settings
 from rigs.registry import get_rig
 
@@ -302,7 +302,7 @@ def render_builder_user_data(plan: BakePlan, settings: Settings, deadline_at: fl
 
 def launch_builder(state: BakeState, clients: Any, settings: Settings) -> Builder:
     plan = state.plan
-    image_id = resolve_image(clients.ssm, plan.base_image)
+    image = launch_image(clients.ec2, clients.ssm, plan.base_image)
     refused = []
     for subnet in plan.subnets:
         deadline_at = time.time() + plan.deadline_s
@@ -310,7 +310,7 @@ def launch_builder(state: BakeState, clients: Any, settings: Settings) -> Builde
         token = hashlib.sha256(f"{plan.bake_id}/{subnet}".encode()).hexdigest()[:64]
         try:
             response = clients.ec2.run_instances(
-                ImageId=image_id,
+                ImageId=image.image_id,
                 InstanceType=plan.builder_type,
                 MinCount=1,
                 MaxCount=1,
@@ -321,9 +321,7 @@ def launch_builder(state: BakeState, clients: Any, settings: Settings) -> Builde
                 InstanceInitiatedShutdownBehavior="terminate",
                 MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
                 # The build writes tens of GiB (torch and vLLM sources, objects, wheels).
-                BlockDeviceMappings=[
-                    {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 200, "VolumeType": "gp3"}}
-                ],
+                BlockDeviceMappings=[encrypted_root(image, size_gib=200)],
                 TagSpecifications=[
                     {"ResourceType": "instance", "Tags": tags},
                     {"ResourceType": "volume", "Tags": tags},
@@ -341,7 +339,7 @@ def launch_builder(state: BakeState, clients: Any, settings: Settings) -> Builde
         return Builder(
             instance_id=launched["InstanceId"],
             subnet_id=subnet,
-            image_id=image_id,
+            image_id=image.image_id,
             launched_at=launched_at,
             deadline_at=launched_at + plan.deadline_s,
         )

@@ -1,6 +1,7 @@
 """Launch one instance for a rig x boot: spot (or on-demand when asked), each subnet in turn."""
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -55,19 +56,30 @@ def instance_tags(state: BootState, settings: Settings, deadline_at: float) -> l
     ]
 
 
+@dataclass(frozen=True)
+class LaunchImage:
+    image_id: str
+    root_device: str
+    root_size_gib: int | None = None
+
+
 def client_token(state: BootState, subnet: str) -> str:
     key = f"{state.sweep.sweep_id}/{state.rig}/{state.boot}/{subnet}"
     return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
 def run_params(
-    state: BootState, settings: Settings, image_id: str, subnet: str, deadline_at: float
+    state: BootState,
+    settings: Settings,
+    image: LaunchImage,
+    subnet: str,
+    deadline_at: float,
 ) -> dict[str, Any]:
     sweep = state.sweep
     plan = instance_plan(state, settings, deadline_at)
     tags = instance_tags(state, settings, deadline_at)
     params: dict[str, Any] = {
-        "ImageId": image_id,
+        "ImageId": image.image_id,
         "InstanceType": sweep.instance_type,
         "MinCount": 1,
         "MaxCount": 1,
@@ -77,6 +89,7 @@ def run_params(
         "UserData": user_data(plan),
         "InstanceInitiatedShutdownBehavior": "terminate",
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "BlockDeviceMappings": [encrypted_root(image)],
         "TagSpecifications": [
             {"ResourceType": "instance", "Tags": tags},
             {"ResourceType": "volume", "Tags": tags},
@@ -103,6 +116,31 @@ def resolve_image(ssm: Any, image: str) -> str:
     return str(ssm.get_parameter(Name=image)["Parameter"]["Value"])
 
 
+def launch_image(ec2: Any, ssm: Any, image: str) -> LaunchImage:
+    """The AMI to launch and its root device (whose volume the launch encrypts)."""
+    image_id = resolve_image(ssm, image)
+    described = ec2.describe_images(ImageIds=[image_id])["Images"]
+    if not described:
+        raise ValueError(f"AMI {image_id} ({image}) not found in this region")
+    root_device = str(described[0].get("RootDeviceName") or "/dev/sda1")
+    sizes = [
+        m["Ebs"]["VolumeSize"]
+        for m in described[0].get("BlockDeviceMappings", [])
+        if m.get("DeviceName") == root_device and "VolumeSize" in m.get("Ebs", {})
+    ]
+    return LaunchImage(image_id, root_device, int(sizes[0]) if sizes else None)
+
+
+def encrypted_root(image: LaunchImage, size_gib: int | None = None) -> dict[str, Any]:
+    """The root volume, encrypted whatever the account's default (IAM requires it), of the
+    image's own size unless asked for more."""
+    ebs: dict[str, Any] = {"Encrypted": True, "VolumeType": "gp3"}
+    size = max(filter(None, (size_gib, image.root_size_gib)), default=None)
+    if size is not None:
+        ebs["VolumeSize"] = size
+    return {"DeviceName": image.root_device, "Ebs": ebs}
+
+
 def launch_instance(state: BootState, clients: Clients, settings: Settings, now: float) -> Instance:
     """Launch, or (a retry) get back the instance the first attempt launched: the deadline
     comes from the boot's first attempt, so every retry sends the same parameters and EC2's
@@ -112,13 +150,15 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
         clients.dynamodb, settings.ledger_table, sweep.sweep_id, state.rig, state.boot, now
     )
     deadline_at = float(int(anchor + sweep.deadlines.instance_s))
-    image_id = resolve_image(clients.ssm, plan_boot(sweep, state.rig, settings.ami_parameter).image)
+    image = launch_image(
+        clients.ec2, clients.ssm, plan_boot(sweep, state.rig, settings.ami_parameter).image
+    )
     zones = subnet_zones(clients.ec2, sweep.subnets)
     refused: list[str] = []
     for subnet in sweep.subnets:
         try:
             response = clients.ec2.run_instances(
-                **run_params(state, settings, image_id, subnet, deadline_at)
+                **run_params(state, settings, image, subnet, deadline_at)
             )
         except ClientError as exc:
             code = exc.response["Error"]["Code"]
@@ -147,7 +187,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             instance_id=launched["InstanceId"],
             subnet_id=subnet,
             availability_zone=zones.get(subnet, launched["Placement"]["AvailabilityZone"]),
-            image_id=image_id,
+            image_id=image.image_id,
             instance_type=sweep.instance_type,
             market=sweep.market,
             launched_at=launched_at,

@@ -33,7 +33,6 @@ from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
 from rigbench.stack.models import StackRefs
 
 EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
-EMULATED_AMI = "ami-0e1a7ed0000000000"  # moto does not validate AMIs unless asked to
 
 
 def baked_image_parameters() -> list[str]:
@@ -211,14 +210,20 @@ class Emulation:
             ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["Subnets"],
             key=lambda s: s["AvailabilityZone"],
         )[:3]
+        # A registered image, so that Launch finds its root device as on AWS.
+        ami = ec2.register_image(
+            Name="rigbench-emulated-dlami",
+            RootDeviceName="/dev/sda1",
+            BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100}}],
+        )
         self.client("ssm").put_parameter(
-            Name=EMULATED_AMI_PARAMETER, Value=EMULATED_AMI, Type="String"
+            Name=EMULATED_AMI_PARAMETER, Value=ami["ImageId"], Type="String"
         )
         if self.baked_images:
             # Local instances are processes: the account "has" every rig's baked image.
             for parameter in baked_image_parameters():
                 self.client("ssm").put_parameter(
-                    Name=parameter, Value=EMULATED_AMI, Type="String", Overwrite=True
+                    Name=parameter, Value=ami["ImageId"], Type="String", Overwrite=True
                 )
         parameters = {
             "VpcId": vpc["VpcId"],

@@ -178,6 +178,16 @@ def test_launch_is_idempotent_per_sweep_rig_and_boot(emu: Emulation) -> None:
     assert replies[0]["instance_id"] in before
 
 
+def test_launch_encrypts_the_root_volume_whatever_the_account_default(emu: Emulation) -> None:
+    described = run_sweep(emu, sweep_input())
+    assert described["status"] == "SUCCEEDED"
+    volumes = emu.client("ec2").describe_volumes(
+        Filters=[{"Name": "tag:rigbench:sweep", "Values": [sweep_id_of(described)]}]
+    )["Volumes"]
+    assert volumes
+    assert all(v["Encrypted"] for v in volumes)
+
+
 def test_interruption_warning_for_someone_elses_instance_is_ignored(emu: Emulation) -> None:
     ec2 = emu.client("ec2")
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]

@@ -388,3 +388,20 @@ def test_cleanup_may_lift_termination_protection_only_on_project_instances() -> 
     for owner, statement in lifting:
         conditions = statement["Condition"]["StringEquals"]
         assert conditions["ec2:ResourceTag/rigbench:project"] == {"Ref": "AWS::StackName"}, owner
+
+
+def test_launch_only_encrypted_volumes() -> None:
+    launching = [(o, s) for o, s in statements() if allows(s, "ec2:RunInstances")]
+    volumes = [(o, s) for o, s in launching if "volume/*" in json.dumps(s["Resource"])]
+    assert {o for o, _ in volumes} == {"LaunchFunction", "BakeLaunchFunction"}
+    for _, statement in volumes:
+        assert statement["Resource"]["Fn::Sub"].endswith(":volume/*")
+        assert statement["Condition"] == {"Bool": {"ec2:Encrypted": "true"}}
+
+
+def test_instances_reach_out_over_http_and_https_only() -> None:
+    egress = RESOURCES["InstanceSecurityGroup"]["Properties"]["SecurityGroupEgress"]
+    assert {(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in egress} == {
+        ("tcp", 443, 443),
+        ("tcp", 80, 80),
+    }

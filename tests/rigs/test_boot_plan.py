@@ -91,7 +91,7 @@ def test_requests_per_cell_default_is_four_times_the_concurrency() -> None:
     assert given.cells.requests_per_cell == 40  # an explicit value stands
 
 
-BAKED_VLLM = "ami-0ba4ed0000000000b"
+BAKED_VLLM_PARAMETER = "/rigbench/ami/vllm-0.34.0-sm75"
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +102,13 @@ def emulation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulation]:
         (root / "rigs" / rig / "rig.toml").write_text(f'name = "{rig}"\n')
     emu = Emulation(ScriptedFleet(), bundle_root=root, faults=Faults(hang_s=0.5), parameters=FAST)
     emu.start()
+    baked = emu.client("ec2").register_image(
+        Name="rigbench-vllm-baked",
+        RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100}}],
+    )["ImageId"]
     emu.client("ssm").put_parameter(
-        Name="/rigbench/ami/vllm-0.34.0-sm75", Value=BAKED_VLLM, Type="String", Overwrite=True
+        Name=BAKED_VLLM_PARAMETER, Value=baked, Type="String", Overwrite=True
     )
     try:
         yield emu
@@ -133,9 +138,10 @@ def test_an_emulated_sweep_launches_and_stores_the_plan(
         assert "--set max_batch=4" in instance.user_data or "--set max_num_seqs=4" in (
             instance.user_data
         )
-    baked = BAKED_VLLM if instance_type == "g5g.2xlarge" else images["torch"]
+    baked_vllm = emulation.client("ssm").get_parameter(Name=BAKED_VLLM_PARAMETER)["Parameter"]
+    baked = baked_vllm["Value"] if instance_type == "g5g.2xlarge" else images["torch"]
     assert images["vllm"] == baked
-    assert images["torch"] != BAKED_VLLM
+    assert images["torch"] != baked_vllm["Value"]
     rows = result_rows(emulation, sweep_id_of(described))
     assert rows
     for row in rows:

@@ -74,9 +74,25 @@ def test_token_goes_to_a_root_only_file_and_the_unit_restarts() -> None:
     )
 
 
+def test_the_rig_runs_as_a_user_of_its_own_and_reads_the_token_as_a_credential() -> None:
+    unit = render_user_data(spec()).split("<<'UNIT_FILE'\n")[1].split("UNIT_FILE\n")[0]
+    service = unit.split("[Service]\n")[1].split("[Install]")[0].splitlines()
+    assert "DynamicUser=yes" in service
+    assert not [line for line in service if line.startswith(("User=root", "Group=root"))]
+    # Its only writable place is its cache; the root-only token file reaches it alone.
+    assert "CacheDirectory=rigbench-rig" in service
+    assert "Environment=RIGBENCH_CACHE=%C/rigbench-rig" in service
+    assert "Environment=HOME=%C/rigbench-rig" in service
+    assert "LoadCredential=hf-token:/etc/rigbench/hf_token" in service
+    assert "Environment=RIGBENCH_HF_TOKEN_FILE=%d/hf-token" in service
+
+
 def test_no_token_step_for_models_without_one() -> None:
     text = render_user_data(spec(model="random:e2b", hf_token_secret_id=None))
     assert "readonly TOKEN_SECRET_ID=''" in text
+    # systemd refuses to start a unit whose credential file is missing.
+    assert "LoadCredential" not in text
+    assert "RIGBENCH_HF_TOKEN_FILE" not in text
 
 
 @pytest.mark.parametrize(
