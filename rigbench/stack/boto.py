@@ -263,31 +263,30 @@ class BotoStack:
         )  # fmt: skip
 
     # -- reports -----------------------------------------------------------------------------
-    def _no_report(self, sweep_id: str) -> StackError:
-        return StackError(
+    def _report_object(self, sweep_id: str, call: str) -> dict[str, Any]:
+        """S3's `call` (get_object, head_object) on the sweep's report; a missing one is a
+        StackError that says what may have happened."""
+        key = sweep_report_key(sweep_id)
+        with aws_errors(f"reading s3://{self.refs.bucket}/{key}"):
+            try:
+                found: dict[str, Any] = getattr(self.client("s3"), call)(
+                    Bucket=self.refs.bucket, Key=key
+                )
+                return found
+            except ClientError as exc:
+                if error_code(exc) not in ("NoSuchKey", "404", "NotFound"):
+                    raise
+        raise StackError(
             f"no report for sweep {sweep_id!r} in s3://{self.refs.bucket}: no such sweep, it is "
             "still running, or its report failed (its output's report_missing says why); "
             f"`rigbench report {sweep_id}` makes one from what it stored"
         )
 
-    def _stored_report(self, sweep_id: str, read: bool) -> bytes:
-        s3, key = self.client("s3"), sweep_report_key(sweep_id)
-        with aws_errors(f"reading s3://{self.refs.bucket}/{key}"):
-            try:
-                if not read:
-                    s3.head_object(Bucket=self.refs.bucket, Key=key)
-                    return b""
-                return bytes(s3.get_object(Bucket=self.refs.bucket, Key=key)["Body"].read())
-            except ClientError as exc:
-                if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
-                    raise self._no_report(sweep_id) from None
-                raise
-
     def sweep_report(self, sweep_id: str) -> str:
-        return self._stored_report(sweep_id, read=True).decode()
+        return bytes(self._report_object(sweep_id, "get_object")["Body"].read()).decode()
 
     def report_location(self, sweep_id: str, expires_s: int = REPORT_URL_EXPIRES_S) -> str:
-        self._stored_report(sweep_id, read=False)
+        self._report_object(sweep_id, "head_object")
         # SigV4: buckets made since 2020 refuse the SigV2 URLs boto3 may otherwise sign.
         signer = self._session.client("s3", config=Config(signature_version="s3v4"))
         url: str = signer.generate_presigned_url(
