@@ -130,11 +130,6 @@ def test_figures_counts_and_failures_match_the_independent_server(
     indie_url: str, tmp_path: Path
 ) -> None:
     cell = bench(indie_url, tmp_path / "r.json", output_len=12)
-    if abs(observed_ttft_ms(indie_url) - TTFT_S * 1e3) > 1.0:
-        # The server itself was late (a busy shared box): measure again on a fresh one, so
-        # that its failure count starts over.
-        with indie_server() as url:
-            cell = bench(url, tmp_path / "r2.json", output_len=12)
     # POSTs 1-2 are the warm-up; of POSTs 3..26, those divisible by 4 fail: 6 of 24.
     assert cell["requests_failed"] == 6
     assert cell["requests_ok"] == 18
@@ -142,9 +137,14 @@ def test_figures_counts_and_failures_match_the_independent_server(
     assert cell["output_tokens"] == 18 * 12
     assert cell["length_mismatches"] == 0
     assert cell["prompt_length_mismatches"] == 0
-    assert cell["ttft_ms"]["p50"] == pytest.approx(TTFT_S * 1e3, abs=2.0)
-    assert cell["itl_ms"]["p50"] == pytest.approx(ITL_S * 1e3, abs=0.5)
-    assert cell["tpot_ms"]["p50"] == pytest.approx(ITL_S * 1e3, abs=0.5)
+    # Against what the server achieved, which a busy shared box may have made late: a first
+    # token taken from the role-only chunk would be a whole TTFT early, one taken at the
+    # second token a whole gap late; half a gap tells both apart from loopback jitter.
+    server_ttft_ms = observed_ttft_ms(indie_url)
+    assert server_ttft_ms == pytest.approx(TTFT_S * 1e3, abs=10.0)
+    assert cell["ttft_ms"]["p50"] == pytest.approx(server_ttft_ms, abs=ITL_S * 1e3 / 2)
+    assert cell["itl_ms"]["p50"] == pytest.approx(ITL_S * 1e3, abs=1.0)
+    assert cell["tpot_ms"]["p50"] == pytest.approx(ITL_S * 1e3, abs=1.0)
     assert cell["itl_ms"]["count"] == 18 * 11
 
 
