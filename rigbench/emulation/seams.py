@@ -6,6 +6,9 @@ runs in this process, so its backends are these objects.
 
 Where moto falls short of AWS, the seams fill in what the control plane relies on:
 - Lambda runs the handler in-process (no Docker);
+- DynamoDB applies each request atomically: moto's server answers on many threads and
+  applies a transaction item by item (an ADD reads, then writes), so two concurrent
+  reconciliations could lose one's release; the seams serve one DynamoDB request at a time;
 - EC2 RunInstances honours ClientToken as EC2 does (same token and parameters: the same
   instance; same token, other parameters: IdempotentParameterMismatch);
 - EventBridge: moto emits no "Step Functions Execution Status Change" event, so when an
@@ -42,6 +45,7 @@ from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend
@@ -195,6 +199,8 @@ class Seams:
         original_run = InstanceBackend.run_instances
         original_terminate = InstanceBackend.terminate_instances
         original_put = DynamoDBBackend.put_item
+        original_dynamodb_action = DynamoHandler.call_action
+        dynamodb_request = threading.Lock()
         original_terminated = BaseExecutionWorkerCommunication.terminated
 
         def send_command(backend: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
@@ -387,6 +393,10 @@ class Seams:
                 )
             return original_put(backend, table_name, *args, **kwargs)
 
+        def dynamodb_action(handler: DynamoHandler) -> Any:
+            with dynamodb_request:
+                return original_dynamodb_action(handler)
+
         patches: list[tuple[type, str, Callable[..., Any]]] = [
             (LambdaBackend, "invoke", invoke),
             (SimpleSystemManagerBackend, "send_command", send_command),
@@ -401,6 +411,7 @@ class Seams:
             (InstanceBackend, "run_instances", run_instances),
             (InstanceBackend, "terminate_instances", terminate_instances),
             (DynamoDBBackend, "put_item", put_item),
+            (DynamoHandler, "call_action", dynamodb_action),
             (BaseExecutionWorkerCommunication, "terminated", terminated),
         ]
         for owner, name, replacement in patches:

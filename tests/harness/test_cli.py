@@ -80,7 +80,7 @@ def test_server_that_never_answers_fails_within_10_s() -> None:
         elapsed = time.monotonic() - start
     assert result.returncode == 1
     assert "no answer within 10 s" in one_error_line(result)
-    assert elapsed < 14  # 10 s plus interpreter start-up
+    assert elapsed < 20  # 10 s plus interpreter start-up on a loaded box (3-6 s)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,66 @@
+"""Boots ending together release their reservations exactly, as DynamoDB's atomic requests
+guarantee: a lost release would leave the sweep (and the month) holding money it never spent."""
+
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from functions.budget import boot_sk, reconcile_boot, to_micro
+from rigbench.emulation import Emulation
+
+BOOTS, PER_BOOT, MONTH = 16, 1000, "2026-12"
+
+
+@pytest.fixture
+def eager_thread_switches() -> Iterator[None]:
+    # Switch threads as often as the interpreter can, so that requests served at once
+    # interleave inside the server the way a loaded 2-core machine makes them.
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def _put(emu: Emulation, item: dict[str, str]) -> None:
+    emu.client("dynamodb").put_item(
+        TableName=emu.physical["LedgerTable"],
+        Item={k: ({"N": v} if v.isdigit() else {"S": v}) for k, v in item.items()},
+    )
+
+
+def _number(emu: Emulation, pk: str, attribute: str) -> int:
+    item = emu.client("dynamodb").get_item(
+        TableName=emu.physical["LedgerTable"], Key={"pk": {"S": pk}, "sk": {"S": "TOTAL"}},
+        ConsistentRead=True,
+    )["Item"]  # fmt: skip
+    return int(item[attribute]["N"])
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_boots_reconciled_at_once_release_every_reservation(
+    emu: Emulation, eager_thread_switches: None, round_: int
+) -> None:
+    sweep_id, table = f"sweep-together-{round_}", emu.physical["LedgerTable"]
+    pk = f"SWEEP#{sweep_id}"
+    _put(emu, {"pk": pk, "sk": "TOTAL", "reserved": str(BOOTS * PER_BOOT), "spent": "0"})
+    for boot in range(BOOTS):
+        sk = boot_sk("torch", boot)
+        price = str(to_micro(1.8))
+        _put(emu, {"pk": pk, "sk": sk, "status": "reserved", "reserved": str(PER_BOOT),
+                   "price": price, "month": MONTH})  # fmt: skip
+    _put(emu, {"pk": f"MONTH#{MONTH}", "sk": "TOTAL", "committed": str(BOOTS * PER_BOOT)})
+    ddb = emu.client("dynamodb")
+    threads = [
+        threading.Thread(target=reconcile_boot, args=(ddb, table, sweep_id, "torch", boot, 1.0))
+        for boot in range(BOOTS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spent_each = to_micro(1.8 * 1.0 / 3600)  # one second at $1.80/h: 500 micro-dollars
+    assert _number(emu, pk, "reserved") == 0
+    assert _number(emu, pk, "spent") == BOOTS * spent_each
+    assert _number(emu, f"MONTH#{MONTH}", "committed") == BOOTS * spent_each
