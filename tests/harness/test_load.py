@@ -102,7 +102,7 @@ def test_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
     peak = max(sum(s <= t < e for s, e in spans if e is not None) for t, _ in spans)
     assert peak == 6  # both processes' streams overlap on the one clock
     assert_ttft_matches_server(cell.ttft_ms.p50, url, ITL_MS)
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=0.5)
+    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
 
 
 def test_rate_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
