@@ -43,8 +43,12 @@ def account_state(emu: Emulation) -> dict[str, Any]:
     """Everything a plan could write: table items, objects, executions, instances."""
     ddb, s3, sfn = emu.client("dynamodb"), emu.client("s3"), emu.client("stepfunctions")
     refs = emu.stack_refs()
+    # Less `last_seen`: a sweep running alongside writes it at every poll, as its heartbeat.
     tables = {
-        name: sorted(str(i) for i in ddb.scan(TableName=name)["Items"])
+        name: sorted(
+            str({k: v for k, v in item.items() if k != "last_seen"})
+            for item in ddb.scan(TableName=name)["Items"]
+        )
         for name in ddb.list_tables()["TableNames"]
     }
     objects = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=refs.bucket).get("Contents", []))
