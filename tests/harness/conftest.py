@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -62,7 +63,7 @@ def reference_server() -> Iterator[StartServer]:
             proc.wait()
 
 
-def server_stats(url: str) -> dict[str, int]:
+def server_stats(url: str) -> dict[str, Any]:
     return dict(httpx.get(f"{url}/stats").json())
 
 
@@ -74,6 +75,6 @@ def assert_ttft_matches_server(harness_p50_ms: float | None, url: str, itl_ms: f
     Not tighter: loopback and the client's event loop, on a loaded shared box, add a few
     milliseconds, and the server's record also holds the warm-up requests the cell leaves out.
     """
-    server_ttft = float(httpx.get(f"{url}/stats").json()["observed_ttft_ms"]["p50"])
+    server_ttft = float(server_stats(url)["observed_ttft_ms"]["p50"])
     assert harness_p50_ms == pytest.approx(server_ttft, abs=itl_ms / 2)
     return server_ttft

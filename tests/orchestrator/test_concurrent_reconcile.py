@@ -9,8 +9,9 @@ import pytest
 
 from functions.budget import boot_sk, reconcile_boot, to_micro
 from rigbench.emulation import Emulation
+from tests.orchestrator.conftest import ledger_items
 
-BOOTS, PER_BOOT, MONTH = 16, 1000, "2026-12"
+BOOTS, PER_BOOT, MONTH, USD_PER_HOUR = 16, 1000, "2026-12", 1.8
 
 
 @pytest.fixture
@@ -30,26 +31,17 @@ def _put(emu: Emulation, item: dict[str, str]) -> None:
     )
 
 
-def _number(emu: Emulation, pk: str, attribute: str) -> int:
-    item = emu.client("dynamodb").get_item(
-        TableName=emu.physical["LedgerTable"], Key={"pk": {"S": pk}, "sk": {"S": "TOTAL"}},
-        ConsistentRead=True,
-    )["Item"]  # fmt: skip
-    return int(item[attribute]["N"])
-
-
 @pytest.mark.parametrize("round_", range(3))
 def test_boots_reconciled_at_once_release_every_reservation(
     emu: Emulation, eager_thread_switches: None, round_: int
 ) -> None:
     sweep_id, table = f"sweep-together-{round_}", emu.physical["LedgerTable"]
     pk = f"SWEEP#{sweep_id}"
+    price = str(to_micro(USD_PER_HOUR))
     _put(emu, {"pk": pk, "sk": "TOTAL", "reserved": str(BOOTS * PER_BOOT), "spent": "0"})
     for boot in range(BOOTS):
-        sk = boot_sk("torch", boot)
-        price = str(to_micro(1.8))
-        _put(emu, {"pk": pk, "sk": sk, "status": "reserved", "reserved": str(PER_BOOT),
-                   "price": price, "month": MONTH})  # fmt: skip
+        _put(emu, {"pk": pk, "sk": boot_sk("torch", boot), "status": "reserved",
+                   "reserved": str(PER_BOOT), "price": price, "month": MONTH})  # fmt: skip
     _put(emu, {"pk": f"MONTH#{MONTH}", "sk": "TOTAL", "committed": str(BOOTS * PER_BOOT)})
     ddb = emu.client("dynamodb")
     threads = [
@@ -60,7 +52,8 @@ def test_boots_reconciled_at_once_release_every_reservation(
         thread.start()
     for thread in threads:
         thread.join()
-    spent_each = to_micro(1.8 * 1.0 / 3600)  # one second at $1.80/h: 500 micro-dollars
-    assert _number(emu, pk, "reserved") == 0
-    assert _number(emu, pk, "spent") == BOOTS * spent_each
-    assert _number(emu, f"MONTH#{MONTH}", "committed") == BOOTS * spent_each
+    spent_each = to_micro(USD_PER_HOUR * 1.0 / 3600)  # one second at $1.80/h: 500 micro-dollars
+    sweep_total = ledger_items(emu, pk)["TOTAL"]
+    assert sweep_total["reserved"] == 0
+    assert sweep_total["spent"] == BOOTS * spent_each
+    assert ledger_items(emu, f"MONTH#{MONTH}")["TOTAL"]["committed"] == BOOTS * spent_each
