@@ -7,7 +7,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # The template substitutes numbers too (retry intervals): the file is JSON once they are in.
-NUMBER_SUBSTITUTIONS = {"LambdaRetryIntervalSeconds": 2}
+NUMBER_SUBSTITUTIONS = {"LambdaRetryIntervalSeconds": 2, "LambdaRetryBackoffRate": 2}
 
 
 def definition_text() -> str:
@@ -113,6 +113,7 @@ def test_every_retry_interval_is_a_substitution() -> None:
     tasks = [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Task"]
     retries = sum(len(s["Retry"]) for s in tasks)
     assert text.count('"IntervalSeconds": ${LambdaRetryIntervalSeconds}') == retries
+    assert text.count('"BackoffRate": ${LambdaRetryBackoffRate}') == retries
 
 
 def test_a_duplicate_launch_in_flight_is_retried() -> None:
