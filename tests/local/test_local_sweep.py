@@ -17,12 +17,15 @@ from typing import Any
 import psutil
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner, Result
 
+from rigbench.cli import app
 from rigbench.local import persist
 from rigbench.local.cli import run_local
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import processes_under, wait_for
+from tests.shared_sweep import SHARED_SWEEP_ID, SHARED_SWEEP_TIMEOUT_S, FinishedSweep
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_CELLS = {
@@ -68,76 +71,75 @@ def _env(home: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.slow
-def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    console = Console(record=True, width=160)
-    code = run_local(
-        _input(tmp_path, sweep_id="e2e-one"), home=home, console=console, quota_vcpus=8
-    )
-    out = console.export_text()
-    assert code == 0, out
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+def test_sweep_stores_results_a_new_process_reads(
+    finished_sweep: FinishedSweep, tmp_path: Path
+) -> None:
+    out = finished_sweep.terminal
+    assert finished_sweep.code == 0, out
     assert "rigbench comparison" in out
     assert "c=1" in out
     assert "c=2" in out
-    assert "sweep e2e-one succeeded" in out
+    assert f"sweep {SHARED_SWEEP_ID} succeeded" in out
     # Nothing left running, no pidfile left behind.
-    assert processes_under(tmp_path) == []
-    assert read_records(LocalHome(home)) == []
+    assert processes_under(finished_sweep.home) == []
+    assert read_records(LocalHome(finished_sweep.home)) == []
+    sweep = finished_sweep.copy_to(tmp_path / "home")
+    home = sweep.home
     saved = persist.describe(home / "data")
     assert saved is not None
-    assert saved.tables["rigbench-ResultsTable"] == 2  # one row per cell
+    assert saved.tables["rigbench-ResultsTable"] == 8  # 2 rigs x 2 boots x 2 cells
     assert any(n.startswith("rigbench-") for n in saved.objects)
-    # The harness measured the real rig: every request of every cell succeeded.
+    # The harness measured the real rigs: every request of every cell succeeded.
     reports = list((home / "data" / "s3").glob("*/reports*report.json"))
-    assert len(reports) == 1
-    cells = json.loads(reports[0].read_text())["cells"]
-    assert [c["concurrency"] for c in cells] == [1, 2]
-    assert all(c["requests_ok"] == 2 and c["requests_failed"] == 0 for c in cells), cells
-    assert all(c["output_tok_s"] > 0 for c in cells)
+    assert len(reports) == 4
+    for report in reports:
+        cells = json.loads(report.read_text())["cells"]
+        assert [c["concurrency"] for c in cells] == [1, 2]
+        assert all(c["requests_ok"] == 3 and c["requests_failed"] == 0 for c in cells), cells
+        assert all(c["output_tok_s"] > 0 for c in cells)
 
     # A new process restores the tables; `rigbench results` queries them as on AWS.
     read = subprocess.run(
-        [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", "e2e-one",
+        [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", SHARED_SWEEP_ID,
          "--format", "json"],
         cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert read.returncode == 0, read.stderr[-2000:]
     rows = json.loads(read.stdout)
-    assert [(r["sweep_id"], r["rig"], r["model"]) for r in rows] == [
-        ("e2e-one", "torch", "random:tiny")
-    ] * 2
+    assert sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows) == sorted(
+        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "torch")] * 4
+    )
+
+    # The other commands in-process (the same code a new process runs).
+    runner = CliRunner()
+    env = {**_env(home), **{k: None for k in os.environ if k.startswith("AWS_")}}
+
+    def cli(*args: str) -> Result:
+        return runner.invoke(app, list(args), env=env, catch_exceptions=False)
+
     # Without AWS credentials `rigbench results` falls back to local, saying so in one line.
-    table = subprocess.run(
-        [sys.executable, "-m", "rigbench", "results", "--rig", "torch"],
-        cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert table.returncode == 0, table.stderr[-2000:]
+    table = cli("results", "--rig", "torch")
+    assert table.exit_code == 0, table.stderr[-2000:]
     assert "no AWS credentials found" in table.stderr
     assert len(table.stderr.strip().splitlines()) == 1
-    assert "2 result rows" in table.stdout
+    assert "4 result rows" in table.stdout
 
     # `status` and `reap` work on the local stack too: the sweep's boots from its saved history.
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "rigbench", *args], cwd=REPO, env=_env(home),
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-
-    status = cli("status", "--local", "e2e-one")
-    assert status.returncode == 0, status.stderr[-2000:]
+    status = cli("status", "--local", SHARED_SWEEP_ID)
+    assert status.exit_code == 0, status.stderr[-2000:]
     assert "SUCCEEDED" in status.stdout
     assert "torch" in status.stdout
     assert "terminated" in status.stdout
     assert "succeeded" in status.stdout
     listing = cli("status", "--local")
-    assert listing.returncode == 0, listing.stderr[-2000:]
-    assert "e2e-one" in listing.stdout
+    assert listing.exit_code == 0, listing.stderr[-2000:]
+    assert SHARED_SWEEP_ID in listing.stdout
     missing = cli("status", "--local", "no-such-sweep")
-    assert missing.returncode == 2
+    assert missing.exit_code == 2
     assert "no local sweep 'no-such-sweep'" in missing.stderr
     reaped = cli("reap", "--local")
-    assert reaped.returncode == 0, reaped.stderr[-2000:]
+    assert reaped.exit_code == 0, reaped.stderr[-2000:]
     assert "terminated 0 instance(s)" in reaped.stdout
     assert processes_under(tmp_path) == []
 

@@ -6,44 +6,25 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from harness.compare import compare, render_text, values_from_reports
 from rigbench.cli import app
-from rigbench.local.cli import local_stack, run_local
+from rigbench.local.cli import local_stack
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
 from rigbench.report.trend import trend_page
 from rigbench.report.writer import store_from
 from tests.report.chromium import Chromium
+from tests.shared_sweep import SHARED_SWEEP_ID, SHARED_SWEEP_TIMEOUT_S, FinishedSweep
 
-SWEEP = "report-e2e"
-SWEEP_INPUT: dict[str, Any] = {
-    "sweep_id": SWEEP,
-    "rigs": ["jax", "torch"],
-    "model": "random:tiny",
-    "boots_per_rig": 2,
-    "budget_usd": 2,
-    "cells": {
-        "concurrency": [1, 2],
-        "requests_per_cell": 3,
-        "prompt_tokens": 8,
-        "output_tokens": 6,
-        "warmup_requests": 1,
-    },
-    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
-}
-# A local sweep of four boots takes about two minutes on an idle two-core machine, and much
-# longer on a busy one; the module's first test pays for it.
-pytestmark = pytest.mark.timeout(1500)
+SWEEP = SHARED_SWEEP_ID
+pytestmark = pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
 # Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
 MARKS_JS = """(() => {
@@ -58,25 +39,15 @@ MARKS_JS = """(() => {
 })()"""
 
 
-@dataclass(frozen=True)
-class Sweep:
-    home: Path
-    terminal: str
-    report: Path
+@pytest.fixture(scope="module")
+def sweep(finished_sweep: FinishedSweep, tmp_path_factory: pytest.TempPathFactory) -> FinishedSweep:
+    """The run's shared sweep, in a home of this module's own (its tests write reports)."""
+    assert finished_sweep.code == 0, finished_sweep.terminal
+    return finished_sweep.copy_to(tmp_path_factory.mktemp("report") / "home")
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
-    home = tmp_path_factory.mktemp("report") / "home"
-    console = Console(record=True, width=320)
-    code = run_local(dict(SWEEP_INPUT), home=home, console=console, quota_vcpus=16)
-    terminal = console.export_text()
-    assert code == 0, terminal
-    return Sweep(home=home, terminal=terminal, report=home / f"report-{SWEEP}.html")
-
-
-@pytest.fixture(scope="module")
-def gathered(sweep: Sweep) -> SweepData:
+def gathered(sweep: FinishedSweep) -> SweepData:
     """The sweep as a later `rigbench report --local` reads it (its execution is gone)."""
     with local_stack(sweep.home) as stack:
         return gather(store_from(stack.client, stack.refs), SWEEP)
@@ -99,14 +70,16 @@ def _text(page: str) -> str:
 
 
 @pytest.mark.slow
-def test_sweep_ends_by_printing_the_report_path(sweep: Sweep) -> None:
-    last = sweep.terminal.strip().splitlines()[-1]
-    assert last == f"report: {sweep.report} (open it in a browser)"
-    assert sweep.report.is_file()
+def test_sweep_ends_by_printing_the_report_path(finished_sweep: FinishedSweep) -> None:
+    last = finished_sweep.terminal.strip().splitlines()[-1]
+    assert last == f"report: {finished_sweep.report} (open it in a browser)"
+    assert finished_sweep.report.is_file()
 
 
 @pytest.mark.slow
-def test_terminal_table_and_report_say_the_same_things(sweep: Sweep, gathered: SweepData) -> None:
+def test_terminal_table_and_report_say_the_same_things(
+    sweep: FinishedSweep, gathered: SweepData
+) -> None:
     comparison = compare(values_from_reports(gathered.reports_by_rig()))
     words = [r.words for c in comparison.cells for m in c.metrics for r in m.results if r.words] + [
         m.ranking for c in comparison.cells for m in c.metrics if m.ranking
@@ -130,7 +103,7 @@ def test_terminal_table_and_report_say_the_same_things(sweep: Sweep, gathered: S
 
 
 @pytest.mark.slow
-def test_report_opens_offline_and_draws_every_plot(sweep: Sweep, browser: Chromium) -> None:
+def test_report_opens_offline_and_draws_every_plot(sweep: FinishedSweep, browser: Chromium) -> None:
     page = sweep.report.read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"?https?:", page)  # nothing fetched
     text = _text(page)
@@ -154,7 +127,7 @@ def test_report_opens_offline_and_draws_every_plot(sweep: Sweep, browser: Chromi
 
 @pytest.mark.slow
 def test_report_command_later_says_what_it_cannot_know(
-    sweep: Sweep, tmp_path: Path, browser: Chromium
+    sweep: FinishedSweep, tmp_path: Path, browser: Chromium
 ) -> None:
     out = tmp_path / "again.html"
     runner = CliRunner()
@@ -181,7 +154,7 @@ def test_report_command_later_says_what_it_cannot_know(
     args = ["report", "--trend", "--rig", "torch", "--model", "random:tiny", "--local"]
     made = runner.invoke(app, [*args, "--home", home, "--out", str(trend)])
     assert made.exit_code == 0, made.output
-    assert "Only one sweep (report-e2e) so far" in _text(trend.read_text())
+    assert f"Only one sweep ({SWEEP}) so far" in _text(trend.read_text())
     browser.open(trend)
     assert browser.evaluate(MARKS_JS)["plot-trend"] > 0
     assert browser.errors() == []

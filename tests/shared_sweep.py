@@ -1,0 +1,73 @@
+"""One real local sweep per test run, shared by every test that reads a finished sweep.
+
+The sweep (the state machine, handlers, the JAX and torch rigs on CPU, the harness) runs once,
+in whichever pytest-xdist worker asks first; the others wait on a file lock and read what it
+left. Each test gets its own copy of the sweep's home, so a test that writes (a report, a reap)
+never changes what another reads.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from rich.console import Console
+
+SHARED_SWEEP_ID = "shared-e2e"
+SHARED_SWEEP_INPUT: dict[str, Any] = {
+    "sweep_id": SHARED_SWEEP_ID,
+    "rigs": ["jax", "torch"],
+    "model": "random:tiny",
+    "boots_per_rig": 2,
+    "budget_usd": 2,
+    "cells": {
+        "concurrency": [1, 2],
+        "requests_per_cell": 3,
+        "prompt_tokens": 8,
+        "output_tokens": 6,
+        "warmup_requests": 1,
+    },
+    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
+    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+}
+# A sweep of four boots takes about two minutes on an idle two-core machine and much longer on
+# a busy one; the test that runs it (or waits for it) may take this long.
+SHARED_SWEEP_TIMEOUT_S = 1500
+
+
+@dataclass(frozen=True)
+class FinishedSweep:
+    """A finished local sweep: its home directory, its exit code and what it printed."""
+
+    home: Path
+    code: int
+    terminal: str
+
+    @property
+    def report(self) -> Path:
+        return self.home / f"report-{SHARED_SWEEP_ID}.html"
+
+    def copy_to(self, destination: Path) -> FinishedSweep:
+        """This sweep's home copied to `destination`, for a test that writes into it."""
+        shutil.copytree(self.home, destination)
+        return FinishedSweep(home=destination, code=self.code, terminal=self.terminal)
+
+
+def run_once(root: Path) -> FinishedSweep:
+    """The shared sweep under `root` (a folder every worker of this run shares): run by the
+    first caller, read back by the others."""
+    from rigbench.local.cli import run_local
+
+    home = root / "home"
+    record = root / "finished.json"
+    with FileLock(str(root / "sweep.lock")):
+        if not record.exists():
+            console = Console(record=True, width=320)
+            code = run_local(dict(SHARED_SWEEP_INPUT), home=home, console=console, quota_vcpus=16)
+            record.write_text(json.dumps({"code": code, "terminal": console.export_text()}))
+    saved = json.loads(record.read_text())
+    return FinishedSweep(home=home, code=saved["code"], terminal=saved["terminal"])
