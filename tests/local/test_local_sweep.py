@@ -71,6 +71,7 @@ def _env(home: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_sweep_stores_results_a_new_process_reads(
     finished_sweep: FinishedSweep, tmp_path: Path
