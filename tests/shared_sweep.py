@@ -18,6 +18,9 @@ from filelock import FileLock
 from rich.console import Console
 
 SHARED_SWEEP_ID = "shared-e2e"
+# The modules that read it share one pytest-xdist work unit: they run one after another on
+# one worker, which runs the sweep once, while the other worker takes everything else.
+SHARED_SWEEP_GROUP = "shared-sweep"
 SHARED_SWEEP_INPUT: dict[str, Any] = {
     "sweep_id": SHARED_SWEEP_ID,
     "rigs": ["jax", "torch"],

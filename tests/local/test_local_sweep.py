@@ -25,9 +25,15 @@ from rigbench.local.cli import run_local
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import processes_under, wait_for
-from tests.shared_sweep import SHARED_SWEEP_ID, SHARED_SWEEP_TIMEOUT_S, FinishedSweep
+from tests.shared_sweep import (
+    SHARED_SWEEP_GROUP,
+    SHARED_SWEEP_ID,
+    SHARED_SWEEP_TIMEOUT_S,
+    FinishedSweep,
+)
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.xdist_group(SHARED_SWEEP_GROUP)
 TINY_CELLS = {
     "concurrency": [1, 2],
     "requests_per_cell": 2,

@@ -21,10 +21,18 @@ from rigbench.report.sweep import sweep_page
 from rigbench.report.trend import trend_page
 from rigbench.report.writer import store_from
 from tests.report.chromium import Chromium
-from tests.shared_sweep import SHARED_SWEEP_ID, SHARED_SWEEP_TIMEOUT_S, FinishedSweep
+from tests.shared_sweep import (
+    SHARED_SWEEP_GROUP,
+    SHARED_SWEEP_ID,
+    SHARED_SWEEP_TIMEOUT_S,
+    FinishedSweep,
+)
 
 SWEEP = SHARED_SWEEP_ID
-pytestmark = pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+pytestmark = [
+    pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S),
+    pytest.mark.xdist_group(SHARED_SWEEP_GROUP),
+]
 PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
 # Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
 MARKS_JS = """(() => {
