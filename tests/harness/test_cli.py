@@ -15,10 +15,12 @@ from harness.schemas import BenchmarkReport
 from tests.harness.conftest import ROOT, StartServer
 
 
-def rigbench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def rigbench(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rigbench", "bench", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
     )  # fmt: skip
 
 
