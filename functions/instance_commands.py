@@ -147,7 +147,8 @@ def bench_commands(
         # Exit 1 with a report written: cells with failed requests, kept (with each cell's first
         # failure) for the results; exit 1 without one (the pre-flight failed) or any other
         # exit ends the command here.
-        '"$PY" -m rigbench bench ' + " ".join(bench)
+        '"$PY" -m rigbench bench '
+        + " ".join(bench)
         + ' || { [ $? -eq 1 ] && [ -s "$OUT/report.json" ]; }',
         f'"$PY" - {shlex.quote(bucket)} {shlex.quote(prefix)} "$OUT/report.json" '
         f'"$OUT/report.requests.jsonl" "$OUT/provenance.json" <<\'PY\'{_UPLOAD_PY}PY',

@@ -57,6 +57,7 @@ def _ms(summary: MetricSummary, figure: str = "p50") -> str:
 
 
 BUNCHED_MARK = "*"
+FAILURE_IN_ROW = 80  # characters of a cell's first failure shown in its row (all in a note)
 
 
 def _checked(summary: MetricSummary, validity: MetricValidity, figure: str) -> str:
@@ -97,7 +98,7 @@ def _notes(nominal: str, cell: CellReport) -> list[str]:
             notes.append(f"{nominal}: {name} {BUNCHED_MARK} as measured: {validity.reason}")
         elif validity.reason and (invalid := _invalid_figures(summary, validity)):
             notes.append(f"{nominal}: {name} {', '.join(invalid)} invalid: {validity.reason}")
-    if cell.first_failure:
+    if cell.first_failure and len(cell.first_failure) > FAILURE_IN_ROW:
         notes.append(f"{nominal}: first failure: {cell.first_failure}")
     return notes
 
@@ -139,6 +140,11 @@ def results_table(report: BenchmarkReport) -> Table:
             flags.append("SHORT OF LOAD")
         if not cell.complete:
             flags.append("INTERRUPTED")
+        if cell.first_failure:
+            first = cell.first_failure
+            if len(first) > FAILURE_IN_ROW:
+                first = first[: FAILURE_IN_ROW - 1] + "…"
+            flags.append(f"first failure: {first}")
         nominal, achieved, rate = _load(cell)
         notes += _notes(cell_label(cell), cell)
         metric = {

@@ -59,7 +59,11 @@ def test_failed_requests_past_the_share_exit_1_after_the_report_is_written(
     records = (tmp_path / "run" / "report.requests.jsonl").read_text().splitlines()
     assert len(records) == 2 + 6 + 6
     assert "TTFT p50" in result.stdout  # the results table
-    assert "first failure: http_error: HTTP 500: injected failure" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    failed_rows = [row for row in rows if "│      0 │" not in row]  # the "failed" column
+    assert failed_rows
+    for row in failed_rows:  # each failed cell's row shows the server's message
+        assert "first failure: http_error: HTTP 500: injected failure" in row
     # A line per cell as it completed, before the table (piped: plain lines).
     progress = [line for line in result.stdout.splitlines() if line.startswith("cell ")]
     assert [line.split(":")[0] for line in progress] == ["cell 1/2 c=1", "cell 2/2 c=4"]
