@@ -102,7 +102,7 @@ async def preflight(backend: OpenAIBackend, config: BenchmarkConfig, server: Ser
     if record.http_status in (401, 403):
         hints.append("give the endpoint's key with --api-key (or OPENAI_API_KEY) or --header")
     if record.error == "missing_done" and not record.content_times:
-        hints.append("the server did not stream an answer to stream: true")
+        hints.append("no SSE data: event arrived: the server may have ignored stream: true")
     message = f"the pre-flight request failed ({record.error}): {record.error_detail}"
     raise PreflightError("; ".join([message, *hints]))
 
@@ -140,9 +140,8 @@ def failed_cells(report: BenchmarkReport) -> list[str]:
 def ceiling_note(cells: list[CellReport]) -> str:
     """The run's verdict on the client itself, with the cells that fell short of their load."""
     worst = max((c.event_loop_lag_ms.p99 or 0.0 for c in cells), default=0.0)
-    load = cell_label
-    strained = [f"{load(c)}: {', '.join(s)}" for c in cells if (s := strained_figures(c))]
-    short = [load(c) for c in cells if c.load_shortfall]
+    strained = [f"{cell_label(c)}: {', '.join(s)}" for c in cells if (s := strained_figures(c))]
+    short = [cell_label(c) for c in cells if c.load_shortfall]
     parts: list[str] = []
     if strained:
         parts.append(
