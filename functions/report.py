@@ -51,6 +51,11 @@ class Cell(_Lenient):
     ttft_validity: Validity | None = None
     itl_validity: Validity | None = None
     delivery: Literal["streamed", "burst"] | None = None
+    # Recorded since the pre-flight and goodput: the first failed request's reason and the
+    # server's message; goodput where the run had SLOs.
+    first_failure: str | None = None
+    goodput_req_s: float | None = None
+    slo_met: int | None = None
 
     @property
     def key(self) -> str:

@@ -50,9 +50,10 @@ class Share:
     start_at: float
     cell: int
     first_id: int
-    input_len: int
-    output_len: int
     bodies: list[bytes]
+    input_lens: list[int | None]
+    output_lens: list[int]
+    headers: dict[str, str]
     concurrency: int | None = None
     arrivals: list[float] | None = None  # offsets from start_at
     max_concurrency: int | None = None
@@ -110,12 +111,12 @@ async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
     records: list[RequestRecord] = []
     ids = iter(range(share.first_id, share.first_id + len(share.bodies)))
 
-    def make(_: int, ready: float) -> RequestRecord:
+    def make(index: int, ready: float) -> RequestRecord:
         return RequestRecord(
             request_id=next(ids),
             cell=share.cell,
-            input_len=share.input_len,
-            output_len=share.output_len,
+            input_len=share.input_lens[index],
+            output_len=share.output_lens[index],
             ready_time=ready,
             send_time=ready,
         )
@@ -126,6 +127,7 @@ async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
         request_timeout_s=share.request_timeout_s,
         connect_timeout_s=share.connect_timeout_s,
         clock_origin=share.origin,
+        headers=share.headers,
     ) as backend:
         delay = share.start_at - backend.now()
         if delay > 0:

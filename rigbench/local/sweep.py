@@ -137,7 +137,9 @@ def failure_notes(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
                     f"{reason}: {count}"
                     for reason, count in (cell.get("failure_reasons") or {}).items()
                 )
+                first = cell.get("first_failure")
                 notes.append(
                     f"{rig} boot {boot} {label}: {failed} of {total} requests failed ({reasons})"
+                    + (f"; first: {first}" if first else "")
                 )
     return notes

@@ -36,7 +36,7 @@ def test_warmup_requests_never_enter_a_cell(reference_server: StartServer) -> No
         url=url, model="reference", concurrency=[2, 3], requests=5, warmup=3, output_len=4,
     )  # fmt: skip
     records, cells = run(config)
-    assert server_stats(url)["requests"] == 3 + 5 + 5
+    assert server_stats(url)["requests"] == 1 + 3 + 5 + 5  # the pre-flight first
     assert [r.cell for r in records].count(-1) == 3
     assert all(r.warmup for r in records if r.cell == -1)
     assert [(c.concurrency, c.requests_ok) for c in cells] == [(2, 5), (3, 5)]

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from harness.runner import run_benchmark
+from harness.runner import PreflightError, run_benchmark
 from harness.schemas import BenchmarkConfig, CellReport, Endpoint
 from tests.harness.conftest import (
     StartServer,
@@ -91,7 +91,8 @@ def test_multi_token_chunks_without_usage_are_flagged(reference_server: StartSer
 
 
 def test_http_500s_are_failures_with_reason_and_kept_out(reference_server: StartServer) -> None:
-    url = reference_server(*SCHEDULE, "--error-rate", "0.3", "--seed", "3")
+    # Seed 5: the pre-flight request (the first) is not one of the failures.
+    url = reference_server(*SCHEDULE, "--error-rate", "0.3", "--seed", "5")
     cell = bench(url, requests=40, warmup=0)  # so every injected failure is in the cell
     injected = server_stats(url)["errors_500"]
     assert 0 < injected < 40
@@ -104,7 +105,7 @@ def test_http_500s_are_failures_with_reason_and_kept_out(reference_server: Start
 
 
 def test_cut_streams_are_failures(reference_server: StartServer) -> None:
-    url = reference_server(*SCHEDULE, "--cut-rate", "0.25", "--seed", "1")
+    url = reference_server(*SCHEDULE, "--cut-rate", "0.25", "--seed", "2")  # pre-flight kept
     cell = bench(url, requests=24, warmup=0)
     cut = server_stats(url)["cut"]
     assert 0 < cut < 24
@@ -114,17 +115,20 @@ def test_cut_streams_are_failures(reference_server: StartServer) -> None:
     assert_itl_matches_server(cell, url, ITL_MS)
 
 
-def test_malformed_sse_is_a_failure(reference_server: StartServer) -> None:
-    cell = bench(reference_server(*SCHEDULE, "--quirk", "malformed"), requests=4, warmup=0)
-    assert cell.requests_ok == 0
-    assert cell.failure_reasons == {"malformed_sse": 4}
-    assert cell.ttft_ms.p50 is None
+def test_malformed_sse_stops_the_run_at_the_pre_flight(reference_server: StartServer) -> None:
+    with pytest.raises(PreflightError, match=r"\(malformed_sse\): not JSON: '\{not json'"):
+        bench(reference_server(*SCHEDULE, "--quirk", "malformed"), requests=4, warmup=0)
 
 
-def test_unknown_model_is_an_http_error(reference_server: StartServer) -> None:
+def test_unknown_model_stops_the_run_naming_the_served_one(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE, "--model", "other")
-    cell = bench(url, requests=2, warmup=0)
-    assert cell.failure_reasons == {"http_error": 2}
+    with pytest.raises(PreflightError) as caught:
+        bench(url, requests=2, warmup=0)
+    assert "HTTP 404: model 'reference' does not exist; this server serves 'other'" in str(
+        caught.value
+    )
+    assert "--model 'reference' is not one the server lists ('other')" in str(caught.value)
+    assert server_stats(url)["requests"] == 1  # the pre-flight, and nothing after it
 
 
 def test_chunks_read_together_are_counted(reference_server: StartServer) -> None:
