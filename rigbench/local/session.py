@@ -60,8 +60,11 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def interrupts_as_keyboard_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through every `finally`."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through every `finally`. So does
+    SIGINT itself, also when this process was started with it ignored (an ignored signal stays
+    ignored across exec, as in a pytest-xdist worker's children)."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
     for sig in previous:
         signal.signal(sig, _raise_interrupt)
     try:

@@ -86,16 +86,11 @@ async def main() -> None:
         await server.serve_forever()
 
 
-def _raise_priority() -> None:
-    with contextlib.suppress(OSError):  # as for the reference server: see conftest.py
-        os.nice(-10)
-
-
 @contextlib.contextmanager
 def indie_server() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__], stdout=subprocess.PIPE, text=True, preexec_fn=_raise_priority
-    )
+    proc = subprocess.Popen([sys.executable, __file__], stdout=subprocess.PIPE, text=True)
+    with contextlib.suppress(OSError):  # as for the reference server: see conftest.py
+        os.setpriority(os.PRIO_PROCESS, proc.pid, -10)
     assert proc.stdout is not None
     try:
         yield f"http://127.0.0.1:{proc.stdout.readline().strip()}"

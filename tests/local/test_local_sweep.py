@@ -151,17 +151,10 @@ def test_sweep_stores_results_a_new_process_reads(
     assert processes_under(tmp_path) == []
 
 
-def _default_sigint() -> None:
-    # A pytest-xdist worker ignores SIGINT, and an ignored signal stays ignored across exec:
-    # the CLI gets Ctrl-C as a terminal would deliver it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start_cli(args: list[str], home: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rigbench", *args],
         cwd=REPO, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_default_sigint,
     )  # fmt: skip
 
 
