@@ -3,9 +3,12 @@ builder behind the terminal table of a local sweep, the report, `rigbench compar
 MCP `compare` tool, so all of them show the same object in the same words."""
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.compare import Comparison, RigSetup, compare, rig_setup, values_from_reports
+
+if TYPE_CHECKING:
+    from rigbench.report.data import SweepData
 
 LOCAL_EMULATION = "local emulation on this machine's CPU; prices and AMIs are emulated"
 
@@ -45,3 +48,12 @@ def sweep_comparison(
         setups=setups,
         emulated=LOCAL_EMULATION if local else "",
     )
+
+
+def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | None:
+    """A gathered sweep's comparison (None when no boot stored a report)."""
+    reports = data.reports_by_rig()
+    if not reports:
+        return None
+    setups = setups_of((b.rig, b.provenance) for b in data.boots)
+    return sweep_comparison(reports, setups, local=local)

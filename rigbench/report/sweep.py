@@ -19,22 +19,13 @@ from harness.compare import (
     value_words,
 )
 from harness.stats import BootAggregate, Verdict
-from rigbench.comparison import LOCAL_EMULATION, setups_of, sweep_comparison
+from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report import analysis, figures
 from rigbench.report.data import BootData, SweepData
 from rigbench.report.html import Page, Section, figure_html, render_table
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
 _VERDICT_CLASS = {Verdict.FASTER: "better", Verdict.SLOWER: "worse"}
-
-
-def comparison_of(data: SweepData, *, local: bool = False) -> Comparison | None:
-    """The comparison the terminal table prints, `rigbench compare` and MCP `compare` return."""
-    reports = data.reports_by_rig()
-    if not reports:
-        return None
-    setups = setups_of((b.rig, b.provenance) for b in data.boots)
-    return sweep_comparison(reports, setups, local=local)
 
 
 def _span(css: str, text: str) -> Markup:

@@ -24,7 +24,7 @@ def test_defaults_fill_a_minimal_input() -> None:
     sweep = parse_sweep_input(GOOD, CONTEXT)
     assert sweep.instance_type == "g5g.2xlarge"
     assert sweep.market == "spot"
-    assert sweep.boots_per_rig == 2
+    assert sweep.boots_per_rig == 3
     assert sweep.deadlines.instance_s >= sweep.deadlines.ready_s
 
 
