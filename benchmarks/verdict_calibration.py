@@ -30,7 +30,7 @@ BOOTS = range(2, 11)
 Draw = Callable[[np.random.Generator, int], np.ndarray]
 
 
-def boots(heavy: bool) -> Draw:
+def boot_draws(heavy: bool) -> Draw:
     def draw(rng: np.random.Generator, n: int) -> np.ndarray:
         values = rng.lognormal(0.0, SPREAD, n)
         if heavy:
@@ -85,7 +85,7 @@ def sweep_rates(
 
 def table(trials: int, sweeps: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
-    normal, heavy = boots(False), boots(True)
+    normal, heavy = boot_draws(False), boot_draws(True)
     lines = [
         "| boots per rig | A/A verdicts per comparison | same, heavy tails | power at 1.5x "
         "per comparison | same, heavy tails | A/A sweeps with any verdict | same, heavy tails "
