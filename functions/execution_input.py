@@ -140,7 +140,7 @@ class SweepInput(_Strict):
         min_length=1,
         max_length=16,
         description="rigs to run; RIG@LABEL runs RIG again under LABEL (its rows are named "
-        "RIG@LABEL): [\"jax\", \"jax@b\"] is an A/A sweep",
+        'RIG@LABEL): ["jax", "jax@b"] is an A/A sweep',
     )
     model: str = Field(
         pattern=MODEL_PATTERN,

@@ -571,7 +571,7 @@ class _Draft:
         spec: MetricSpec,
         confidence: float,
         withheld: str,
-    ) -> "_Draft":
+    ) -> _Draft:
         per_boot: dict[str, list[float | None]] = {
             rig: list(by_cell.get(cell, {}).get(spec.key, [])) for rig, by_cell in values.items()
         }
@@ -583,9 +583,7 @@ class _Draft:
                     aggregate_boots(present, confidence=confidence) if present else None
                 )
             except ValueError as exc:
-                raise ValueError(
-                    f"rig {rig!r} cell {cell!r} metric {spec.key!r}: {exc}"
-                ) from None
+                raise ValueError(f"rig {rig!r} cell {cell!r} metric {spec.key!r}: {exc}") from None
         return cls(cell, spec, per_boot, aggregates, withheld)
 
     def _pair(self, a: str, b: str, alpha: float) -> PairVerdict:
@@ -796,9 +794,7 @@ def main(
         except (OSError, json.JSONDecodeError) as exc:
             raise typer.BadParameter(f"cannot read report {path}: {exc}") from None
     try:
-        comparison = compare(
-            values_from_reports(by_rig), baseline=baseline, confidence=confidence
-        )
+        comparison = compare(values_from_reports(by_rig), baseline=baseline, confidence=confidence)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     print_comparison(Console(), comparison)

@@ -81,8 +81,8 @@ def run_local(
     """
     from functions.errors import InvalidInput
     from functions.execution_input import parse_sweep_input
-    from rigbench.local.session import interrupts_as_keyboard_interrupt
     from rigbench.comparison import LOCAL_EMULATION
+    from rigbench.local.session import interrupts_as_keyboard_interrupt
     from rigbench.local.sweep import demo_input, local_rigs, read_input, run_sweep
 
     console = console or Console()

@@ -101,9 +101,7 @@ def run_sweep(
                 started.execution_arn, on_update=lambda p: view.update(sweep_table(p, title))
             )
         reports = stack.session.reports(sweep_id)
-        report_line, gathered = report_after_run(
-            stack.session.emu, sweep_id, home.report(sweep_id)
-        )
+        report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
     status = progress.status
     console.print()
     if reports:

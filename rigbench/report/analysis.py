@@ -13,7 +13,6 @@ from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
 
 
-
 class Point(BaseModel):
     """One rig at one cell: every boot's value and their geometric mean with its interval."""
 

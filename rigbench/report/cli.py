@@ -118,9 +118,9 @@ def compare_command(
     """Print a finished sweep's comparison: the object the report draws and MCP `compare`
     returns (JSON: per cell, metric and rig its value, interval, n and verdict, the rigs'
     setups and the sweep-level ranking)."""
+    from harness.compare import print_comparison
     from rigbench.cloud import CloudError
     from rigbench.comparison import comparison_of
-    from harness.compare import print_comparison
     from rigbench.report.data import gather
 
     err = Console(stderr=True, soft_wrap=True)

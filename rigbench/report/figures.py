@@ -128,7 +128,9 @@ def throughput_figure(
         fig.update_yaxes(title="output tokens/s (log scale)", type="log")
     else:
         fig.update_yaxes(title="output tokens/s", rangemode="tozero")
-    return _style(fig, "Output throughput vs load (geometric mean of boots, band: interval, o: boots)")
+    return _style(
+        fig, "Output throughput vs load (geometric mean of boots, band: interval, o: boots)"
+    )
 
 
 def latency_figure(

@@ -14,7 +14,6 @@ from harness.compare import (
     RigResult,
     caption,
     footnotes,
-    fmt_value,
     rig_heading,
     value_words,
 )

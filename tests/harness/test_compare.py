@@ -16,9 +16,9 @@ from harness.compare import (
     cell_label,
     compare,
     delivers_in_bursts,
-    rig_setup,
     ratio_words,
     render_text,
+    rig_setup,
     setup_warnings,
     values_from_reports,
 )
@@ -26,6 +26,7 @@ from harness.runner import run_benchmark
 from harness.schemas import BenchmarkConfig
 from harness.stats import Direction, Verdict, verdict
 from tests.harness.conftest import StartServer
+
 
 def _latency(p50: float) -> dict[str, float]:
     return {"mean": p50 * 1.1, "p50": p50, "p90": p50 * 1.5, "p99": p50 * 2.0}
@@ -157,7 +158,8 @@ def test_compare_worked_example() -> None:
     assert jax.aggregate.interval_words == "95% interval, 3 boots"
     assert jax.boots == [61.0, 60.2, 60.7]
     assert jax.verdict is Verdict.SLOWER
-    assert jax.p_holm is not None and jax.p_holm < 0.05
+    assert jax.p_holm is not None
+    assert jax.p_holm < 0.05
     assert jax.change_vs_baseline == pytest.approx(jax.aggregate.value / torch.aggregate.value - 1)
     assert not ttft.flips.flipped
 
@@ -276,7 +278,8 @@ def test_one_boot_says_no_verdict_possible_and_never_ranks() -> None:
     assert metric.results[1].verdict is Verdict.NO_VERDICT
     assert metric.ranking == "no ranking: b has 1 boot"
     assert "indistinguishable" not in comparison.model_dump_json()
-    assert "≈" not in metric.ranking and ">" not in metric.ranking
+    assert "≈" not in metric.ranking
+    assert ">" not in metric.ranking
     assert comparison.summary == ["a vs b: no verdict possible in any of 1 comparisons"]
 
 

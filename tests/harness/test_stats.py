@@ -184,7 +184,9 @@ def test_minimum_detectable_ratio_grows_with_spread_and_shrinks_with_boots() -> 
     tight = difference([1.0, 1.02, 0.98], [2.0, 2.04, 1.96]).min_detectable_ratio()
     loose = difference([1.0, 1.2, 0.8], [2.0, 2.4, 1.6]).min_detectable_ratio()
     more = difference([1.0, 1.2, 0.8] * 3, [2.0, 2.4, 1.6] * 3).min_detectable_ratio()
-    assert tight is not None and loose is not None and more is not None
+    assert tight is not None
+    assert loose is not None
+    assert more is not None
     assert 1.0 < tight < loose
     assert more < loose
     assert difference([1.0], [2.0, 2.1]).min_detectable_ratio() is None
