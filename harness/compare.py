@@ -590,7 +590,7 @@ class _Draft:
         key = (a, b) if (a, b) in self.tests else (b, a)
         test = self.tests[key]
         if key != (a, b):  # the same test seen from the other side
-            ratio = None if test.ratio in (None, 0) else 1 / test.ratio  # type: ignore[operator]
+            ratio = None if not test.ratio else 1 / test.ratio
             test = test.model_copy(update={"ratio": ratio, "n_a": test.n_b, "n_b": test.n_a})
         p_holm = self.p_holm.get(key)
         judged = decide(test, self.spec.direction, p_holm is not None and p_holm < alpha)

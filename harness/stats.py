@@ -189,6 +189,8 @@ def aggregate_boots(
     else:
         half = special.stdtrit(n - 1, 0.5 + confidence / 2) * scaled.std(ddof=1) / math.sqrt(n)
         low, high, kind = float(back(centre - half)), float(back(centre + half)), "t"
+        if not log_scale and array.min() >= 0:
+            low = max(low, 0.0)  # a latency of 0 (a burst) is possible, one below 0 is not
     # exp(log(x)) can land an ulp off: the interval is reported around the centre it qualifies
     return BootAggregate(
         value=value,

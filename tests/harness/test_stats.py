@@ -111,7 +111,10 @@ def test_aggregate_of_values_at_or_below_zero_is_their_mean() -> None:
     result = aggregate_boots([0.0, 1.0, 2.0])
     assert not result.log_scale
     assert result.value == 1.0
-    assert result.ci_low < 0.0 < 2.0 < result.ci_high  # a t-interval, not clipped to the data
+    assert result.ci_low == 0.0  # a t-interval, clipped where no value can be
+    assert 2.0 < result.ci_high  # not to the data
+    below = aggregate_boots([-1.0, 1.0, 2.0])
+    assert below.ci_low < -1.0
 
 
 @pytest.mark.parametrize(
