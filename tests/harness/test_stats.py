@@ -112,7 +112,7 @@ def test_aggregate_of_values_at_or_below_zero_is_their_mean() -> None:
     assert not result.log_scale
     assert result.value == 1.0
     assert result.ci_low == 0.0  # a t-interval, clipped where no value can be
-    assert 2.0 < result.ci_high  # not to the data
+    assert result.ci_high > 2.0  # not to the data
     below = aggregate_boots([-1.0, 1.0, 2.0])
     assert below.ci_low < -1.0
 
