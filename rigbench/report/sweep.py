@@ -133,8 +133,8 @@ def notes(data: SweepData) -> list[str]:
     boots_per_rig = [sum(1 for b in reported if b.rig == r) for r in rigs_with_reports]
     if boots_per_rig and max(boots_per_rig) == 1:
         out.append(
-            "One boot per rig: no confidence intervals, so no difference is called real "
-            "(run more boots: boots_per_rig)."
+            "One boot per rig: no interval and no verdict is possible (the comparison's test "
+            "needs 2 boots or more; run more boots: boots_per_rig)."
         )
     no_records = [b for b in reported if b.records is None]
     if no_records:
