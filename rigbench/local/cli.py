@@ -102,8 +102,8 @@ def run_local(
         sweep_input: dict[str, Any] = demo_input(rigs)
         console.print(
             f"local sweep: {', '.join(rigs)} with {sweep_input['model']}, "
-            f"{sweep_input['boots_per_rig']} boots each (the fewest at which the comparison's "
-            "test finds a 1.5x difference most of the time), concurrency "
+            f"{sweep_input['boots_per_rig']} boots each (the fewest at which one comparison "
+            "finds a 1.5x difference 9 times in 10), concurrency "
             f"{','.join(map(str, sweep_input['cells']['concurrency']))}; "
             f"{LOCAL_EMULATION}"
         )

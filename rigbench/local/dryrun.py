@@ -91,7 +91,7 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
     if boots == 1:
         parts.append(
             "[yellow]1 boot per rig: the comparison can give no verdict (it needs 2 or more; "
-            f"{DEFAULT_BOOTS_PER_RIG}, the default, tells a 1.5x difference at 10% spread about "
+            f"{DEFAULT_BOOTS_PER_RIG}, the default, tells one 1.5x difference at 10% spread about "
             "9 times in 10)[/]"
         )
     if plan.quota is not None:
