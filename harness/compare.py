@@ -318,6 +318,9 @@ def ratio_words(ratio: float, noun: str) -> str:
     return f"same {noun}"
 
 
+MOST_DETECTABLE = 100.0  # above this a detectable ratio is printed as "not even 100x"
+
+
 def ratio_text(ratio: float) -> str:
     """A detectable ratio as printed: "1.35x", "4.6x", "40x"."""
     return f"{ratio:.2f}x" if ratio < 2 else f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
@@ -357,6 +360,8 @@ def verdict_words(
         if agg.n_boots == base.n_boots
         else f"{agg.n_boots} and {base.n_boots} boots"
     )
+    if detectable > MOST_DETECTABLE:  # a t quantile on ~1 degree of freedom: say so plainly
+        return f"{words} (within noise; {boots} could not tell even {MOST_DETECTABLE:.0f}x)"
     return f"{words} (within noise; {boots} could tell {ratio_text(detectable)})"
 
 

@@ -444,3 +444,14 @@ def test_a_rig_delivering_in_bursts_gets_tpot_not_itl_verdicts() -> None:
     text = render_text(comparison, width=240)
     assert "no ITL verdict" in text
     assert "x higher ITL" not in text
+
+
+def test_a_detectable_ratio_beyond_100x_is_said_plainly() -> None:
+    # 2 boots against 3 with a wide spread: Welch's test has about 1 degree of freedom.
+    values = {
+        "a": {"c=1": {"ttft_ms.p50": [32.5, 63.9, 45.0]}},
+        "b": {"c=1": {"ttft_ms.p50": [1000.0, 4000.0]}},
+        "c": {"c=1": {"ttft_ms.p50": [40.0, 50.0, 45.0]}},
+    }
+    words = compare(values).cells[0].metrics[0].results[1].words
+    assert words.endswith("(within noise; 2 and 3 boots could not tell even 100x)"), words
