@@ -532,11 +532,13 @@ def compare(
         alpha=alpha,
         confidence=confidence,
         family=family,
-        method=METHOD.format(family=family, alpha=alpha),
+        method=METHOD.format(family=family, alpha=alpha)
+        if family
+        else "Welch's t-test on log boot values, where any pair could be tested (none here)",
         cells=compared,
         setups=found_setups,
         setup_warnings=setup_warnings(found_setups),
-        summary=_summary([r for r in rigs], compared),
+        summary=_summary(rigs, compared),
         emulated=emulated,
     )
 
