@@ -72,8 +72,13 @@ def _env(home: Path) -> dict[str, str]:
 def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     home = tmp_path / "home"
     console = Console(record=True, width=160)
+    # The torch rig twice, the second under a label (an A/A sweep): one process per boot, the
+    # label naming the second one's rows everywhere.
     code = run_local(
-        _input(tmp_path, sweep_id="e2e-one"), home=home, console=console, quota_vcpus=8
+        _input(tmp_path, sweep_id="e2e-one", rigs=["torch", "torch@b"]),
+        home=home,
+        console=console,
+        quota_vcpus=8,
     )
     out = console.export_text()
     assert code == 0, out
@@ -81,20 +86,27 @@ def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     assert "c=1" in out
     assert "c=2" in out
     assert "sweep e2e-one succeeded" in out
+    # One boot each: figures, no verdict, no ranking, and the words say so.
+    assert "1 boot: no verdict possible" in out
+    assert "no ranking: torch, torch@b have 1 boot" in out
+    assert "indistinguishable" not in out
+    assert "torch vs torch@b: no verdict possible in any of" in out
+    assert "local emulation on this machine's CPU; prices and AMIs are emulated" in out
     # Nothing left running, no pidfile left behind.
     assert processes_under(tmp_path) == []
     assert read_records(LocalHome(home)) == []
     saved = persist.describe(home / "data")
     assert saved is not None
-    assert saved.tables["rigbench-ResultsTable"] == 2  # one row per cell
+    assert saved.tables["rigbench-ResultsTable"] == 4  # one row per rig entry and cell
     assert any(n.startswith("rigbench-") for n in saved.objects)
     # The harness measured the real rig: every request of every cell succeeded.
     reports = list((home / "data" / "s3").glob("*/reports*report.json"))
-    assert len(reports) == 1
-    cells = json.loads(reports[0].read_text())["cells"]
-    assert [c["concurrency"] for c in cells] == [1, 2]
-    assert all(c["requests_ok"] == 2 and c["requests_failed"] == 0 for c in cells), cells
-    assert all(c["output_tok_s"] > 0 for c in cells)
+    assert len(reports) == 2
+    for report in reports:
+        cells = json.loads(report.read_text())["cells"]
+        assert [c["concurrency"] for c in cells] == [1, 2]
+        assert all(c["requests_ok"] == 2 and c["requests_failed"] == 0 for c in cells), cells
+        assert all(c["output_tok_s"] > 0 for c in cells)
 
     # A new process restores the tables; `rigbench results` queries them as on AWS.
     read = subprocess.run(
@@ -104,9 +116,10 @@ def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     )  # fmt: skip
     assert read.returncode == 0, read.stderr[-2000:]
     rows = json.loads(read.stdout)
-    assert [(r["sweep_id"], r["rig"], r["model"]) for r in rows] == [
-        ("e2e-one", "torch", "random:tiny")
-    ] * 2
+    assert (
+        sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows)
+        == [("e2e-one", "torch", "random:tiny")] * 2 + [("e2e-one", "torch@b", "random:tiny")] * 2
+    )
     # Without AWS credentials `rigbench results` falls back to local, saying so in one line.
     table = subprocess.run(
         [sys.executable, "-m", "rigbench", "results", "--rig", "torch"],
