@@ -30,7 +30,14 @@ SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Names that reach a shell on the instance: letters, digits and . _ - / : only.
 MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,255}$"
 REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+# A rig, or a rig with a label (`jax@b`): the label names that entry's rows, so one rig can be
+# run twice in a sweep (an A/A check of the noise floor) or under two settings.
+RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}(@[a-z0-9][a-z0-9_-]{0,15})?$"
+# Boots per rig when the input gives none: with 2 the test (Welch's t-test on log boot values)
+# finds a real 1.5x difference at 10% boot-to-boot spread in about 1 comparison in 3; with 3
+# in about 9 in 10 (benchmarks/verdict_calibration.py). 3 rigs x 3 boots also stay within the
+# 10 boots a sweep's history allows at the default waits.
+DEFAULT_BOOTS_PER_RIG = 3
 MAX_INPUT_BYTES = 64 * 1024
 MAX_INPUT_DEPTH = 8  # the model nests 3 deep; anything deeper is not a sweep
 
@@ -129,14 +136,25 @@ class SweepInput(_Strict):
         pattern=SWEEP_ID_PATTERN,
         description="defaults to the execution name",
     )
-    rigs: list[Annotated[str, Field(pattern=RIG_PATTERN)]] = Field(min_length=1, max_length=16)
+    rigs: list[Annotated[str, Field(pattern=RIG_PATTERN)]] = Field(
+        min_length=1,
+        max_length=16,
+        description="rigs to run; RIG@LABEL runs RIG again under LABEL (its rows are named "
+        'RIG@LABEL): ["jax", "jax@b"] is an A/A sweep',
+    )
     model: str = Field(
         pattern=MODEL_PATTERN,
         description="a Hugging Face id or random:<config>: letters, digits and . _ - / : only",
     )
     model_revision: str | None = Field(default=None, pattern=REVISION_PATTERN)
     instance_type: str = "g5g.2xlarge"
-    boots_per_rig: int = Field(default=2, ge=1, le=MAX_BOOTS_PER_RIG)
+    boots_per_rig: int = Field(
+        default=DEFAULT_BOOTS_PER_RIG,
+        ge=1,
+        le=MAX_BOOTS_PER_RIG,
+        description="1 gives no verdicts; 2 finds a 1.5x difference at 10% boot-to-boot "
+        "spread about 1 time in 3, the default 3 about 9 in 10, 5 nearly always",
+    )
     cells: LoadCells = LoadCells()
     budget_usd: float = Field(gt=0, le=10_000)
     market: Literal["spot", "on-demand"] = "spot"
@@ -154,18 +172,20 @@ class SweepInput(_Strict):
     )
     rig_settings: dict[str, dict[str, Scalar]] = Field(
         default_factory=dict,
-        description="per rig, serve settings over its rig.toml defaults (and over "
-        "max_concurrent_sequences)",
+        description="per rig (or RIG@LABEL entry, as listed in rigs), serve settings over "
+        "its rig.toml defaults (and over max_concurrent_sequences)",
     )
 
     @field_validator("rigs")
     @classmethod
     def _known_rigs(cls, rigs: list[str], info: ValidationInfo) -> list[str]:
+        from rigs.registry import definition_name
+
         if len(set(rigs)) != len(rigs):
-            raise ValueError("a rig is listed twice")
+            raise ValueError("a rig is listed twice (to run it twice, label one: jax, jax@b)")
         known = (info.context or {}).get("rigs")
         if known is not None:
-            unknown = [r for r in rigs if r not in known]
+            unknown = [r for r in rigs if definition_name(r) not in known]
             if unknown:
                 raise ValueError(
                     f"unknown rig {', '.join(map(repr, unknown))} (the bundle has: "

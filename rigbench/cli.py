@@ -26,9 +26,10 @@ from rigbench.local.cli import demo_command  # noqa: E402
 cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)
 
-from rigbench.report.cli import report_command  # noqa: E402
+from rigbench.report.cli import compare_command, report_command  # noqa: E402
 
 app.command("report")(report_command)
+app.command("compare")(compare_command)
 
 from rigbench.bake import bake_command  # noqa: E402
 

@@ -23,7 +23,8 @@ SHARED_SWEEP_ID = "shared-e2e"
 SHARED_SWEEP_GROUP = "shared-sweep"
 SHARED_SWEEP_INPUT: dict[str, Any] = {
     "sweep_id": SHARED_SWEEP_ID,
-    "rigs": ["jax", "torch"],
+    # jax@b: the JAX rig again under a label (an A/A pair), its rows named by the label.
+    "rigs": ["jax", "jax@b", "torch"],
     "model": "random:tiny",
     "boots_per_rig": 2,
     "budget_usd": 2,
@@ -37,7 +38,7 @@ SHARED_SWEEP_INPUT: dict[str, Any] = {
     "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
     "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
 }
-# A sweep of four boots takes about two minutes on an idle two-core machine and much longer on
+# A sweep of six boots takes a few minutes on an idle two-core machine and much longer on
 # a busy one; the test that runs it (or waits for it) may take this long.
 SHARED_SWEEP_TIMEOUT_S = 1500
 

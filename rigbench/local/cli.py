@@ -81,6 +81,7 @@ def run_local(
     """
     from functions.errors import InvalidInput
     from functions.execution_input import parse_sweep_input
+    from rigbench.comparison import LOCAL_EMULATION
     from rigbench.local.session import interrupts_as_keyboard_interrupt
     from rigbench.local.sweep import demo_input, local_rigs, read_input, run_sweep
 
@@ -101,8 +102,10 @@ def run_local(
         sweep_input: dict[str, Any] = demo_input(rigs)
         console.print(
             f"local sweep: {', '.join(rigs)} with {sweep_input['model']}, "
-            f"{sweep_input['boots_per_rig']} boots each, concurrency "
-            f"{','.join(map(str, sweep_input['cells']['concurrency']))}"
+            f"{sweep_input['boots_per_rig']} boots each (the fewest at which one comparison "
+            "finds a 1.5x difference 9 times in 10), concurrency "
+            f"{','.join(map(str, sweep_input['cells']['concurrency']))}; "
+            f"{LOCAL_EMULATION}"
         )
     else:
         try:
@@ -152,7 +155,7 @@ def _dry_run(
 def demo_command(
     quota_vcpus: QuotaOption = None, spot_price: PriceOption = None, home: HomeOption = None
 ) -> None:
-    """The local sweep: every rig this machine can run, random:tiny, two boots, a table."""
+    """The local sweep: every rig this machine can run, random:tiny, three boots, a table."""
     raise typer.Exit(run_local(None, quota_vcpus=quota_vcpus, spot_price=spot_price, home=home))
 
 

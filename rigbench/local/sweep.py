@@ -8,7 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from harness.compare import cell_label, compare, render, values_from_reports
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG
+from harness.compare import cell_label, print_comparison
+from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.progress import sweep_table
@@ -19,8 +21,8 @@ from rigs.launch import compute_capability
 from rigs.registry import discover
 
 DEMO_MODEL = "random:tiny"
-# Small enough that two rigs x two boots, one boot at a time, fit in a few minutes on two
-# busy cores; the comparison's confidence intervals come from the boots.
+# Small enough that two rigs x three boots (DEFAULT_BOOTS_PER_RIG: the fewest at which the test
+# can decide), one boot at a time, fit in a few minutes on two busy cores.
 DEMO_CELLS: dict[str, Any] = {
     "concurrency": [1, 4],
     "requests_per_cell": 6,
@@ -47,7 +49,7 @@ def demo_input(rigs: list[str]) -> dict[str, Any]:
     return {
         "rigs": rigs,
         "model": DEMO_MODEL,
-        "boots_per_rig": 2,
+        "boots_per_rig": DEFAULT_BOOTS_PER_RIG,
         "budget_usd": 2.0,
         "cells": DEMO_CELLS,
         "deadlines": DEMO_DEADLINES,
@@ -88,7 +90,7 @@ def run_sweep(
             return 2
         sweep_id = started.sweep_id
         rigs = ", ".join(sweep_input.get("rigs", []))
-        boots = sweep_input.get("boots_per_rig", 2)
+        boots = sweep_input.get("boots_per_rig", DEFAULT_BOOTS_PER_RIG)
         title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
         waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
         with Live(
@@ -99,12 +101,12 @@ def run_sweep(
                 started.execution_arn, on_update=lambda p: view.update(sweep_table(p, title))
             )
         reports = stack.session.reports(sweep_id)
-        report_line = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
+        report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
     status = progress.status
     console.print()
     if reports:
-        comparison = compare(values_from_reports(reports))
-        console.print(render(comparison))
+        comparison = comparison_of(gathered, local=True) if gathered is not None else None
+        print_comparison(console, comparison or sweep_comparison(reports, {}, local=True))
         for note in failure_notes(reports):
             console.print(f"[red]{note}[/]")
     else:

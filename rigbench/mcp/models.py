@@ -69,12 +69,20 @@ class ResultsPage(_Out):
 
 
 class SweepComparison(_Out):
-    """Every rig of a sweep against the baseline: median of boot medians with a bootstrap
-    interval per cell and metric, a verdict only where the intervals separate."""
+    """Every rig of a sweep against the baseline, per cell and metric: the geometric mean of
+    its boots with an interval that says what it is and its n, and a verdict from Welch's
+    t-test on log boot values, Holm-corrected across the sweep (5% family-wise); the same
+    comparison, in the same words, as the terminal table and the report."""
 
     sweep_id: str
     comparison: Comparison
-    verdicts: list[str] = Field(description="the decisive differences, one line each")
+    verdicts: list[str] = Field(
+        description="each difference shown, and each comparison where no verdict is "
+        "possible, one line each in the table's words"
+    )
+    summary: list[str] = Field(
+        default=[], description="the sweep-level ranking: per rig pair, the verdicts each way"
+    )
     flipped: bool = Field(description="a ranking flipped between boots somewhere")
 
 

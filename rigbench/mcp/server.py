@@ -131,8 +131,10 @@ def build_server(stack: StackClient, ceiling_usd: float) -> MCPServer:
         sweep_id: SweepId,
         baseline: Annotated[str | None, Field(description="default: the first rig")] = None,
     ) -> SweepComparison:
-        """Compare a sweep's rigs across boots: median of boot medians with bootstrap
-        intervals, a verdict only where intervals separate, ranking flips flagged."""
+        """Compare a sweep's rigs across boots: per cell and metric the geometric mean of the
+        boots with an interval naming its n, a verdict from Welch's t-test on log boot values
+        Holm-corrected across the sweep (5% family-wise), no verdict with 1 boot; the rigs'
+        batching, slots and dtype; ranking flips flagged. The table's and report's words."""
         return _refusals(lambda: tools.compare(sweep_id, baseline))
 
     @server.tool(annotations=READ_ONLY)

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from functions.execution_input import SweepInput
-from harness.compare import Comparison, compare, values_from_reports
+from harness.compare import Comparison
 from harness.stats import Verdict
+from rigbench.comparison import setups_of, sweep_comparison
 from rigbench.mcp.models import (
     InstanceList,
     PlanReport,
@@ -75,22 +76,19 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
-    """The decisive differences of a `harness.compare.Comparison`, one line each."""
+    """Every rig's verdict against the baseline that is not "within noise", one line each,
+    in the comparison's own words (the table's and the report's): the differences shown, and
+    where no verdict was possible."""
     lines = []
     for cell in comparison.cells:
         for metric in cell.metrics:
             for result in metric.results:
                 if result.verdict in (None, Verdict.INDISTINGUISHABLE):
                     continue
-                change = (
-                    f" ({result.change_vs_baseline:+.1%})"
-                    if result.change_vs_baseline is not None
-                    else ""
-                )
                 spec = metric.metric
                 lines.append(
-                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} {result.verdict} "
-                    f"than {comparison.baseline}{change}"
+                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} against "
+                    f"{comparison.baseline}: {result.words}"
                 )
     return lines
 
@@ -188,14 +186,19 @@ class SweepTools:
             raise Refused(
                 f"sweep {sweep_id!r} has no results rows (yet): see sweep_status({sweep_id!r})"
             )
+        setups = setups_of((row.rig, row.provenance) for row in rows)
+        local = getattr(self.stack, "kind", "") == "local"
         try:
-            comparison = compare(values_from_reports(reports_from_rows(rows)), baseline=baseline)
+            comparison = sweep_comparison(
+                reports_from_rows(rows), setups, local=local, baseline=baseline
+            )
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
         return SweepComparison(
             sweep_id=sweep_id,
             comparison=comparison,
             verdicts=verdict_lines(comparison),
+            summary=comparison.summary,
             flipped=comparison.any_flip,
         )
 

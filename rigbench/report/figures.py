@@ -1,5 +1,5 @@
-"""The report's plots, as plotly figures in one style: one colour per rig, the median as a
-line, its bootstrap interval as a band, every boot as a faint point."""
+"""The report's plots, as plotly figures in one style: one colour per rig, the geometric mean of
+the boots as a line, its interval (harness.stats) as a band, every boot as a faint point."""
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -57,7 +57,7 @@ def _band(
     boots: bool = True,
     show_legend: bool = True,
 ) -> None:
-    """Median line, interval band and per-boot points of one rig's series."""
+    """Geometric-mean line, interval band and per-boot points of one rig's series."""
     where = {"row": row, "col": col} if row is not None else {}
     xs = [p.x for p in points]
     if any(p.aggregate.has_interval for p in points):
@@ -91,7 +91,7 @@ def _band(
                 for p in points
             ],
             hovertemplate=(
-                f"{name}<br>%{{customdata[0]}}: median %{{y:.4g}} "
+                f"{name}<br>%{{customdata[0]}}: geometric mean %{{y:.4g}} "
                 "[%{customdata[1]:.4g}, %{customdata[2]:.4g}] of %{customdata[3]} boots"
                 "<extra></extra>"
             ),
@@ -128,7 +128,9 @@ def throughput_figure(
         fig.update_yaxes(title="output tokens/s (log scale)", type="log")
     else:
         fig.update_yaxes(title="output tokens/s", rangemode="tozero")
-    return _style(fig, "Output throughput vs load (median of boots, band: interval, o: boots)")
+    return _style(
+        fig, "Output throughput vs load (geometric mean of boots, band: interval, o: boots)"
+    )
 
 
 def latency_figure(

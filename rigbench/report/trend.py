@@ -55,7 +55,7 @@ def trend_points(rows: list[dict[str, Any]]) -> Trend:
         for label in sorted(grouped.get(key, {}), key=lambda s: (xs[s], s)):
             points = []
             for sweep, boots in grouped[key][label].items():
-                agg = aggregate_boots([v for _, v in boots], n_resamples=analysis.PLOT_RESAMPLES)
+                agg = aggregate_boots([v for _, v in boots])
                 points.append(
                     (
                         started[sweep],
@@ -89,7 +89,7 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
     if len(sweeps) == 1:
         notes.append(f"Only one sweep ({sweeps[0]}) so far: no trend yet, one point per cell.")
     fig = figures.trend_figure(
-        points, TITLES, f"{where}: median over boots per sweep (o: each boot)"
+        points, TITLES, f"{where}: geometric mean over boots per sweep (o: each boot)"
     )
     if len(sweeps) == 1:  # one instant: a day either side, not an axis of microseconds
         when = min(_when(r["started_at"]) for r in rows)
@@ -120,7 +120,7 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
             Section(
                 "Over time",
                 "trend",
-                intro=f"Each point: one sweep's median over its boots of "
+                intro=f"Each point: one sweep's geometric mean over its boots of "
                 f"{', '.join(METRICS[k].label for k in TREND_METRICS)}, with its interval.",
                 blocks=[figure_html(fig, "plot-trend")],
             ),

@@ -88,6 +88,9 @@ def test_sweep_stores_results_a_new_process_reads(
     assert "c=1" in out
     assert "c=2" in out
     assert f"sweep {SHARED_SWEEP_ID} succeeded" in out
+    # The labelled entry names its own rows; every figure says what ran it.
+    assert "jax vs jax@b" in out
+    assert "local emulation on this machine's CPU; prices and AMIs are emulated" in out
     # Nothing left running, no pidfile left behind.
     assert processes_under(finished_sweep.home) == []
     assert read_records(LocalHome(finished_sweep.home)) == []
@@ -95,11 +98,11 @@ def test_sweep_stores_results_a_new_process_reads(
     home = sweep.home
     saved = persist.describe(home / "data")
     assert saved is not None
-    assert saved.tables["rigbench-ResultsTable"] == 8  # 2 rigs x 2 boots x 2 cells
+    assert saved.tables["rigbench-ResultsTable"] == 12  # 3 rig entries x 2 boots x 2 cells
     assert any(n.startswith("rigbench-") for n in saved.objects)
     # The harness measured the real rigs: every request of every cell succeeded.
     reports = list((home / "data" / "s3").glob("*/reports*report.json"))
-    assert len(reports) == 4
+    assert len(reports) == 6
     for report in reports:
         cells = json.loads(report.read_text())["cells"]
         assert [c["concurrency"] for c in cells] == [1, 2]
@@ -115,7 +118,7 @@ def test_sweep_stores_results_a_new_process_reads(
     assert read.returncode == 0, read.stderr[-2000:]
     rows = json.loads(read.stdout)
     assert sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows) == sorted(
-        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "torch")] * 4
+        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "jax@b", "torch")] * 4
     )
 
     # The other commands in-process (the same code a new process runs).

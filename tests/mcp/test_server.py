@@ -245,8 +245,11 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         [torch] = ttft["results"]
         assert torch["aggregate"]["n_boots"] == 1
         assert torch["aggregate"]["value"] > 0
-        assert compared["verdicts"] == []
+        assert compared["verdicts"] == []  # one rig: nothing to judge
         assert compared["flipped"] is False
+        assert comparison["emulated"] == (
+            "local emulation on this machine's CPU; prices and AMIs are emulated"
+        )
         read = await client.read_resource(COMPARISON_URI.format(sweep_id="mcp-e2e"))
         content = read.contents[0]
         assert isinstance(content, TextResourceContents)

@@ -1,6 +1,7 @@
 """The execution input: one model, its schema in the repo, errors that name the field."""
 
 import json
+import re
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_defaults_fill_a_minimal_input() -> None:
     sweep = parse_sweep_input(GOOD, CONTEXT)
     assert sweep.instance_type == "g5g.2xlarge"
     assert sweep.market == "spot"
-    assert sweep.boots_per_rig == 2
+    assert sweep.boots_per_rig == 3
     assert sweep.deadlines.instance_s >= sweep.deadlines.ready_s
 
 
@@ -125,3 +126,28 @@ def test_schema_describes_the_model() -> None:
     schema = json.loads(SCHEMA_PATH.read_text())
     assert set(schema["required"]) == {"rigs", "model", "budget_usd"}
     assert schema["properties"]["market"]["enum"] == ["spot", "on-demand"]
+
+
+def test_a_rig_listed_twice_under_a_label_is_an_a_a_sweep() -> None:
+    sweep = parse_sweep_input(
+        {**GOOD, "rigs": ["torch", "torch@b"], "rig_settings": {"torch@b": {"max_batch": 2}}},
+        CONTEXT,
+    )
+    assert sweep.rigs == ["torch", "torch@b"]
+    assert sweep.boot_count() == 6
+
+
+@pytest.mark.parametrize(
+    ("rigs", "words"),
+    [
+        (["torch", "torch"], "a rig is listed twice (to run it twice, label one: jax, jax@b)"),
+        (["torch@b", "torch@b"], "a rig is listed twice"),
+        (["tgi@b"], "unknown rig 'tgi@b'"),
+        (["torch@"], "should match pattern"),
+        (["torch@b@c"], "should match pattern"),
+        (["torch@B"], "should match pattern"),
+    ],
+)
+def test_labelled_rigs_are_checked(rigs: list[str], words: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(words)):
+        parse_sweep_input({**GOOD, "rigs": rigs}, CONTEXT)

@@ -29,7 +29,8 @@ def test_series_orders_cells_by_load_and_skips_cells_without_requests() -> None:
         ("c=1", [(1, 10.0)]),
         ("c=8", [(1, 80.0), (2, 90.0)]),
     ]
-    assert points[1].aggregate.value == 85.0
+    assert points[1].aggregate.value == pytest.approx((80.0 * 90.0) ** 0.5)  # geometric mean
+    assert points[1].aggregate.interval_words == "range of 2 boots"
 
 
 def test_chosen_cell_is_the_highest_load_every_rig_measured() -> None:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from harness.compare import compare, render_text, values_from_reports
+from harness.compare import Comparison, footnotes, render_text
 from rigbench.cli import app
+from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.local.cli import local_stack
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
@@ -88,17 +89,39 @@ def test_sweep_ends_by_printing_the_report_path(finished_sweep: FinishedSweep) -
 def test_terminal_table_and_report_say_the_same_things(
     sweep: FinishedSweep, gathered: SweepData
 ) -> None:
-    comparison = compare(values_from_reports(gathered.reports_by_rig()))
+    comparison = comparison_of(gathered, local=True)
+    assert comparison is not None
     words = [r.words for c in comparison.cells for m in c.metrics for r in m.results if r.words] + [
         m.ranking for c in comparison.cells for m in c.metrics if m.ranking
     ]
     withheld = [m.withheld for c in comparison.cells for m in c.metrics if m.withheld]
+    intervals = {
+        r.aggregate.interval_words
+        for c in comparison.cells
+        for m in c.metrics
+        for r in m.results
+        if r.aggregate is not None
+    }
     assert words
+    assert intervals <= {"range of 2 boots", "2 equal boots"}  # what 2 boots give, said so
     table = render_text(comparison, width=320)
     page = _text(sweep.report.read_text())
-    for phrase in [*words, *withheld]:
+    terminal = " ".join(sweep.terminal.split())
+    for phrase in [*words, *withheld, *intervals, *footnotes(comparison)]:
         assert phrase in table
         assert phrase in page, phrase
+        assert " ".join(phrase.split()) in terminal, phrase
+    # What ran is said wherever a price, cost, zone or AMI appears, and by the terminal.
+    assert LOCAL_EMULATION in footnotes(comparison)
+    for section in ("Sweep", "Cost per million output tokens", "Provenance"):
+        after = page.rsplit(f" {section} ", 1)[1]  # the heading, after the page's nav
+        assert LOCAL_EMULATION in after[:2000], section
+    # Each rig's batching, slots and dtype head its column, in both.
+    for rig, setup in comparison.setups.items():
+        assert setup.batching == "continuous", rig  # the torch rig's default is like jax's
+        assert setup.words() in table
+        assert setup.words() in page
+    assert "bootstrap" not in table + page
     # Ratios, never signed percentages with "slower"; the ranking column is filled.
     assert not re.search(r"[+-]\d+(\.\d+)?% (slower|faster)", table + page)
     assert re.search(r"(\d+(\.\d)?x|\d+%) (higher|lower) ", page)
@@ -111,6 +134,24 @@ def test_terminal_table_and_report_say_the_same_things(
 
 
 @pytest.mark.slow
+def test_compare_command_prints_the_reports_comparison(
+    sweep: FinishedSweep, gathered: SweepData
+) -> None:
+    runner = CliRunner()
+    args = ["compare", SWEEP, "--local", "--home", str(sweep.home)]
+    shown = runner.invoke(app, [*args, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    assert Comparison.model_validate_json(shown.stdout) == comparison_of(gathered, local=True)
+    table = runner.invoke(app, args, env={"COLUMNS": "320"})
+    assert table.exit_code == 0, table.output
+    assert "rigbench comparison (baseline jax)" in table.stdout
+    assert LOCAL_EMULATION in table.stdout
+    missing = runner.invoke(app, ["compare", "no-such-sweep", "--local", "--home", str(sweep.home)])
+    assert missing.exit_code == 2
+    assert "no sweep 'no-such-sweep'" in missing.output
+
+
+@pytest.mark.slow
 def test_report_opens_offline_and_draws_every_plot(sweep: FinishedSweep, browser: Chromium) -> None:
     page = sweep.report.read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"?https?:", page)  # nothing fetched
@@ -118,7 +159,7 @@ def test_report_opens_offline_and_draws_every_plot(sweep: FinishedSweep, browser
     for heading in ("Sweep", "Comparison", "Plots", "Cost per million output tokens",
                     "Provenance"):  # fmt: skip
         assert f"{heading}" in text
-    assert "jax, torch serving random:tiny" in text
+    assert "jax, jax@b, torch serving random:tiny" in text
     assert "cost (spend ledger) $" in text
     assert "rigbench run --local sweep.json" in text  # the command to reproduce
 
@@ -186,7 +227,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
         }
     )
     text = _text(render_page(sweep_page(failed)))
-    assert f"1 of 4 boots failed: torch boot 2: {why}" in text
+    assert f"1 of 6 boots failed: torch boot 2: {why}" in text
     assert "Failed boots" in text
     assert "torch 1 reported, 1 failed, 2 in all" in text
 
@@ -194,7 +235,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
         update={"status": "RUNNING", "boots": _boots(gathered, jax2={"report": None})}
     )
     text = _text(render_page(sweep_page(running)))
-    assert "The sweep is still running: 3 of 4 boots have stored a report so far" in text
+    assert "The sweep is still running: 5 of 6 boots have stored a report so far" in text
 
     alone = gathered.model_copy(
         update={"rigs": ["torch"], "boots": [b for b in gathered.boots if b.rig == "torch"]}

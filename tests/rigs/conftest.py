@@ -26,9 +26,13 @@ def tiny(rig_cache: Path) -> ModelSource:
 def torch_rig(
     tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """The torch rig serving random:tiny, started by `rigbench rig serve` as on an instance."""
+    """The torch rig serving random:tiny, started by `rigbench rig serve` as on an instance,
+    one request at a time (`batching=serial`; the rig's default, continuous, has its own
+    fixture below)."""
     log = tmp_path_factory.mktemp("torch-rig") / "server.log"
-    with rig_server("torch", "random:tiny", cache=rig_cache, log=log) as base:
+    with rig_server(
+        "torch", "random:tiny", cache=rig_cache, log=log, settings=("batching=serial",)
+    ) as base:
         yield base
 
 
