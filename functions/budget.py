@@ -346,9 +346,7 @@ def reconcile_boot(
     reserved = int(item["reserved"]["N"])
     recorded = sorted(set(expect if expect is not None else _ids(item)))
     same_instances = (
-        "attribute_not_exists(instance_ids)"
-        if not recorded
-        else "size(instance_ids) = :recorded"
+        "attribute_not_exists(instance_ids)" if not recorded else "size(instance_ids) = :recorded"
     )
     values: dict[str, Any] = {
         ":done": {"S": "reconciled"},

@@ -50,7 +50,8 @@ REQUESTS_PER_SLOT = 4  # a cell sends at least 4x its concurrency: steady state,
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a boolean or a string is never taken for a number (`boots_per_rig: true`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class LoadCells(_Strict):
@@ -293,6 +294,29 @@ def _depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def read_input_file(path: Path) -> dict[str, Any]:
+    """A sweep input file as the API would take it: at most MAX_INPUT_BYTES (read no further,
+    so an endless file is refused too), one JSON object; InvalidInput naming the file."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InvalidInput(
+            f"{path}: larger than the {MAX_INPUT_BYTES} bytes a sweep input may have"
+        )
+    try:
+        loaded = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: JSON nested too deeply to be a sweep input") from None
+    if not isinstance(loaded, dict):
+        raise InvalidInput(f"{path}: the sweep input must be a JSON object")
+    return loaded
 
 
 def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepInput:

@@ -1,8 +1,6 @@
 """Is the instance still there to work on? Spot interruptions are recorded by their own rule;
 a reclaim is told apart from any other loss (InstanceInterrupted: the boot may relaunch)."""
 
-SPOT_RECLAIMED = "Server.SpotInstanceTermination"  # EC2's StateReason code for a reclaim
-
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -10,6 +8,8 @@ from botocore.exceptions import ClientError
 from functions.budget import saw_instance
 from functions.errors import InstanceInterrupted, InstanceLost
 from functions.events import BootState
+
+SPOT_RECLAIMED = "Server.SpotInstanceTermination"  # EC2's StateReason code for a reclaim
 
 
 def interruption_of(ddb: Any, ledger_table: str, instance_id: str) -> str | None:
@@ -57,6 +57,4 @@ def ensure_alive(
         raise InstanceInterrupted(f"spot interruption: EC2 reclaimed {instance_id} during {during}")
     if found not in ("pending", "running"):
         raise InstanceLost(f"{instance_id} is {found} during {during}")
-    saw_instance(
-        ddb, ledger_table, state.sweep.sweep_id, state.rig, state.boot, instance_id, now
-    )
+    saw_instance(ddb, ledger_table, state.sweep.sweep_id, state.rig, state.boot, instance_id, now)

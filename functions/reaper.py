@@ -94,7 +94,9 @@ def finish_gave_up(ddb: Any, ledger_table: str, tags: dict[str, str]) -> bool:
     return "Item" in ddb.get_item(TableName=ledger_table, Key=key, ConsistentRead=True)
 
 
-def _reap_instance(clients: Clients, project: str, ledger_table: str, entry: dict[str, Any]) -> None:
+def _reap_instance(
+    clients: Clients, project: str, ledger_table: str, entry: dict[str, Any]
+) -> None:
     instance, tags = entry["instance"], entry["tags"]
     sweep = tags.get(SWEEP_TAG)
     if sweep is not None and RIG_TAG in tags and BOOT_TAG in tags:

@@ -17,8 +17,8 @@ __all__ = [
     "Emulation",
     "EnvironOverride",
     "Faults",
-    "LaunchHold",
     "Fleet",
+    "LaunchHold",
     "LaunchRequest",
     "LaunchedInstance",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # The template substitutes numbers too (retry intervals): the file is JSON once they are in.
-NUMBER_SUBSTITUTIONS = {"LambdaRetryIntervalSeconds": 2}
+NUMBER_SUBSTITUTIONS = {"LambdaRetryIntervalSeconds": 2, "ExecutionTimeoutSeconds": 604800}
 
 
 def definition_text() -> str:
