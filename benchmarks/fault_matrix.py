@@ -42,8 +42,9 @@ ENDS_WITHOUT_FINISH = {"ABORTED", "TIMED_OUT", "FAILED"}
 STOPPED_IN_MAP = ("ABORTED", "FAILED")
 LIVE = ["pending", "running", "stopping", "stopped"]
 FINISH_ATTEMPTS = 5  # Finish's States.ALL retrier: MaxAttempts 4 after the first call
-REAPED_BOOTS = 12
+REAPED_BOOTS = 10
 SLOW_POLL = {"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
+CALM_POLL = {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1}  # for many boots
 
 
 def sweep_input(**overrides: Any) -> dict[str, Any]:
@@ -215,7 +216,7 @@ def _reaper_arrange(emu: Emulation) -> None:
 
 def _reaper_ends_them(emu: Emulation, arn: str) -> str:
     fleet = _scripted(emu)
-    _until("every benchmark", lambda: fleet.bench_commands() >= REAPED_BOOTS, 180)
+    _until("every benchmark", lambda: fleet.bench_commands() >= REAPED_BOOTS, 300)
     emu.client("stepfunctions").stop_execution(executionArn=arn)
     emu.seams.status_changes.wait(arn, 60)
     emu.wait(arn, 60)
@@ -301,7 +302,7 @@ CASES: list[Case] = [
     Case(f"reaper-ends-{REAPED_BOOTS}", f"{REAPED_BOOTS} boots benchmarking, StopExecution, the "
          "status-change handler fails; the reaper's pass ends them", _reaper_arrange,
          _reaper_ends_them, body={"rigs": ["torch", "vllm"], "boots_per_rig": REAPED_BOOTS // 2,
-                                  "waits": SLOW_POLL}, expect=STOPPED_IN_MAP),
+                                  "waits": CALM_POLL}, expect=STOPPED_IN_MAP),
     Case("spot-reclaim-relaunched", "EC2 reclaims the spot instance mid-benchmark; the boot "
          "relaunches and completes", _reclaim_arrange, _reclaim_mid_benchmark,
          body={"waits": SLOW_POLL}),
