@@ -45,6 +45,7 @@ FINISH_ATTEMPTS = 5  # Finish's States.ALL retrier: MaxAttempts 4 after the firs
 REAPED_BOOTS = 10
 SLOW_POLL = {"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
 CALM_POLL = {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1}  # for many boots
+ROOMY = {"ready_s": 60, "bench_s": 30, "instance_s": 600}  # many boots on a loaded machine
 
 
 def sweep_input(**overrides: Any) -> dict[str, Any]:
@@ -216,8 +217,15 @@ def _reaper_arrange(emu: Emulation) -> None:
 
 def _reaper_ends_them(emu: Emulation, arn: str) -> str:
     fleet = _scripted(emu)
-    _until("every benchmark", lambda: fleet.bench_commands() >= REAPED_BOOTS, 300)
-    emu.client("stepfunctions").stop_execution(executionArn=arn)
+    sfn = emu.client("stepfunctions")
+
+    def all_benchmarking() -> bool:
+        if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
+            raise AssertionError(f"the sweep ended before its benchmarks: {emu.wait(arn)}")
+        return fleet.bench_commands() >= REAPED_BOOTS
+
+    _until("every benchmark", all_benchmarking, 300)
+    sfn.stop_execution(executionArn=arn)
     emu.seams.status_changes.wait(arn, 60)
     emu.wait(arn, 60)
     started = time.monotonic()
@@ -302,7 +310,9 @@ CASES: list[Case] = [
     Case(f"reaper-ends-{REAPED_BOOTS}", f"{REAPED_BOOTS} boots benchmarking, StopExecution, the "
          "status-change handler fails; the reaper's pass ends them", _reaper_arrange,
          _reaper_ends_them, body={"rigs": ["torch", "vllm"], "boots_per_rig": REAPED_BOOTS // 2,
-                                  "waits": CALM_POLL}, expect=STOPPED_IN_MAP),
+                                  "waits": CALM_POLL, "deadlines": ROOMY,
+                                  "max_interruptions_per_boot": 0},
+         expect=STOPPED_IN_MAP),
     Case("spot-reclaim-relaunched", "EC2 reclaims the spot instance mid-benchmark; the boot "
          "relaunches and completes", _reclaim_arrange, _reclaim_mid_benchmark,
          body={"waits": SLOW_POLL}),
