@@ -57,7 +57,8 @@ REQUESTS_PER_SLOT = 4  # a cell sends at least 4x its concurrency: steady state,
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a boolean or a string is never taken for a number (`boots_per_rig: true`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class LoadCells(_Strict):
@@ -170,6 +171,13 @@ class SweepInput(_Strict):
         description="sequences every rig serves at once (its concurrency setting); "
         "default: the highest concurrency cell, else 8",
     )
+    max_interruptions_per_boot: int = Field(
+        default=1,
+        ge=0,
+        le=3,
+        description="spot reclaims a boot survives: a reclaimed instance is replaced by a new "
+        "one (any allowed zone) under the boot's reservation and deadline",
+    )
     rig_settings: dict[str, dict[str, Scalar]] = Field(
         default_factory=dict,
         description="per rig (or RIG@LABEL entry, as listed in rigs), serve settings over "
@@ -260,12 +268,25 @@ class SweepInput(_Strict):
         return max(self.cells.concurrency) if self.cells.concurrency else 8
 
     def history_events_per_boot(self) -> int:
-        """Worst case: the agent and ready loops share the ready deadline, the harness loop
-        runs to bench_s plus the poll's grace; a 0 s wait is counted as 1 s."""
+        """Worst case: per attempt (the first launch and each relaunch after a spot reclaim)
+        the agent and ready loops share the ready deadline and the harness loop runs to bench_s
+        plus the poll's grace, and all attempts together poll no longer than the instance
+        deadline (the faster loop taking the time first); a 0 s wait is counted as 1 s."""
         waits, deadlines = self.waits, self.deadlines
-        ready_polls = deadlines.ready_s // max(1, min(waits.agent_poll_s, waits.ready_poll_s)) + 2
-        bench_polls = (deadlines.bench_s + COMMAND_GRACE_S) // max(1, waits.command_poll_s) + 1
-        return EVENTS_PER_BOOT_FIXED + EVENTS_PER_POLL * (ready_polls + bench_polls)
+        attempts = 1 + self.max_interruptions_per_boot
+        ready_wait = max(1, min(waits.agent_poll_s, waits.ready_poll_s))
+        bench_wait = max(1, waits.command_poll_s)
+        ready_cap = attempts * deadlines.ready_s
+        bench_cap = attempts * (deadlines.bench_s + COMMAND_GRACE_S)
+        total = deadlines.instance_s + COMMAND_GRACE_S
+        if ready_wait <= bench_wait:
+            ready_time = min(ready_cap, total)
+            bench_time = min(bench_cap, total - ready_time)
+        else:
+            bench_time = min(bench_cap, total)
+            ready_time = min(ready_cap, total - bench_time)
+        polls = ready_time // ready_wait + bench_time // bench_wait + 3 * attempts
+        return EVENTS_PER_BOOT_FIXED * attempts + EVENTS_PER_POLL * polls
 
     def history_events(self) -> int:
         return HISTORY_EVENTS_RESERVED + self.boot_count() * self.history_events_per_boot()
@@ -293,6 +314,29 @@ def _depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def read_input_file(path: Path) -> dict[str, Any]:
+    """A sweep input file as the API would take it: at most MAX_INPUT_BYTES (read no further,
+    so an endless file is refused too), one JSON object; InvalidInput naming the file."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InvalidInput(
+            f"{path}: larger than the {MAX_INPUT_BYTES} bytes a sweep input may have"
+        )
+    try:
+        loaded = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: JSON nested too deeply to be a sweep input") from None
+    if not isinstance(loaded, dict):
+        raise InvalidInput(f"{path}: the sweep input must be a JSON object")
+    return loaded
 
 
 def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepInput:

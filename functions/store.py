@@ -58,6 +58,8 @@ def result_rows(
         "image_id": instance.image_id,
         "market": instance.market,
         "instance_id": instance.instance_id,
+        # Spot reclaims before this instance: the results come from relaunch N of the boot.
+        "interruptions": state.interruptions,
         "driver": found.driver,
         "gpu": found.gpu,
         "rig": found.rig,

@@ -8,7 +8,7 @@ the run's start, so records from several worker processes share one time base.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -61,7 +61,7 @@ class BenchmarkConfig(_Model):
     concurrency: list[int] | None = Field(
         default=None, description="Fixed-concurrency cells, in order (closed loop)."
     )
-    rate: list[float] | None = Field(
+    rate: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = Field(
         default=None, description="Poisson request-rate cells in requests/s, in order."
     )
     input_len: int = Field(default=128, ge=1, description="Prompt length in tokens.")

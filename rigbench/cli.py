@@ -1,5 +1,7 @@
 """The `rigbench` command: each subcommand lives with the part of the project it drives."""
 
+import os
+
 import typer
 
 from rigs.cli import app as rig_app
@@ -11,6 +13,28 @@ app.add_typer(rig_app, name="rig")
 @app.callback()
 def main() -> None:
     """Benchmark LLM serving runtimes with one shared client-side harness."""
+    problem = aws_profile_problem(os.environ.get("AWS_PROFILE"))
+    if problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
+
+
+def aws_profile_problem(profile: str | None) -> str | None:
+    """An AWS_PROFILE that names no profile fails deep in an import (botocore's
+    ProfileNotFound from the X-Ray SDK): say so in one line first."""
+    if profile is None:
+        return None
+    if not profile.strip():
+        return "AWS_PROFILE is set but empty: unset it, or name a profile of ~/.aws/config"
+    import botocore.session
+
+    known = botocore.session.Session(profile=None).available_profiles
+    if profile not in known:
+        return (
+            f"AWS_PROFILE names the profile {profile!r}, which the AWS config does not have "
+            f"(it has: {', '.join(sorted(known)) or 'none'})"
+        )
+    return None
 
 
 from harness.cli import BenchCommand, bench  # noqa: E402

@@ -24,8 +24,11 @@ from typing import Annotated, Any, Literal, NoReturn
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
+from functions.errors import InvalidInput
+from functions.execution_input import read_input_file
 from rigbench.bundle import REPO_ROOT
 from rigbench.local import cli as local_cli
 from rigbench.progress import explain_failure, status_table
@@ -40,7 +43,8 @@ MAX_SINCE_DAYS = 3 * 365
 
 
 def fail(error: Exception, code: int = 2) -> NoReturn:
-    Console(stderr=True, soft_wrap=True).print(f"[red]{error}[/]")
+    # One line, and the message as it is: Rich markup would eat a pattern's [a-z0-9].
+    Console(stderr=True, soft_wrap=True).print(f"[red]{escape(str(error))}[/]")
     raise typer.Exit(code) from error
 
 
@@ -83,17 +87,23 @@ def open_stack(
 # ---------------------------------------------------------------------------------- run
 
 
+def concurrency_cells(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise CloudError(
+            f"--concurrency takes comma-separated integers, e.g. 1,8; got {text!r}"
+        ) from None
+
+
 def sweep_body(input_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
     """The execution input from a JSON file and/or flags (flags win), checked before sending."""
     body: dict[str, Any] = {}
     if input_file is not None:
         try:
-            loaded = json.loads(input_file.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CloudError(f"{input_file}: not a readable JSON file ({exc})") from exc
-        if not isinstance(loaded, dict):
-            raise CloudError(f"{input_file}: the sweep input must be a JSON object")
-        body.update(loaded)
+            body.update(read_input_file(input_file))
+        except InvalidInput as exc:
+            raise CloudError(str(exc)) from exc
     body.update({k: v for k, v in flags.items() if v is not None})
     validate_sweep_input(body)
     return body
@@ -135,8 +145,8 @@ def run_command(
             "rigs": rig or None, "model": model, "instance_type": instance_type,
             "boots_per_rig": boots, "budget_usd": budget, "market": market,
         }  # fmt: skip
-        if concurrency:
-            flags["cells"] = {"concurrency": [int(c) for c in concurrency.split(",")]}
+        if concurrency is not None:
+            flags["cells"] = {"concurrency": concurrency_cells(concurrency)}
         if dry_run or use_local(local):
             given = input_file is not None or any(v is not None for v in flags.values())
             code = local_cli.run_local(

@@ -479,6 +479,10 @@ class Emulation:
             {"instance-id": instance_id, "instance-action": "terminate"},
         )
 
+    def reclaim_spot(self, instance_id: str) -> None:
+        """EC2 reclaims the spot instance (its process, in local mode, ends with it)."""
+        self.seams.reclaim(instance_id, self.region)
+
     def run_scheduled(self, logical_id: str) -> Any:
         response = self.client("lambda").invoke(
             FunctionName=self.physical[logical_id], Payload=b"{}"

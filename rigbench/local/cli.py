@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rigbench.local.home import HOME_ENV, PRICE_ENV, QUOTA_ENV, LocalHome
 
@@ -112,7 +113,7 @@ def run_local(
             sweep_input = read_input(sweep) if isinstance(sweep, Path) else dict(sweep)
             parse_sweep_input(sweep_input)  # fail fast, before starting anything
         except (ValueError, InvalidInput) as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
     try:
         with interrupts_as_keyboard_interrupt():
@@ -138,18 +139,22 @@ def _dry_run(
         try:
             plan = stack.plan(sweep_input)
         except StackError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
         zones = {
             s["SubnetId"]: s["AvailabilityZone"]
             for s in stack.client("ec2").describe_subnets()["Subnets"]
         }
         launched = stack.session.emu.running_instances()
-    print_plan(console, plan, account, zones)
     if launched:  # the seam refuses every launch; anything else is a bug worth shouting about
         console.print(f"[red]BUG: the dry run launched {launched}[/]")
         return 1
-    return 0 if plan.valid else 1
+    if not plan.valid:  # refused (input, quota, budget): one line, as any bad input
+        message = f"a cloud run of this input would fail: {plan.error}"
+        console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+        return 2
+    print_plan(console, plan, account, zones)
+    return 0
 
 
 def demo_command(

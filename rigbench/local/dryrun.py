@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 
 from functions.errors import error_message
@@ -78,7 +79,7 @@ def plan_from(events: list[dict[str, Any]], requests: list[LaunchRequest]) -> Sw
 def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]) -> Group:
     parts: list[Any] = []
     if not plan.valid:
-        parts.append(f"[red]a cloud run of this input would fail:[/] {plan.error}")
+        parts.append(f"[red]a cloud run of this input would fail:[/] {escape(plan.error)}")
         return Group(*parts)
     sweep = plan.sweep
     deadline_h = (sweep.get("deadlines") or {}).get("instance_s", 0) / 3600

@@ -1,14 +1,14 @@
 """The local sweep: which rigs can run here, the demo input, and the run itself."""
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 
-from functions.execution_input import DEFAULT_BOOTS_PER_RIG
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG, read_input_file
 from harness.compare import cell_label, print_comparison
 from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
@@ -58,15 +58,8 @@ def demo_input(rigs: list[str]) -> dict[str, Any]:
 
 
 def read_input(path: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} must hold a JSON object (the sweep input)")
-    return raw
+    """The file as the API would take it (size limit, JSON object): InvalidInput if not."""
+    return read_input_file(path)
 
 
 def run_sweep(
@@ -86,7 +79,7 @@ def run_sweep(
         try:
             started = stack.start_sweep(sweep_input)
         except StackError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
         sweep_id = started.sweep_id
         rigs = ", ".join(sweep_input.get("rigs", []))

@@ -245,14 +245,23 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_dry_run_says_why_a_cloud_run_would_fail(tmp_path: Path) -> None:
+def test_dry_run_says_why_a_cloud_run_would_fail(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A refusal is bad input like any other: one line, exit 2, no warning printed before it.
     code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=64, spot_price=1.0)
-    assert code == 1
-    assert "would fail" in out
-    assert "budget" in out  # 6 boots x $2.00 > $5.00
+    assert code == 2
+    assert out.strip().splitlines() == [
+        "error: a cloud run of this input would fail: estimate $12.00 (6 boots x $1.0000/h x "
+        "2 h deadline) is over the sweep budget $5.00 by $7.00; lower boots or "
+        "deadlines.instance_s, or raise budget_usd"
+    ]
     code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=0)
-    assert code == 1
+    assert code == 2
+    assert len(out.strip().splitlines()) == 1, out
     assert "quota" in out.lower()
+    assert not [w for w in recwarn if "metrics" in str(w.message)]
+    assert "Warning" not in capfd.readouterr().err
 
 
 def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:

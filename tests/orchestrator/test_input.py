@@ -111,15 +111,22 @@ def test_deeply_nested_input_is_one_clear_line() -> None:
 
 
 def test_a_sweep_that_could_overflow_its_history_is_refused() -> None:
+    twelve = {**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 6}
+    # A relaunch after a spot reclaim polls again, within the same instance deadline.
+    with pytest.raises(InvalidInput, match=r"12 boots could write 40844 history events"):
+        parse_sweep_input(twelve, CONTEXT)
     with pytest.raises(InvalidInput, match=r"12 boots could write 27260 history events"):
-        parse_sweep_input({**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 6}, CONTEXT)
+        parse_sweep_input({**twelve, "max_interruptions_per_boot": 0}, CONTEXT)
     slower = {"agent_poll_s": 60, "ready_poll_s": 60, "command_poll_s": 120}
     rigs = ["torch", "vllm", "r3", "r4"]
-    sweep = parse_sweep_input(
-        {**GOOD, "rigs": rigs, "boots_per_rig": 10, "waits": slower},
-        {**CONTEXT, "rigs": set(rigs)},
-    )
-    assert sweep.boot_count() == 40  # the largest sweep, at slower polls
+    context = {**CONTEXT, "rigs": set(rigs)}
+    forty = {**GOOD, "rigs": rigs, "boots_per_rig": 10, "waits": slower}
+    with pytest.raises(InvalidInput, match=r"40 boots could write 37060 history events"):
+        parse_sweep_input(forty, context)
+    sweep = parse_sweep_input({**forty, "max_interruptions_per_boot": 0}, context)
+    assert sweep.boot_count() == 40  # the largest sweep, at slower polls and no relaunch
+    sweep = parse_sweep_input({**forty, "rigs": rigs[:3], "boots_per_rig": 8}, context)
+    assert sweep.boot_count() == 24  # 26 fit at slower polls with one relaunch per boot
 
 
 def test_schema_describes_the_model() -> None:
