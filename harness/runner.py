@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.agreement import AgreementProbe
+from harness.agreement_probe import run_probe
 from harness.backend import OpenAIBackend, build_body
 from harness.load import (
     LoopLagMonitor,
@@ -145,6 +147,12 @@ async def run_benchmark(
     ) as backend:
         vocab_size = await backend.check_reachable()
 
+        if config.agreement_probe:
+            report.agreement = await _probe(config, stop)
+            report.interrupted = stop.is_set()
+            if on_cell:
+                on_cell(report, records)
+
         if config.warmup:
             warm_bodies = _bodies(config, config.warmup, config.seed + 10_000, vocab_size)
             warm = asyncio.ensure_future(
@@ -198,6 +206,17 @@ async def run_benchmark(
     report.finished_at = _now_iso()
     report.harness_ceiling_note = ceiling_note(report.cells)
     return report
+
+
+async def _probe(config: BenchmarkConfig, stop: asyncio.Event) -> AgreementProbe | None:
+    """The agreement probe (harness.agreement_probe), before any load; None if stopped."""
+    result: list[AgreementProbe] = []
+
+    async def probe() -> None:
+        result.append(await run_probe(config.url, config.model, timeout_s=config.request_timeout_s))
+
+    await cancel_on(stop, asyncio.ensure_future(probe()))
+    return result[0] if result else None
 
 
 async def _run_cell_here(

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from harness.agreement import output_agreement, probes_from_reports
+from harness.agreement_view import render_agreement
 from harness.compare import cell_label, compare, render, values_from_reports
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
@@ -105,6 +107,8 @@ def run_sweep(
     if reports:
         comparison = compare(values_from_reports(reports))
         console.print(render(comparison))
+        if pairs := output_agreement(probes_from_reports(reports)):
+            console.print(render_agreement(pairs))
         for note in failure_notes(reports):
             console.print(f"[red]{note}[/]")
     else:

@@ -4,6 +4,7 @@ answers with structured content. Tool inputs are typed by the models they alread
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.agreement import PairAgreement
 from harness.compare import Comparison
 from rigbench.stack.models import (
     QuotaCheck,
@@ -76,6 +77,11 @@ class SweepComparison(_Out):
     comparison: Comparison
     verdicts: list[str] = Field(description="the decisive differences, one line each")
     flipped: bool = Field(description="a ranking flipped between boots somewhere")
+    output_agreement: list[PairAgreement] = Field(
+        default=[],
+        description="per rig pair, whether the agreement probe's greedy outputs agree "
+        "(harness/agreement.py says what the verdict rests on)",
+    )
 
 
 class InstanceList(_Out):

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from functions.execution_input import SweepInput
+from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
+from harness.agreement_view import agreement_line
 from harness.compare import Comparison, compare, values_from_reports
 from harness.stats import Verdict
 from rigbench.mcp.models import (
@@ -72,6 +74,19 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
         rig: [{"cells": by_boot[boot]} for boot in sorted(by_boot)]
         for rig, by_boot in sorted(cells.items())
     }
+
+
+def probes_from_rows(rows: list[ResultRow]) -> dict[str, list[tuple[int, AgreementProbe | None]]]:
+    """Per rig, each stored boot's agreement probe (every row of a boot carries it)."""
+    boots: dict[str, dict[int, Any]] = defaultdict(dict)
+    for row in rows:
+        boots[row.rig].setdefault(row.boot, (row.model_extra or {}).get("agreement"))
+    return probes_from_reports(
+        {
+            rig: [{"boot": boot, "agreement": by_boot[boot]} for boot in sorted(by_boot)]
+            for rig, by_boot in boots.items()
+        }
+    )
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
@@ -192,11 +207,13 @@ class SweepTools:
             comparison = compare(values_from_reports(reports_from_rows(rows)), baseline=baseline)
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
+        agreement = output_agreement(probes_from_rows(rows))
         return SweepComparison(
             sweep_id=sweep_id,
             comparison=comparison,
-            verdicts=verdict_lines(comparison),
+            verdicts=verdict_lines(comparison) + [agreement_line(p) for p in agreement],
             flipped=comparison.any_flip,
+            output_agreement=agreement,
         )
 
     # -- instances ---------------------------------------------------------------------------

