@@ -14,7 +14,8 @@ from harness.agreement_probe import parse_answer, prompt_set, request_body
 
 
 def _answer(prompt: str, ids: list[int], margins: list[float] | None) -> ProbeAnswer:
-    return ProbeAnswer(prompt_id=prompt, token_ids=ids, text=" ".join(map(str, ids)), margins=margins)
+    text = " ".join(map(str, ids))
+    return ProbeAnswer(prompt_id=prompt, token_ids=ids, text=text, margins=margins)
 
 
 def _probe(answers: list[ProbeAnswer], dtype: str | None = "float32") -> AgreementProbe:

@@ -268,10 +268,10 @@ def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
         plain = httpx.post(f"{base}/v1/chat/completions", json=chat).json()["choices"][0]
         assert plain["logprobs"] is None
         assert plain["message"]["content"] == answer["choices"][0]["message"]["content"]
-        for bad, param, words in [
-            ({**chat, "top_logprobs": 2}, "messages", "top_logprobs requires logprobs: true"),
-            ({**chat, "logprobs": True, "stream": True}, "stream", "without streaming"),
-            ({**chat, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal"),
+        for bad, words in [
+            ({**chat, "top_logprobs": 2}, "top_logprobs requires logprobs: true"),
+            ({**chat, "logprobs": True, "stream": True}, "without streaming"),
+            ({**chat, "logprobs": True, "top_logprobs": 21}, "less than or equal"),
         ]:
             refused = httpx.post(f"{base}/v1/chat/completions", json=bad)
             assert refused.status_code == 400, refused.text
