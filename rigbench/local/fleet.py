@@ -163,10 +163,12 @@ def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
     each extra length bucket or slot width is minutes of compilation for nothing this sweep
     uses. Only settings the rig declares are passed, the same values to every rig.
     """
+    from harness.agreement import PROBE_CONTEXT_TOKENS
     from rigs.registry import get_rig
 
     cells = sweep_input.get("cells") or {}
     need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
+    need = max(need, PROBE_CONTEXT_TOKENS)  # every boot answers the agreement probe too
     wanted = {
         "max_model_len": max(64, 1 << (need - 1).bit_length()),
         "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),

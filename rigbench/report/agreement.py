@@ -3,6 +3,8 @@ outputs agree, in the terminal table's words, and the first diverging prompt sid
 
 from __future__ import annotations
 
+import statistics
+
 from markupsafe import Markup
 
 from harness.agreement import (
@@ -39,6 +41,25 @@ def agreement_of(data: SweepData) -> list[PairAgreement]:
     return output_agreement(probes)
 
 
+def probe_cost(data: SweepData) -> list[str]:
+    """Per rig, the probe's duration against the boots' instance time (the 5% budget)."""
+    lines = []
+    for rig in data.rigs:
+        pairs = [
+            (float(b.report["agreement"]["duration_s"]), b.instance_seconds)
+            for b in data.boots
+            if b.rig == rig and b.report and b.report.get("agreement") and b.instance_seconds
+        ]
+        if pairs:
+            probe = statistics.median(p for p, _ in pairs)
+            share = statistics.median(p / boot for p, boot in pairs)
+            lines.append(
+                f"{rig}: the probe took {probe:.1f} s, {share:.1%} of a boot's instance time "
+                f"(medians over {len(pairs)} boot(s))"
+            )
+    return lines
+
+
 def _side_by_side(pair: PairAgreement, first: PromptAgreement) -> str:
     """The first diverging prompt: its end, then each rig's answer, the shared part plain."""
     a, b = first.texts
@@ -71,7 +92,7 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:n]
 
 
-def agreement_section(pairs: list[PairAgreement]) -> Section:
+def agreement_section(pairs: list[PairAgreement], cost: list[str] | None = None) -> Section:
     rows = [
         [
             pair_name(p),
@@ -104,5 +125,7 @@ def agreement_section(pairs: list[PairAgreement]) -> Section:
                 ).format(", ".join(unsplit))
             )
         )
+    if cost:
+        blocks.append(str(Markup("<p>{}.</p>").format("; ".join(cost))))
     blocks += [_side_by_side(p, p.first_diverging) for p in pairs if p.first_diverging]
     return Section("Output agreement", "agreement", intro=INTRO, blocks=blocks)

@@ -20,7 +20,7 @@ from harness.compare import (
 )
 from harness.stats import BootAggregate, Verdict
 from rigbench.report import analysis, figures
-from rigbench.report.agreement import agreement_of, agreement_section
+from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
 from rigbench.report.data import BootData, SweepData
 from rigbench.report.html import Page, Section, figure_html, render_table
 
@@ -411,7 +411,7 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
             )
         )
     if pairs := agreement_of(data):
-        sections.append(agreement_section(pairs))
+        sections.append(agreement_section(pairs, probe_cost(data)))
     plots = plot_blocks(data, cell)
     if plots:
         sections.append(

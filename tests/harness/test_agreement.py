@@ -3,7 +3,9 @@
 import pytest
 
 from harness.agreement import (
+    MAX_TOKENS,
     NEAR_TIE_NATS,
+    PROBE_CONTEXT_TOKENS,
     AgreementProbe,
     ProbeAnswer,
     classify,
@@ -141,3 +143,14 @@ def test_the_prompt_set_and_both_response_shapes() -> None:
     assert answer.token_ids is None
     assert answer.tokens == ["a"]
     assert answer.margins == [pytest.approx(0.1)]
+
+
+def test_every_probe_prompt_and_its_answer_fit_the_context_local_rigs_get() -> None:
+    """rigbench.local.fleet sizes local rigs' max_model_len to at least this."""
+    from rigs.serving.tokenizer import ServingTokenizer
+    from rigs.sources import resolve_model
+
+    tokenizer = ServingTokenizer.from_pretrained(resolve_model("random:tiny").path)
+    for p in prompt_set():
+        ids = tokenizer.encode(p.prompt) if p.prompt else tokenizer.encode_chat(p.messages or [])
+        assert len(ids) + MAX_TOKENS <= PROBE_CONTEXT_TOKENS, p.id

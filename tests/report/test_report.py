@@ -14,9 +14,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from harness.agreement_view import agreement_line, counts_words
 from harness.compare import compare, render_text, values_from_reports
 from rigbench.cli import app
 from rigbench.local.cli import local_stack, run_local
+from rigbench.report.agreement import agreement_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
@@ -127,6 +129,35 @@ def test_terminal_table_and_report_say_the_same_things(sweep: Sweep, gathered: S
         assert bool(cell.burst_rigs) == bool(itl.withheld)
         if cell.burst_rigs:
             assert all(r.verdict is None for r in itl.results)
+
+
+@pytest.mark.slow
+def test_float32_torch_and_jax_outputs_agree_in_the_table_and_the_report(
+    sweep: Sweep, gathered: SweepData
+) -> None:
+    [pair] = agreement_of(gathered)
+    assert pair.rigs == ("jax", "torch")
+    assert pair.verdict == "agree", pair
+    assert pair.near_tie_split
+    assert pair.threshold_nats == 1e-3  # both rigs said float32
+    assert pair.prompts == 16
+    assert pair.identical + (pair.near_tie or 0) == 16
+    # the pair's own rounding noise is far below the near-tie threshold
+    assert pair.margin_shift_max is not None
+    assert pair.margin_shift_max < pair.threshold_nats / 10
+    line = agreement_line(pair)
+    assert line.startswith("jax vs torch: outputs agree (")
+    assert "output agreement" in sweep.terminal
+    assert "jax vs torch" in sweep.terminal
+    assert "outputs agree" in sweep.terminal
+    page = _text(sweep.report.read_text())
+    assert "Output agreement" in page
+    assert counts_words(pair) in page
+    assert "of a boot's instance time" in page  # the probe's cost, per rig
+    for boot in gathered.boots:
+        probe = (boot.report or {})["agreement"]
+        assert probe["duration_s"] > 0
+        assert all(a["error"] is None for a in probe["answers"])
 
 
 @pytest.mark.slow
