@@ -40,7 +40,8 @@ SWEEP_INPUT: dict[str, Any] = {
         "output_tokens": 6,
         "warmup_requests": 1,
     },
-    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
+    # each boot answers the agreement probe before its cells: room for it on busy cores
+    "deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 1500},
     "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
 }
 # A local sweep of four boots takes about two minutes on an idle two-core machine, and much
