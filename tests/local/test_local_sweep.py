@@ -156,6 +156,7 @@ def test_a_rig_made_wrong_on_purpose_is_flagged_outputs_diverge(tmp_path: Path) 
         rig_settings={"torch": {"test_logit_perturbation": 1.0}},
         # the JAX rig compiles on start, and each boot answers the probe: slow on busy cores
         deadlines={"ready_s": 900, "bench_s": 900, "instance_s": 2400},
+        waits={"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2},  # history cap
     )
     code = run_local(body, home=home, console=console, quota_vcpus=8)
     out = console.export_text()

@@ -42,7 +42,7 @@ SWEEP_INPUT: dict[str, Any] = {
     },
     # each boot answers the agreement probe before its cells: room for it on busy cores
     "deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 1500},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+    "waits": {"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2},  # history cap
 }
 # A local sweep of four boots takes about two minutes on an idle two-core machine, and much
 # longer on a busy one; the module's first test pays for it.
