@@ -239,9 +239,10 @@ class LocalFleet:
             return  # not a rig instance: nothing to play
         sweep = self._sweep_input(instance.tags.get(SWEEP_TAG, ""))
         model = sweep.get("model") if isinstance(sweep.get("model"), str) else None
-        self.launch(
-            instance.instance_id, rig, model or self.default_model, host_settings(rig, sweep)
-        )
+        # the input's rig_settings for this rig over the host's sizing, as on AWS
+        asked = (sweep.get("rig_settings") or {}).get(rig) or {}
+        settings = {**host_settings(rig, sweep), **{k: str(v) for k, v in asked.items()}}
+        self.launch(instance.instance_id, rig, model or self.default_model, settings)
 
     def _sweep_input(self, sweep_id: str) -> dict[str, Any]:
         """The execution input of the sweep (its name is the sweep id) on the emulation."""
