@@ -4,6 +4,7 @@ answers with structured content. Tool inputs are typed by the models they alread
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.agreement import PairAgreement
 from harness.compare import Comparison
 from rigbench.stack.models import (
     QuotaCheck,
@@ -84,6 +85,11 @@ class SweepComparison(_Out):
         default=[], description="the sweep-level ranking: per rig pair, the verdicts each way"
     )
     flipped: bool = Field(description="a ranking flipped between boots somewhere")
+    output_agreement: list[PairAgreement] = Field(
+        default=[],
+        description="per rig pair, whether the agreement probe's greedy outputs agree "
+        "(harness/agreement.py says what the verdict rests on)",
+    )
 
 
 class InstanceList(_Out):

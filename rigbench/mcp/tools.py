@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from functions.execution_input import SweepInput
+from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
+from harness.agreement_view import agreement_line
 from harness.compare import Comparison
 from harness.stats import Verdict
 from rigbench.comparison import setups_of, sweep_comparison
@@ -73,6 +75,19 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
         rig: [{"cells": by_boot[boot]} for boot in sorted(by_boot)]
         for rig, by_boot in sorted(cells.items())
     }
+
+
+def probes_from_rows(rows: list[ResultRow]) -> dict[str, list[tuple[int, AgreementProbe | None]]]:
+    """Per rig, each stored boot's agreement probe (every row of a boot carries it)."""
+    boots: dict[str, dict[int, Any]] = defaultdict(dict)
+    for row in rows:
+        boots[row.rig].setdefault(row.boot, (row.model_extra or {}).get("agreement"))
+    return probes_from_reports(
+        {
+            rig: [{"boot": boot, "agreement": by_boot[boot]} for boot in sorted(by_boot)]
+            for rig, by_boot in boots.items()
+        }
+    )
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
@@ -188,18 +203,21 @@ class SweepTools:
             )
         setups = setups_of((row.rig, row.provenance) for row in rows)
         local = getattr(self.stack, "kind", "") == "local"
+        agreement = output_agreement(probes_from_rows(rows))
         try:
             comparison = sweep_comparison(
-                reports_from_rows(rows), setups, local=local, baseline=baseline
-            )
+                reports_from_rows(rows), setups, local=local, baseline=baseline,
+                agreement=agreement,
+            )  # fmt: skip
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
         return SweepComparison(
             sweep_id=sweep_id,
             comparison=comparison,
-            verdicts=verdict_lines(comparison),
+            verdicts=verdict_lines(comparison) + [agreement_line(p) for p in agreement],
             summary=comparison.summary,
             flipped=comparison.any_flip,
+            output_agreement=agreement,
         )
 
     # -- instances ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from harness.compare import (
 from harness.stats import BootAggregate, Verdict
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report import analysis, figures
+from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
 from rigbench.report.data import BootData, SweepData
 from rigbench.report.html import Page, Section, figure_html, render_table
 
@@ -411,6 +412,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
                 blocks=[comparison_table(comparison)],
             )
         )
+    if pairs := agreement_of(data):
+        sections.append(agreement_section(pairs, probe_cost(data)))
     plots = plot_blocks(data, cell)
     if plots:
         sections.append(

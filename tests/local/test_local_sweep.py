@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from rigbench.local import persist
-from rigbench.local.cli import run_local
+from rigbench.local.cli import local_stack, run_local
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import processes_under, wait_for
@@ -153,6 +153,45 @@ def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
     assert reaped.returncode == 0, reaped.stderr[-2000:]
     assert "terminated 0 instance(s)" in reaped.stdout
     assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_a_rig_made_wrong_on_purpose_is_flagged_outputs_diverge(tmp_path: Path) -> None:
+    """The torch rig with its logits perturbed (a test-only rig setting) against the JAX
+    rig: the table names the pair and the first diverging prompt; MCP compare says so."""
+    home = tmp_path / "home"
+    console = Console(record=True, width=320)
+    body = _input(
+        tmp_path,
+        sweep_id="e2e-wrong",
+        rigs=["jax", "torch"],
+        rig_settings={"torch": {"test_logit_perturbation": 1.0}},
+        # the JAX rig compiles on start, and each boot answers the probe: slow on busy cores
+        deadlines={"ready_s": 900, "bench_s": 900, "instance_s": 2400},
+        waits={"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2},  # history cap
+    )
+    code = run_local(body, home=home, console=console, quota_vcpus=8)
+    out = console.export_text()
+    assert code == 0, out
+    from rigbench.mcp.tools import SweepTools
+
+    with local_stack(home) as stack:
+        found = SweepTools(stack, ceiling_usd=1).compare("e2e-wrong", None)
+    [pair] = found.output_agreement
+    assert (pair.rigs, pair.verdict) == (("jax", "torch"), "diverge")
+    assert pair.diverged > 0
+    assert pair.first_diverging is not None
+    assert pair.first_diverging.outcome == "diverged"
+    # the terminal table names the pair and its first confidently diverging prompt
+    table = out[out.index("output agreement") :]
+    row = next(line for line in table.splitlines() if "jax vs torch" in line)
+    assert "outputs diverge" in row
+    assert f"first at prompt {pair.first_diverging.prompt_id}," in row
+    assert any(v.startswith("jax vs torch: outputs diverge") for v in found.verdicts)
+    dumped = found.model_dump(mode="json")["output_agreement"][0]
+    assert {"rigs", "prompts", "identical", "near_tie", "diverged"} <= set(dumped)
+    assert {"mean_first_divergence", "verdict"} <= set(dumped)
 
 
 def _default_sigint() -> None:

@@ -14,10 +14,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from harness.agreement_view import agreement_line, counts_words
 from harness.compare import Comparison, footnotes, render_text
 from rigbench.cli import app
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.local.cli import local_stack, run_local
+from rigbench.report.agreement import agreement_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
@@ -39,8 +41,9 @@ SWEEP_INPUT: dict[str, Any] = {
         "output_tokens": 6,
         "warmup_requests": 1,
     },
-    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+    # each boot answers the agreement probe before its cells: room for it on busy cores
+    "deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 1500},
+    "waits": {"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2},  # history cap
 }
 # A local sweep of four boots takes about two minutes on an idle two-core machine, and much
 # longer on a busy one; the module's first test pays for it.
@@ -166,6 +169,35 @@ def test_compare_command_prints_the_reports_comparison(sweep: Sweep, gathered: S
     missing = runner.invoke(app, ["compare", "no-such-sweep", "--local", "--home", str(sweep.home)])
     assert missing.exit_code == 2
     assert "no sweep 'no-such-sweep'" in missing.output
+
+
+@pytest.mark.slow
+def test_float32_torch_and_jax_outputs_agree_in_the_table_and_the_report(
+    sweep: Sweep, gathered: SweepData
+) -> None:
+    pairs = {p.rigs: p for p in agreement_of(gathered)}
+    assert set(pairs) == {("jax", "jax@b"), ("jax", "torch"), ("jax@b", "torch")}
+    pair = pairs[("jax", "torch")]
+    assert pair.verdict == "agree", pair
+    assert pair.threshold_nats == 1e-3  # both rigs said float32
+    assert pair.prompts == 16
+    assert pair.identical + (pair.near_tie or 0) == 16
+    # the pair's own rounding noise, where both rigs gave logprobs, is far below the threshold
+    if pair.margin_shift_max is not None:
+        assert pair.margin_shift_max < pair.threshold_nats / 10
+    line = agreement_line(pair)
+    assert line.startswith("jax vs torch: outputs agree (")
+    assert "output agreement" in sweep.terminal
+    assert "jax vs torch" in sweep.terminal
+    assert "outputs agree" in sweep.terminal
+    page = _text(sweep.report.read_text())
+    assert "Output agreement" in page
+    assert counts_words(pair) in page
+    assert "of a boot's instance time" in page  # the probe's cost, per rig
+    for boot in gathered.boots:
+        probe = (boot.report or {})["agreement"]
+        assert probe["duration_s"] > 0
+        assert all(a["error"] is None for a in probe["answers"])
 
 
 @pytest.mark.slow
