@@ -70,12 +70,30 @@ class ResultsPage(_Out):
 
 class SweepComparison(_Out):
     """Every rig of a sweep against the baseline: median of boot medians with a bootstrap
-    interval per cell and metric, a verdict only where the intervals separate."""
+    interval per cell and metric, a verdict only where the intervals separate. Compact by
+    default (the verdict lines); `comparison` holds every cell and metric with detail=true."""
 
     sweep_id: str
-    comparison: Comparison
+    baseline: str
+    rigs: list[str]
     verdicts: list[str] = Field(description="the decisive differences, one line each")
     flipped: bool = Field(description="a ranking flipped between boots somewhere")
+    comparison: Comparison | None = Field(
+        None, description="every cell, metric and rig with its interval (only with detail=true)"
+    )
+
+
+class ReportSummary(_Out):
+    """What a sweep's report page holds, without the page itself (read `html` for it)."""
+
+    sweep_id: str
+    html: str = Field(description="the resource URI of the page (self-contained HTML)")
+    size_bytes: int = Field(description="the page's size in bytes")
+    title: str
+    status: str = Field(description="the page's status badge, e.g. 'succeeded'")
+    sections: list[str] = Field(description="the page's section headings, in order")
+    verdicts: list[str] = Field(description="the comparison's decisive differences (first 20)")
+    verdicts_total: int
 
 
 class InstanceList(_Out):

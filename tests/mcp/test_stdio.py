@@ -46,16 +46,16 @@ async def run_sweep_over_stdio(home: Path) -> None:
         assert (await ok(client, "check_quotas", {}))["spot"]["fits"] == 1
         assert "torch" in {r["name"] for r in (await ok(client, "list_rigs"))["rigs"]}
 
-        over = await refused(client, "start_sweep", {"input": {**sweep, "budget_usd": 2}})
+        over = await refused(client, "start_sweep", {**sweep, "budget_usd": 2})
         assert "ceiling of 1.5 USD" in over
-        assert await refused(client, "start_sweep", {"input": {"rigs": "torch"}})
+        assert await refused(client, "start_sweep", {"rigs": "torch"})
         assert "not terminated" in await refused(
             client, "terminate", {"instance_id": "i-0123456789abcdef0"}
         )
 
-        planned = await ok(client, "plan_sweep", {"input": sweep})
+        planned = await ok(client, "plan_sweep", sweep)
         assert planned["can_start"] is True, planned["reasons"]
-        started = await ok(client, "start_sweep", {"input": sweep})
+        started = await ok(client, "start_sweep", sweep)
         deadline = time.monotonic() + SWEEP_TIMEOUT_S
         while not (status := await ok(client, "sweep_status", {"sweep_id": started["sweep_id"]}))[
             "done"
@@ -65,7 +65,7 @@ async def run_sweep_over_stdio(home: Path) -> None:
         assert status["progress"]["status"] == "SUCCEEDED", status["explained"]
 
         assert "mcp-stdio" in {s["sweep_id"] for s in (await ok(client, "list_sweeps"))["sweeps"]}
-        rows = await ok(client, "query_results", {"filters": {"sweep": "mcp-stdio"}})
+        rows = await ok(client, "query_results", {"sweep": "mcp-stdio"})
         assert rows["total"] == 2
         compared = await ok(client, "compare", {"sweep_id": "mcp-stdio"})
         assert compared["comparison"]["rigs"] == ["torch"]
@@ -77,9 +77,7 @@ async def read_back_over_stdio(home: Path) -> dict[str, Any]:
     async with Client(server_params(home)) as client:
         status = await ok(client, "sweep_status", {"sweep_id": "mcp-stdio"})
         assert status["progress"]["status"] == "SUCCEEDED"
-        result: dict[str, Any] = await ok(
-            client, "query_results", {"filters": {"sweep": "mcp-stdio"}}
-        )
+        result: dict[str, Any] = await ok(client, "query_results", {"sweep": "mcp-stdio"})
         return result
 
 

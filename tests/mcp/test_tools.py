@@ -49,8 +49,9 @@ class NoStack:
 
 def test_compare_gives_verdicts_where_intervals_separate() -> None:
     tools = SweepTools(NoStack(), ceiling_usd=1.0)  # type: ignore[arg-type]
-    found = tools.compare("s", baseline="slow")
-    assert found.comparison.baseline == "slow"
+    found = tools.compare("s", baseline="slow", detail=True)
+    assert found.comparison is not None
+    assert found.baseline == found.comparison.baseline == "slow"
     assert found.flipped is False
     # Medians of boots: TTFT 12 vs 52 ms, output 98 vs 22 tok/s.
     assert "c=1 TTFT p50 (ms): fast faster than slow (-76.9%)" in found.verdicts
