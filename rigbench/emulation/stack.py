@@ -172,14 +172,34 @@ class Emulation:
             if Emulation._running is self:
                 Emulation._running = None
 
-    def _stop_executions(self) -> None:
+    def _stop_executions(self) -> list[str]:
+        """StopExecution on every running execution; the ARNs it stopped."""
         if not self.state_machine_arn:
-            return
+            return []
         sfn = self.client("stepfunctions")
-        for execution in sfn.list_executions(
-            stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
-        )["executions"]:
-            sfn.stop_execution(executionArn=execution["executionArn"], error="EmulationStopped")
+        running = [
+            e["executionArn"]
+            for e in sfn.list_executions(
+                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+            )["executions"]
+        ]
+        for arn in running:
+            sfn.stop_execution(executionArn=arn, error="EmulationStopped")
+        return running
+
+    def stop_executions(self, settle_s: float = 10.0) -> list[str]:
+        """Stop every running execution and wait (at most `settle_s`) until each has ended, so
+        its history is complete; the ARNs it stopped."""
+        stopped = self._stop_executions()
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + settle_s
+        for arn in stopped:
+            while (
+                sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
+        return stopped
 
     # ------------------------------------------------------------------ clients
     def session(self) -> boto3.session.Session:

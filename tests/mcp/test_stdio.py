@@ -2,6 +2,7 @@
 tool over the wire, a sweep run to its end while rig processes share the server's stdout,
 and what it stored read back by a second server on the same state directory."""
 
+import json
 import os
 import sys
 import time
@@ -90,3 +91,36 @@ def test_stdio_server_runs_a_sweep_and_a_new_server_reads_it_back(tmp_path: Path
     assert rows["total"] == 2
     assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
     assert processes_under(tmp_path) == []
+
+
+async def start_and_go_away(home: Path) -> None:
+    """Start a sweep, follow it until its boot is launched, then close the client."""
+    async with Client(server_params(home)) as client:
+        await ok(client, "start_sweep", sweep_input(sweep_id="mcp-away"))
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        while True:
+            status = await ok(client, "sweep_status", {"sweep_id": "mcp-away"})
+            if any(b["instance_id"] for b in status["progress"]["boots"]):
+                break
+            assert not status["done"], status
+            assert time.monotonic() < deadline, status
+            await anyio.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_client_that_goes_away_mid_sweep_leaves_a_stopped_sweep(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    anyio.run(start_and_go_away, home)
+    assert processes_under(tmp_path) == []
+
+    async def read_back() -> dict[str, Any]:
+        async with Client(server_params(home)) as client:
+            return dict(await ok(client, "sweep_status", {"sweep_id": "mcp-away"}))
+
+    status = anyio.run(read_back)
+    progress = status["progress"]
+    assert (progress["status"], progress["error"]) == ("ABORTED", "SessionStopped")
+    [line] = status["explained"]
+    assert line.startswith("sweep mcp-away aborted in RunBoots: SessionStopped: the MCP server ")
+    assert "its local instances terminated" in line
+    assert "AttributeError" not in json.dumps(status)
