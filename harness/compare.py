@@ -459,13 +459,18 @@ def fmt_value(value: float) -> str:
     return _fmt(value)
 
 
-def _rig_cell(result: RigResult, baseline: str, max_boots: int) -> Text:
+def _rig_cell(result: RigResult, baseline: str, max_boots: int, compared: bool = True) -> Text:
     agg = result.aggregate
     if agg is None:
         return Text("no data", style="dim")
-    text = Text(f"{_fmt(agg.value)} [{_fmt(agg.ci_low)}, {_fmt(agg.ci_high)}]")
+    if agg.n_boots == 1:  # one value: no interval to show
+        text = Text(_fmt(agg.value))
+    else:
+        text = Text(f"{_fmt(agg.value)} [{_fmt(agg.ci_low)}, {_fmt(agg.ci_high)}]")
     if agg.n_boots < max_boots:
         text.append(f" n={agg.n_boots}", style="yellow")
+    if not compared:  # one rig: nothing is compared with a baseline
+        return text
     if result.rig == baseline:
         text.append("\nbaseline", style="dim")
     elif result.words:
@@ -491,12 +496,21 @@ CAPTION = (
 )
 
 
+ONE_BOOT_CAPTION = (
+    "one boot per rig: each figure is that boot's median; no interval and no verdict (the "
+    "boot is the unit of replication: run more boots to compare)"
+)
+
+
 def render(comparison: Comparison) -> Table:
     most = max_boots(comparison)
     level = f"{comparison.confidence:.0%}"
+    compared = len(comparison.rigs) > 1
     table = Table(
-        title=f"rigbench comparison (baseline {comparison.baseline})",
-        caption=CAPTION.format(boots=most, level=level),
+        title=f"rigbench comparison (baseline {comparison.baseline})"
+        if compared
+        else f"rigbench results ({comparison.baseline})",
+        caption=ONE_BOOT_CAPTION if most == 1 else CAPTION.format(boots=most, level=level),
         show_lines=True,
     )
     table.add_column("cell")
@@ -510,7 +524,10 @@ def render(comparison: Comparison) -> Table:
             table.add_row(
                 cell.cell,
                 f"{metric.metric.label} ({metric.metric.unit})",
-                *(_rig_cell(by_rig[rig], comparison.baseline, most) for rig in comparison.rigs),
+                *(
+                    _rig_cell(by_rig[rig], comparison.baseline, most, compared)
+                    for rig in comparison.rigs
+                ),
                 _ranking_cell(metric),
             )
     return table

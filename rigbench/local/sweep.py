@@ -2,16 +2,18 @@
 
 import json
 import platform
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 
 from harness.compare import cell_label, compare, render, values_from_reports
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
-from rigbench.progress import sweep_table
+from rigbench.progress import PhaseLines, sweep_table
 from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack
@@ -90,14 +92,25 @@ def run_sweep(
         rigs = ", ".join(sweep_input.get("rigs", []))
         boots = sweep_input.get("boots_per_rig", 2)
         title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
-        waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
-        with Live(
-            sweep_table(waiting, title),
-            console=console, refresh_per_second=4, transient=False, auto_refresh=live,
-        ) as view:  # fmt: skip
-            progress = stack.follow_sweep(
-                started.execution_arn, on_update=lambda p: view.update(sweep_table(p, title))
-            )
+        if console.is_terminal:
+            began = datetime.now(UTC)
+            expected = len(sweep_input.get("rigs", [])) * int(boots)
+
+            def table(p: SweepProgress) -> Table:
+                return sweep_table(p, title, expected_boots=expected, started_at=began)
+
+            waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
+            with Live(
+                table(waiting),
+                console=console, refresh_per_second=4, transient=False, auto_refresh=live,
+            ) as view:  # fmt: skip
+                progress = stack.follow_sweep(
+                    started.execution_arn, on_update=lambda p: view.update(table(p))
+                )
+        else:  # a log: a line per change as it happens, the table once at the end
+            console.print(title)
+            progress = stack.follow_sweep(started.execution_arn, on_update=PhaseLines(console))
+            console.print(sweep_table(progress, title))
         reports = stack.session.reports(sweep_id)
         report_line = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
     status = progress.status
