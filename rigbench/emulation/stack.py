@@ -25,14 +25,13 @@ import boto3
 import httpx
 from moto.server import ThreadedMotoServer
 
+from functions.settings import EMULATED_AMI_PARAMETER
 from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
 from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import ACCOUNT_ID, Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
 from rigbench.stack.models import StackRefs
-
-EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 
 
 def baked_image_parameters() -> list[str]:

@@ -4,6 +4,7 @@ the plots, cost per million output tokens, provenance, and what is missing."""
 import json
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -21,16 +22,26 @@ from harness.compare import (
 from harness.stats import BootAggregate, Verdict
 from rigbench.report import analysis, figures
 from rigbench.report.data import BootData, SweepData
-from rigbench.report.html import Page, Section, figure_html, render_table
+from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
 _VERDICT_CLASS = {Verdict.FASTER: "better", Verdict.SLOWER: "worse"}
 
 
+# The terminal table's metrics, and the tails of TTFT, TPOT and E2E beside their medians.
+REPORT_METRICS = (
+    "ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99", "itl_ms.p50",
+    "tpot_ms.p50", "tpot_ms.p90", "tpot_ms.p99",
+    "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99", "output_tok_s",
+)  # fmt: skip
+
+
 def comparison_of(data: SweepData) -> Comparison | None:
-    """The comparison the terminal table prints, from the same reports."""
+    """The comparison the terminal table prints, from the same reports, with p90 and p99."""
     reports = data.reports_by_rig()
-    return compare(values_from_reports(reports)) if reports else None
+    if not reports:
+        return None
+    return compare(values_from_reports(reports, REPORT_METRICS), metrics=REPORT_METRICS)
 
 
 def _span(css: str, text: str) -> Markup:
@@ -44,11 +55,9 @@ def _join(parts: Iterable[Markup | str]) -> Markup:
 def _value(agg: BootAggregate | None, most: int) -> Markup:
     if agg is None:
         return _span("dim", "no data")
-    text = (
-        _span("v", fmt_value(agg.value))
-        + " "
-        + _span("ci", f"[{fmt_value(agg.ci_low)}, {fmt_value(agg.ci_high)}]")
-    )
+    text = _span("v", fmt_value(agg.value))
+    if agg.n_boots > 1:  # one boot is one value: no interval to show
+        text += " " + _span("ci", f"[{fmt_value(agg.ci_low)}, {fmt_value(agg.ci_high)}]")
     if agg.n_boots < most:
         text += " " + _span("n", f"n={agg.n_boots}")
     return text
@@ -165,6 +174,10 @@ def _hours(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
 
 
+def _when(moment: datetime | None) -> str:
+    return "unknown" if moment is None else moment.astimezone(UTC).strftime(TIME_FORMAT)
+
+
 def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
@@ -198,7 +211,7 @@ def summary_blocks(data: SweepData) -> list[str]:
         ["model", data.model or "unknown"],
         ["rigs", ", ".join(data.rigs)],
         ["instance type", data.instance_type or "unknown"],
-        ["started", f"{data.started_at:%Y-%m-%d %H:%M:%S %Z}" if data.started_at else "unknown"],
+        ["started", _when(data.started_at)],
         ["wall time", _hours(data.wall_s)],
         [
             "instance-hours",
@@ -404,8 +417,9 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
                 "Comparison",
                 "comparison",
                 intro="Per cell and metric: each rig's median over its boots with a bootstrap "
-                "confidence interval, and how it stands against the baseline. The same table, "
-                "in the same words, ends `rigbench demo` in the terminal.",
+                "confidence interval, and how it stands against the baseline. The table that "
+                "ends `rigbench demo` in the terminal, in the same words, with the p90 and p99 "
+                "tails beside the medians.",
                 blocks=[comparison_table(comparison)],
             )
         )

@@ -347,6 +347,8 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         assert "<title>rigbench sweep mcp-e2e</title>" in page.text
         assert 'id="plot-throughput"' in page.text
         assert "<script src=" not in page.text  # self-contained: plotly.js is inlined
+        assert "rigbench run --local sweep.json" in page.text  # as it was really started
+        assert len(page.text.encode()) <= 2_000_000
         # The report resource summarises the page and points at it.
         read = await client.read_resource(REPORT_URI.format(sweep_id="mcp-e2e"))
         [summary_text] = read.contents
