@@ -316,7 +316,11 @@ def cost_figure(by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str
         )
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="load cell", type="category")
-    fig.update_yaxes(title="USD per million output tokens", rangemode="tozero")
+    costs = [p.aggregate.value for ps in by_rig.values() for p in ps]
+    if _log_if_wide(costs) == "log":  # a cheap rig's bar would be a sliver on a linear axis
+        fig.update_yaxes(title="USD per million output tokens (log scale)", **_log_axis(costs))
+    else:
+        fig.update_yaxes(title="USD per million output tokens", rangemode="tozero")
     return _style(fig, "Cost per million output tokens, at the price each boot paid")
 
 
