@@ -509,7 +509,7 @@ def render(comparison: Comparison) -> Table:
     table = Table(
         title=f"rigbench comparison (baseline {comparison.baseline})"
         if compared
-        else f"rigbench results ({comparison.baseline})",
+        else f"rigbench comparison (one rig: {comparison.baseline})",
         caption=ONE_BOOT_CAPTION if most == 1 else CAPTION.format(boots=most, level=level),
         show_lines=True,
     )

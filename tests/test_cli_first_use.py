@@ -222,5 +222,6 @@ def test_one_boot_of_one_rig_claims_no_interval_and_no_baseline() -> None:
     assert "median of 1 boots" not in text
     assert "[8.50, 8.50]" not in text
     assert "baseline" not in text
+    assert "rigbench comparison (one rig: torch)" in text
     assert "one boot per rig" in text
     assert "8.50" in text
