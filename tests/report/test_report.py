@@ -50,7 +50,9 @@ SWEEP_INPUT: dict[str, Any] = {
 pytestmark = pytest.mark.timeout(1500)
 PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
 # Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
-MARKS_JS = """(() => {
+# The page unpacks plotly.js and draws its figures after load: window.rigbenchDrawn settles then.
+MARKS_JS = """(async () => {
+  await window.rigbenchDrawn;
   const out = {};
   for (const div of document.querySelectorAll('.js-plotly-plot')) {
     const drawn = [...div.querySelectorAll(
@@ -212,6 +214,15 @@ def test_report_opens_offline_and_draws_every_plot(sweep: Sweep, browser: Chromi
     assert "cost (spend ledger) $" in text
     assert "rigbench run --local sweep.json" in text  # the command to reproduce
 
+    # At most 2 MB: plotly.js travels once, compressed; no more than that and the figures.
+    assert sweep.report.stat().st_size <= 2_000_000
+    assert page.count('id="plotly-packed"') == 1
+    # The comparison carries the tails beside the medians; one date format throughout.
+    for label in ("TTFT p50", "TTFT p90", "TTFT p99", "TPOT p90", "E2E p99"):
+        assert label in text
+    assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text)
+    assert "<thead><tr><th></th>" not in page  # no empty header row
+
     browser.open(sweep.report)
     marks = browser.evaluate(MARKS_JS)
     assert set(marks) == set(PLOTS), marks
@@ -293,6 +304,20 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
     assert "Only one rig (torch) has results: there is nothing to compare it with" in _text(page)
     for verdict in ("better", "worse", "noise"):  # no rig is judged: there is no other rig
         assert f'<span class="{verdict}">' not in page
+
+    # A sweep that stored nothing has no figures: its page carries no plotting library.
+    nothing = gathered.model_copy(
+        update={
+            "status": "FAILED",
+            "boots": [
+                b.model_copy(update={"report": None, "outcome": "failed"}) for b in gathered.boots
+            ],
+        }
+    )
+    page = render_page(sweep_page(nothing))
+    assert "plotly-packed" not in page
+    assert len(page.encode()) < 100_000
+    assert "No boot stored a report" in _text(page)
 
     with pytest.raises(ReportError, match="no results for torch serving nothing"):
         trend_page([], "torch", "nothing", None)
