@@ -64,14 +64,26 @@ class _Strict(BaseModel):
 class LoadCells(_Strict):
     """What the harness measures on each boot: fixed-concurrency and Poisson-rate cells."""
 
-    concurrency: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default=[1, 8], max_length=16)
-    rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(default=[], max_length=16)
+    concurrency: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default=[1, 8],
+        max_length=16,
+        description="fixed-concurrency cells: requests in flight at once, one cell each",
+    )
+    rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(
+        default=[],
+        max_length=16,
+        description="Poisson-rate cells in requests/s (instead of concurrency)",
+    )
     requests_per_cell: int = Field(
         default=32, ge=1, le=10_000, description="default: 32, or 4x the highest concurrency"
     )
-    prompt_tokens: int = Field(default=512, ge=1, le=131_072)
-    output_tokens: int = Field(default=128, ge=1, le=32_768)
-    warmup_requests: int = Field(default=2, ge=0, le=1000)
+    prompt_tokens: int = Field(default=512, ge=1, le=131_072, description="prompt length, tokens")
+    output_tokens: int = Field(
+        default=128, ge=1, le=32_768, description="generated length per request, tokens (forced)"
+    )
+    warmup_requests: int = Field(
+        default=2, ge=0, le=1000, description="requests sent before each cell, never measured"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -96,9 +108,16 @@ class LoadCells(_Strict):
 class Deadlines(_Strict):
     """Seconds from launch; the instance shuts itself down at `instance_s` whatever happens."""
 
-    ready_s: int = Field(default=1800, ge=1, le=4 * 3600)
-    bench_s: int = Field(default=3600, ge=1, le=12 * 3600)
-    instance_s: int = Field(default=7200, ge=60, le=24 * 3600)
+    ready_s: int = Field(
+        default=1800, ge=1, le=4 * 3600, description="seconds for the rig to answer a completion"
+    )
+    bench_s: int = Field(default=3600, ge=1, le=12 * 3600, description="seconds for the harness")
+    instance_s: int = Field(
+        default=7200,
+        ge=60,
+        le=24 * 3600,
+        description="seconds the instance lives at most (its dead-man timer; priced as budget)",
+    )
 
     @field_validator("instance_s")
     @classmethod
@@ -116,9 +135,9 @@ class Waits(_Strict):
     """Wait-state intervals (seconds) of the polling loops; never below the stack's minimum
     (MinPollSeconds: 1 by default, 0 only in tests)."""
 
-    agent_poll_s: Seconds = 15
-    ready_poll_s: Seconds = 20
-    command_poll_s: Seconds = 30
+    agent_poll_s: Seconds = Field(15, description="seconds between checks for the SSM agent")
+    ready_poll_s: Seconds = Field(20, description="seconds between readiness probes")
+    command_poll_s: Seconds = Field(30, description="seconds between harness status polls")
 
     @field_validator("agent_poll_s", "ready_poll_s", "command_poll_s")
     @classmethod
@@ -147,23 +166,32 @@ class SweepInput(_Strict):
         pattern=MODEL_PATTERN,
         description="a Hugging Face id or random:<config>: letters, digits and . _ - / : only",
     )
-    model_revision: str | None = Field(default=None, pattern=REVISION_PATTERN)
-    instance_type: str = "g5g.2xlarge"
+    model_revision: str | None = Field(
+        default=None, pattern=REVISION_PATTERN, description="a commit or tag of the model repo"
+    )
+    instance_type: str = Field(
+        default="g5g.2xlarge", description="the EC2 type every boot runs on (one GPU)"
+    )
     boots_per_rig: int = Field(
         default=DEFAULT_BOOTS_PER_RIG,
         ge=1,
         le=MAX_BOOTS_PER_RIG,
-        description="1 gives no verdicts; 2 finds a 1.5x difference at 10% boot-to-boot "
-        "spread about 1 time in 3, the default 3 about 9 in 10, 5 nearly always",
+        description="fresh instances per rig (the boot is the unit of replication): 1 gives no "
+        "verdicts; 2 finds a 1.5x difference at 10% boot-to-boot spread about 1 time in 3, the "
+        "default 3 about 9 in 10, 5 nearly always",
     )
-    cells: LoadCells = LoadCells()
-    budget_usd: float = Field(gt=0, le=10_000)
-    market: Literal["spot", "on-demand"] = "spot"
+    cells: LoadCells = Field(
+        default=LoadCells(), description="the load cells the harness measures on every boot"
+    )
+    budget_usd: float = Field(
+        gt=0, le=10_000, description="the most this sweep may spend, USD (reserved up front)"
+    )
+    market: Literal["spot", "on-demand"] = Field(default="spot", description="EC2 market")
     subnets: list[str] | None = Field(
         default=None, min_length=1, description="defaults to the stack's subnets"
     )
-    deadlines: Deadlines = Deadlines()
-    waits: Waits = Waits()
+    deadlines: Deadlines = Field(default=Deadlines(), description="per boot, seconds from launch")
+    waits: Waits = Field(default=Waits(), description="poll intervals of the wait loops, seconds")
     max_concurrent_sequences: int | None = Field(
         default=None,
         ge=1,

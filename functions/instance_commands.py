@@ -127,6 +127,7 @@ def bench_commands(
         "--input-len", str(cells.prompt_tokens),
         "--output-len", str(cells.output_tokens),
         "--warmup", str(cells.warmup_requests),
+        "--agreement",
         "--out", '"$OUT/report.json"',
     ]  # fmt: skip
     if cells.concurrency:

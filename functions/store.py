@@ -67,6 +67,7 @@ def result_rows(
         "boot_plan": plan_boot(sweep, state.rig).model_dump(mode="json"),
     }
     rows = []
+    agreement = report.row_agreement()  # on every row of the boot: any one row gives it
     for cell in report.cells:
         metrics_doc = cell.model_dump(mode="json")
         rows.append(
@@ -84,6 +85,7 @@ def result_rows(
                 "metrics": metrics_doc,
                 "provenance": provenance,
                 "report_key": key,
+                "agreement": agreement,
             }
         )
     return rows

@@ -129,6 +129,14 @@ def bench(
     workers: Annotated[
         int, typer.Option(help="Client processes sharing each cell (beyond one event loop)")
     ] = 1,
+    agreement: Annotated[
+        bool,
+        typer.Option(
+            "--agreement",
+            help="Before the cells, answer the agreement probe (fixed prompts, greedy, "
+            "logprobs) that sweeps compare across rigs",
+        ),
+    ] = False,
     out: Annotated[Path, typer.Option(help="Report path; records go beside it")] = Path(
         "report.json"
     ),
@@ -186,6 +194,7 @@ def bench(
             slo=_slo(slo),
             percentiles=_numbers(percentiles, "--percentiles", float) or [],
             max_failed_share=max_failed_share,
+            agreement_probe=agreement,
         )
     except ValidationError as exc:
         _die(f"invalid argument: {_config_error(exc)}", EXIT_USAGE)

@@ -30,6 +30,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from harness.agreement import PairAgreement
+from harness.agreement_view import render_agreement
 from harness.stats import (
     ALPHA,
     DEFAULT_CONFIDENCE,
@@ -224,6 +226,8 @@ class Comparison(BaseModel):
     setup_warnings: list[str] = []
     summary: list[str] = []  # the sweep-level ranking, one line per rig pair
     emulated: str = ""  # what ran, where it was not the real thing (a local sweep)
+    # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
+    output_agreement: list[PairAgreement] = []
 
     @property
     def any_flip(self) -> bool:
@@ -767,6 +771,8 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     for line in footnotes(comparison):
         style = "yellow" if line.startswith(("not like for like", "local emulation")) else ""
         console.print(Text(line, style=style))
+    if comparison.output_agreement:
+        console.print(render_agreement(comparison.output_agreement))
 
 
 def render_text(comparison: Comparison, width: int = 160) -> str:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.agreement import AgreementProbe
+from harness.agreement_probe import run_probe
 from harness.backend import OpenAIBackend, ServerInfo, build_body
 from harness.dataset import DatasetEntry, take
 from harness.load import (
@@ -231,6 +233,12 @@ async def run_benchmark(
         cell_plans = [prompts.plan(config.requests, config.seed + i) for i in range(len(loads))]
         await preflight(backend, config, server, cell_plans[0].bodies[0])
 
+        if config.agreement_probe:
+            report.agreement = await _probe(config, stop)
+            report.interrupted = stop.is_set()
+            if on_cell:
+                on_cell(report, records)
+
         if config.warmup:
             warm = asyncio.ensure_future(
                 run_concurrency(
@@ -287,6 +295,17 @@ async def run_benchmark(
     report.finished_at = _now_iso()
     report.harness_ceiling_note = ceiling_note(report.cells)
     return report
+
+
+async def _probe(config: BenchmarkConfig, stop: asyncio.Event) -> AgreementProbe | None:
+    """The agreement probe (harness.agreement_probe), before any load; None if stopped."""
+    result: list[AgreementProbe] = []
+
+    async def probe() -> None:
+        result.append(await run_probe(config.url, config.model, timeout_s=config.request_timeout_s))
+
+    await cancel_on(stop, asyncio.ensure_future(probe()))
+    return result[0] if result else None
 
 
 async def _run_cell_here(

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.agreement import AgreementProbe
+
 Endpoint = Literal["completions", "chat"]
 # How a cell's tokens reached the client: one chunk at a time ("streamed"), or in groups
 # written back to back ("burst", e.g. a server that emits several tokens per device call).
@@ -77,6 +79,11 @@ class BenchmarkConfig(_Model):
         default=None, ge=1, description="Cap on in-flight requests in rate cells (None: no cap)."
     )
     seed: int = 0
+    agreement_probe: bool = Field(
+        default=False,
+        description="Before the cells, answer the agreement probe (harness/agreement_probe.py): "
+        "fixed prompts, greedy, with logprobs; every sweep boot does.",
+    )
     workers: int = Field(
         default=1,
         ge=1,
@@ -345,6 +352,11 @@ class BenchmarkReport(_Model):
     endpoint: Endpoint
     config: BenchmarkConfig
     cells: list[CellReport]
+    agreement: AgreementProbe | None = Field(
+        default=None,
+        description="The agreement probe's answers (when the config asked for it), which the "
+        "comparison checks across rigs (harness/agreement.py).",
+    )
     interrupted: bool = False
     harness_ceiling_note: str = Field(
         description="How close the client came to its own ceiling during the run."

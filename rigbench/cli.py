@@ -1,18 +1,42 @@
 """The `rigbench` command: each subcommand lives with the part of the project it drives."""
 
 import os
+from typing import Annotated
 
 import typer
 
 from rigs.cli import app as rig_app
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help: paragraphs reflow, flags carry no type tag
+)
 app.add_typer(rig_app, name="rig")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from rigbench import version
+
+        typer.echo(f"rigbench {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
-    """Benchmark LLM serving runtimes with one shared client-side harness."""
+def main(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version (package + harness code hash) and exit",
+        ),
+    ] = False,
+) -> None:
+    """Benchmark LLM serving runtimes with one shared client-side harness. Start with
+    `rigbench demo`: a local sweep, no AWS account needed."""
     problem = aws_profile_problem(os.environ.get("AWS_PROFILE"))
     if problem:
         typer.echo(f"error: {problem}", err=True)

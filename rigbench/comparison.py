@@ -5,6 +5,7 @@ MCP `compare` tool, so all of them show the same object in the same words."""
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.agreement import PairAgreement, output_agreement, probes_from_reports
 from harness.compare import Comparison, RigSetup, compare, rig_setup, values_from_reports
 
 if TYPE_CHECKING:
@@ -39,15 +40,19 @@ def sweep_comparison(
     *,
     local: bool,
     baseline: str | None = None,
+    agreement: Sequence[PairAgreement] | None = None,
 ) -> Comparison:
     """`reports[rig]`: the rig's harness reports in boot order (the baseline, unless given, is
-    the first rig); `local`: the sweep ran on the local emulation, and the comparison says so."""
-    return compare(
+    the first rig); `local`: the sweep ran on the local emulation, and the comparison says so;
+    `agreement`: the rig pairs' output agreement, else taken from the reports' probes."""
+    comparison = compare(
         values_from_reports(reports),
         baseline=baseline,
         setups=setups,
         emulated=LOCAL_EMULATION if local else "",
     )
+    pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
+    return comparison.model_copy(update={"output_agreement": list(pairs)})
 
 
 def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | None:

@@ -23,8 +23,11 @@ SHARED_SWEEP_ID = "shared-e2e"
 SHARED_SWEEP_GROUP = "shared-sweep"
 SHARED_SWEEP_INPUT: dict[str, Any] = {
     "sweep_id": SHARED_SWEEP_ID,
-    # jax@b: the JAX rig again under a label (an A/A pair), its rows named by the label.
-    "rigs": ["jax", "jax@b", "torch"],
+    # jax@b: the JAX rig again under a label (an A/A pair), its rows named by the label;
+    # torch@wrong: the torch rig with its logits perturbed (a test-only setting), whose outputs
+    # the agreement probe must find diverging.
+    "rigs": ["jax", "jax@b", "torch", "torch@wrong"],
+    "rig_settings": {"torch@wrong": {"test_logit_perturbation": 1.0}},
     "model": "random:tiny",
     "boots_per_rig": 2,
     "budget_usd": 2,
@@ -35,10 +38,12 @@ SHARED_SWEEP_INPUT: dict[str, Any] = {
         "output_tokens": 6,
         "warmup_requests": 1,
     },
-    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+    # each boot answers the agreement probe before its cells: room for it on busy cores
+    "deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 1500},
+    # eight boots' polls within Step Functions' history cap (25,000 events)
+    "waits": {"agent_poll_s": 5, "ready_poll_s": 5, "command_poll_s": 5},
 }
-# A sweep of six boots takes a few minutes on an idle two-core machine and much longer on
+# A sweep of eight boots takes a few minutes on an idle two-core machine and much longer on
 # a busy one; the test that runs it (or waits for it) may take this long.
 SHARED_SWEEP_TIMEOUT_S = 1500
 

@@ -70,7 +70,7 @@ def test_an_aws_profile_that_names_no_profile(profile: str) -> None:
 def test_patterns_in_errors_are_printed_as_they_are(tmp_path: Path) -> None:
     path = input_file(tmp_path, json.dumps({**GOOD, "rigs": ["Torch!"]}))
     line = refused("run", "--local", path)
-    assert "rigs.0: String should match pattern '^[a-z0-9][a-z0-9_-]{0,31}$'" in line
+    assert "rigs.0: String should match pattern '^[a-z0-9][a-z0-9_-]{0,31}(@" in line
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,8 @@ def test_no_boolean_or_string_is_taken_for_a_number(tmp_path: Path, field: str, 
 @pytest.mark.parametrize("cells", ["", "1,,4", "two"])
 def test_run_concurrency_must_be_integers(cells: str) -> None:
     line = refused("run", "--local", "--rig", "torch", "--concurrency", cells)
-    assert line == f"--concurrency takes comma-separated integers, e.g. 1,8; got {cells!r}"
+    bad = next(part for part in cells.split(",") if not part.strip().isdigit())
+    assert line == f"--concurrency: {bad!r} is not a whole number (give e.g. 1,8)"
 
 
 @pytest.mark.parametrize("rate", ["nan", "inf", "0", "-1"])

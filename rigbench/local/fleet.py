@@ -165,10 +165,12 @@ def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
     concurrency setting too, as the cloud plan sets it), then the sweep's `rig_settings` for
     this entry (`rig` may be labelled: `jax@b`).
     """
+    from harness.agreement import PROBE_CONTEXT_TOKENS
     from rigs.registry import get_rig
 
     cells = sweep_input.get("cells") or {}
     need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
+    need = max(need, PROBE_CONTEXT_TOKENS)  # every boot answers the agreement probe too
     wanted = {
         "max_model_len": max(64, 1 << (need - 1).bit_length()),
         "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),

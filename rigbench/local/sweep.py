@@ -1,19 +1,21 @@
 """The local sweep: which rigs can run here, the demo input, and the run itself."""
 
 import platform
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
+from rich.table import Table
 
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG, read_input_file
 from harness.compare import cell_label, print_comparison
 from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
-from rigbench.progress import sweep_table
+from rigbench.progress import PhaseLines, sweep_table
 from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack
@@ -85,14 +87,25 @@ def run_sweep(
         rigs = ", ".join(sweep_input.get("rigs", []))
         boots = sweep_input.get("boots_per_rig", DEFAULT_BOOTS_PER_RIG)
         title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
-        waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
-        with Live(
-            sweep_table(waiting, title),
-            console=console, refresh_per_second=4, transient=False, auto_refresh=live,
-        ) as view:  # fmt: skip
-            progress = stack.follow_sweep(
-                started.execution_arn, on_update=lambda p: view.update(sweep_table(p, title))
-            )
+        if console.is_terminal:
+            began = datetime.now(UTC)
+            expected = len(sweep_input.get("rigs", [])) * int(boots)
+
+            def table(p: SweepProgress) -> Table:
+                return sweep_table(p, title, expected_boots=expected, started_at=began)
+
+            waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
+            with Live(
+                table(waiting),
+                console=console, refresh_per_second=4, transient=False, auto_refresh=live,
+            ) as view:  # fmt: skip
+                progress = stack.follow_sweep(
+                    started.execution_arn, on_update=lambda p: view.update(table(p))
+                )
+        else:  # a log: a line per change as it happens, the table once at the end
+            console.print(title)
+            progress = stack.follow_sweep(started.execution_arn, on_update=PhaseLines(console))
+            console.print(sweep_table(progress, title))
         reports = stack.session.reports(sweep_id)
         report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
     status = progress.status

@@ -70,6 +70,8 @@ def report_command(
 
     err = Console(stderr=True, soft_wrap=True)
     try:
+        if out is not None and not out.parent.is_dir():
+            raise ReportError(f"--out {out}: no directory {out.parent} (create it first)")
         if trend:
             if sweep_id is not None:
                 raise ReportError("--trend takes no SWEEP_ID: give --rig and --model instead")

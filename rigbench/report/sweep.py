@@ -4,6 +4,7 @@ the plots, cost per million output tokens, provenance, and what is missing."""
 import json
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -20,8 +21,9 @@ from harness.compare import (
 from harness.stats import BootAggregate, Verdict
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report import analysis, figures
+from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
 from rigbench.report.data import BootData, SweepData
-from rigbench.report.html import Page, Section, figure_html, render_table
+from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
 _VERDICT_CLASS = {Verdict.FASTER: "better", Verdict.SLOWER: "worse"}
@@ -161,6 +163,10 @@ def _hours(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
 
 
+def _when(moment: datetime | None) -> str:
+    return "unknown" if moment is None else moment.astimezone(UTC).strftime(TIME_FORMAT)
+
+
 def _usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
@@ -194,7 +200,7 @@ def summary_blocks(data: SweepData, local: bool = False) -> list[str]:
         ["model", data.model or "unknown"],
         ["rigs", ", ".join(data.rigs)],
         ["instance type", data.instance_type or "unknown"],
-        ["started", f"{data.started_at:%Y-%m-%d %H:%M:%S %Z}" if data.started_at else "unknown"],
+        ["started", _when(data.started_at)],
         ["wall time", _hours(data.wall_s)],
         [
             "instance-hours",
@@ -411,6 +417,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
                 blocks=[comparison_table(comparison)],
             )
         )
+    if pairs := agreement_of(data):
+        sections.append(agreement_section(pairs, probe_cost(data)))
     plots = plot_blocks(data, cell)
     if plots:
         sections.append(

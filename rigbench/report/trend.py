@@ -2,14 +2,14 @@
 instance type), by Query on the table's `by_config` index (or `by_month` without a type)."""
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.compare import METRICS, cell_label
 from harness.stats import aggregate_boots
 from rigbench.report import analysis, figures
 from rigbench.report.errors import ReportError
-from rigbench.report.html import Page, Section, figure_html, render_table
+from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 
 TREND_METRICS = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")
 TITLES = {
@@ -104,7 +104,7 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
         table_rows.append(
             [
                 sweep,
-                min(r["started_at"] for r in own),
+                min(_when(r["started_at"]) for r in own).astimezone(UTC).strftime(TIME_FORMAT),
                 str(len({r["boot"] for r in own})),
                 ", ".join(sorted({str(r.get("instance_type")) for r in own})),
                 "; ".join(tok_s),

@@ -33,9 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from rigs.jax import compiles, model, steps
-from rigs.serving.engine import SamplingParams
+from rigs.serving.engine import SamplingParams, ScoredToken
 
-Item = list[int] | BaseException | None  # tokens, a failure, or the end
+# tokens (scored for a request that asked for logprobs), a failure, or the end
+Item = list[int] | list[ScoredToken] | BaseException | None
 
 
 def ladder(top: int, start: int, factor: int) -> tuple[int, ...]:
@@ -108,6 +109,11 @@ class _Request:
     cancelled: bool = False
     finished: bool = False
     budget: int = 0  # decode steps still needed at most (EOS may end it sooner)
+    top_n: int | None = None  # logprobs wanted, with this many alternatives
+
+    def tokens(self, ids: list[int], scored: list[ScoredToken] | None) -> None:
+        """Hand over ids, with their scores if this request asked for logprobs."""
+        self.send(ids if self.top_n is None or scored is None else scored)
 
     def send(self, item: Item) -> None:
         if item is None or isinstance(item, BaseException):
@@ -120,6 +126,7 @@ class _Chunk:
     tokens: jax.Array  # [steps, width]
     emitted: jax.Array  # [steps, width]
     active: jax.Array  # [width]
+    scores: steps.Scores  # [steps, width, ...]
     owners: list[_Request | None]
 
 
@@ -200,13 +207,31 @@ class JaxEngine:
             "warm_up_seconds": str(self.stats.warm_up_seconds),
         }
 
+    max_top_logprobs = steps.TOP_LOGPROBS
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
+        async for item in self._stream(prompt_ids, params, None):
+            assert isinstance(item, int)
+            yield item
+
+    async def generate_scored(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int
+    ) -> AsyncIterator[ScoredToken]:
+        if not 0 <= top_n <= self.max_top_logprobs:
+            raise ValueError(f"top_n must be in [0, {self.max_top_logprobs}], got {top_n}")
+        async for item in self._stream(prompt_ids, params, top_n):
+            assert isinstance(item, ScoredToken)
+            yield item
+
+    async def _stream(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int | None
+    ) -> AsyncIterator[int | ScoredToken]:
         self.check(prompt_ids, params)
         if self.failure is not None:
             raise RuntimeError(f"JAX engine failed: {self.failure!r}")
         seed = secrets.randbits(32) if params.seed is None else params.seed % 2**32
         request = _Request(
-            list(prompt_ids), params, seed, asyncio.get_running_loop(), asyncio.Queue()
+            list(prompt_ids), params, seed, asyncio.get_running_loop(), asyncio.Queue(), top_n=top_n
         )
         with self._wake:
             self._pending.append(request)
@@ -390,7 +415,7 @@ class JaxEngine:
         prompts: list[list[int]],
         rows: list[tuple[SamplingParams, int]],
         slot_ids: list[int],
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    ) -> tuple[jax.Array, jax.Array, jax.Array, steps.Scores]:
         """One prefill call: prompts (all in `bucket`, as many as a compiled batch size)
         into slot_ids; a slot id of max_slots marks a padding row."""
         size = len(prompts)
@@ -398,7 +423,7 @@ class JaxEngine:
         for row, prompt in enumerate(prompts):
             tokens[row, : len(prompt)] = prompt
         program = self._prefill_programs[(bucket, size)]
-        token, emitted, active, self._cache, self._slots = program(
+        token, emitted, active, scored, self._cache, self._slots = program(
             self.params,
             cache=self._cache,
             slots=self._slots,
@@ -409,7 +434,7 @@ class JaxEngine:
             eos_ids=self._eos,
         )
         self.stats.prefills += 1
-        return token, emitted, active
+        return token, emitted, active, scored
 
     def _admit(self) -> None:
         """Prefill every waiting request that a free slot can take (lowest slots first,
@@ -443,10 +468,14 @@ class JaxEngine:
                 )
                 calls.append((part, out))
         firsts = jax.device_get([out for _, out in calls])  # one wait for all of them
-        for (part, _), (tokens, emitted, active) in zip(calls, firsts, strict=True):
+        for (part, _), (tokens, emitted, active, scored) in zip(calls, firsts, strict=True):
             for row, (r, slot) in enumerate(part):
                 if emitted[row]:
-                    r.send([int(tokens[row])])
+                    token = int(tokens[row])
+                    wanted = r.top_n is not None
+                    r.tokens(
+                        [token], [_scored(token, scored, row, r.top_n or 0)] if wanted else None
+                    )
                     self.stats.tokens += 1
                 if active[row]:
                     self._owners[slot] = r
@@ -479,23 +508,45 @@ class JaxEngine:
     def _chunk(self, width: int, greedy: bool) -> _Chunk:
         k = self.options.steps_per_call
         program = self._decode_programs[(width, greedy)]
-        tokens, emitted, active, self._cache, self._slots = program(
+        tokens, emitted, active, scored, self._cache, self._slots = program(
             self.params, cache=self._cache, slots=self._slots, eos_ids=self._eos
         )
         self.stats.chunks += 1
         self.stats.decode_steps += k
-        return _Chunk(tokens, emitted, active, list(self._owners[:width]))
+        return _Chunk(tokens, emitted, active, scored, list(self._owners[:width]))
 
     def _collect(self, chunk: _Chunk) -> None:
         tokens, emitted, active = jax.device_get((chunk.tokens, chunk.emitted, chunk.active))
+        wanted = any(r is not None and r.top_n is not None for r in chunk.owners)
+        scored = jax.device_get(chunk.scores) if wanted else None  # only when asked for
         for slot, r in enumerate(chunk.owners):
             if r is None or r.finished:
                 continue
-            out = tokens[emitted[:, slot], slot].tolist()
+            rows = np.flatnonzero(emitted[:, slot])
+            out = tokens[rows, slot].tolist()
             if out:
-                r.send(out)
+                r.tokens(
+                    out,
+                    None
+                    if scored is None
+                    else [
+                        _scored(t, scored, (step, slot), r.top_n or 0)
+                        for t, step in zip(out, rows.tolist(), strict=True)
+                    ],
+                )
                 self.stats.tokens += len(out)
             if not active[slot]:
                 r.send(None)
                 if self._owners[slot] is r:
                     self._owners[slot] = None
+
+
+def _scored(token: int, scored: steps.Scores, at: Any, top_n: int) -> ScoredToken:
+    """`token` with its Scores at index `at` (a prefill row, or (step, slot) of a chunk),
+    read from host arrays."""
+    ids, values = scored.top_ids[at][:top_n], scored.top[at][:top_n]
+    return ScoredToken(
+        token=token,
+        logprob=float(scored.chosen[at]),
+        top=tuple(zip(ids.tolist(), values.tolist(), strict=True)),
+    )

@@ -149,11 +149,12 @@ def test_host_settings_size_every_rig_alike_and_apply_an_entrys_own() -> None:
         "cells": {"concurrency": [1, 4], "prompt_tokens": 8, "output_tokens": 8},
         "rig_settings": {"torch@serial": {"batching": "serial"}},
     }
-    # The concurrency setting is the highest cell for every rig, as the cloud plan sets it.
-    assert host_settings("jax", sweep) == {"max_model_len": "64", "max_slots": "4"}
-    assert host_settings("torch", sweep) == {"max_model_len": "64", "max_batch": "4"}
+    # The concurrency setting is the highest cell for every rig, as the cloud plan sets it;
+    # the context holds at least the agreement probe's prompts (256 tokens).
+    assert host_settings("jax", sweep) == {"max_model_len": "256", "max_slots": "4"}
+    assert host_settings("torch", sweep) == {"max_model_len": "256", "max_batch": "4"}
     assert host_settings("torch@serial", sweep) == {
-        "max_model_len": "64",
+        "max_model_len": "256",
         "max_batch": "4",
         "batching": "serial",
     }

@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 
 from rigbench.cli import app
 from rigbench.local import persist
-from rigbench.local.cli import run_local
+from rigbench.local.cli import local_stack, run_local
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import processes_under, wait_for
@@ -98,11 +98,11 @@ def test_sweep_stores_results_a_new_process_reads(
     home = sweep.home
     saved = persist.describe(home / "data")
     assert saved is not None
-    assert saved.tables["rigbench-ResultsTable"] == 12  # 3 rig entries x 2 boots x 2 cells
+    assert saved.tables["rigbench-ResultsTable"] == 16  # 4 rig entries x 2 boots x 2 cells
     assert any(n.startswith("rigbench-") for n in saved.objects)
     # The harness measured the real rigs: every request of every cell succeeded.
     reports = list((home / "data" / "s3").glob("*/reports*report.json"))
-    assert len(reports) == 6
+    assert len(reports) == 8
     for report in reports:
         cells = json.loads(report.read_text())["cells"]
         assert [c["concurrency"] for c in cells] == [1, 2]
@@ -118,7 +118,8 @@ def test_sweep_stores_results_a_new_process_reads(
     assert read.returncode == 0, read.stderr[-2000:]
     rows = json.loads(read.stdout)
     assert sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows) == sorted(
-        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "jax@b", "torch")] * 4
+        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "jax@b", "torch", "torch@wrong")]
+        * 4
     )
 
     # The other commands in-process (the same code a new process runs).
@@ -150,8 +151,38 @@ def test_sweep_stores_results_a_new_process_reads(
     assert "no local sweep 'no-such-sweep'" in missing.stderr
     reaped = cli("reap", "--local")
     assert reaped.exit_code == 0, reaped.stderr[-2000:]
-    assert "terminated 0 instance(s)" in reaped.stdout
+    assert "nothing to terminate" in reaped.stdout
     assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+def test_a_rig_made_wrong_on_purpose_is_flagged_outputs_diverge(
+    finished_sweep: FinishedSweep, tmp_path: Path
+) -> None:
+    """torch@wrong, the torch rig with its logits perturbed (a test-only rig setting), against
+    the JAX rig: the table names the pair and the first diverging prompt; MCP compare says so."""
+    from rigbench.mcp.tools import SweepTools
+
+    out = finished_sweep.terminal
+    with local_stack(finished_sweep.copy_to(tmp_path / "home").home) as stack:
+        found = SweepTools(stack, ceiling_usd=1).compare(SHARED_SWEEP_ID, None)
+    pairs = {p.rigs: p for p in found.output_agreement}
+    pair = pairs[("jax", "torch@wrong")]
+    assert pair.verdict == "diverge"
+    assert pair.diverged > 0
+    assert pair.first_diverging is not None
+    assert pair.first_diverging.outcome == "diverged"
+    assert pairs[("jax", "torch")].verdict == "agree"
+    # the terminal table names the pair and its first confidently diverging prompt
+    table = out[out.index("output agreement") :]
+    row = next(line for line in table.splitlines() if "jax vs torch@wrong" in line)
+    assert "outputs diverge" in row
+    assert f"first at prompt {pair.first_diverging.prompt_id}," in row
+    assert any(v.startswith("jax vs torch@wrong: outputs diverge") for v in found.verdicts)
+    dumped = found.model_dump(mode="json")["output_agreement"][0]
+    assert {"rigs", "prompts", "identical", "near_tie", "diverged"} <= set(dumped)
+    assert {"mean_first_divergence", "verdict"} <= set(dumped)
 
 
 def _start_cli(args: list[str], home: Path) -> subprocess.Popen[str]:

@@ -49,8 +49,9 @@ class NoStack:
 
 def test_compare_gives_verdicts_in_the_tables_words() -> None:
     tools = SweepTools(NoStack(), ceiling_usd=1.0)  # type: ignore[arg-type]
-    found = tools.compare("s", baseline="slow")
-    assert found.comparison.baseline == "slow"
+    found = tools.compare("s", baseline="slow", detail=True)
+    assert found.comparison is not None
+    assert found.baseline == found.comparison.baseline == "slow"
     assert found.flipped is False
     # Geometric means of boots: TTFT 12.0 vs 52.0 ms, output 98.0 vs 22.0 tok/s.
     assert "c=1 TTFT p50 (ms): fast against slow: 4.3x lower TTFT p50 (better)" in found.verdicts
@@ -74,7 +75,7 @@ class OneBoot(NoStack):
 
 
 def test_one_boot_is_no_verdict_never_indistinguishable_nor_ranked() -> None:
-    found = SweepTools(OneBoot(), ceiling_usd=1.0).compare("s", baseline="slow")  # type: ignore[arg-type]
+    found = SweepTools(OneBoot(), ceiling_usd=1.0).compare("s", baseline="slow", detail=True)  # type: ignore[arg-type]
     text = found.model_dump_json()
     assert "indistinguishable" not in text
     # Boot 1: fast 11 ms against slow 51 ms.

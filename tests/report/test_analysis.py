@@ -43,3 +43,11 @@ def test_chosen_cell_is_the_highest_load_every_rig_measured() -> None:
     with pytest.raises(ValueError, match=r"no cell 'c=9' in this sweep \(cells: c=1, c=4\)"):
         chosen_cell(data, "c=9")
     assert cell_label(_cell(4, 1.0)) == "c=4"
+
+
+def test_log_axes_are_labelled_at_decades_or_one_two_five() -> None:
+    from rigbench.report.figures import log_ticks
+
+    assert log_ticks([3.0, 4_500.0]) == [1.0, 10.0, 100.0, 1000.0, 10000.0]
+    assert log_ticks([12.0, 90.0]) == [10.0, 20.0, 50.0, 100.0, 200.0, 500.0]
+    assert log_ticks([0.0, -1.0]) == []

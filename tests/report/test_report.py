@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from harness.agreement_view import agreement_line, counts_words
 from harness.compare import Comparison, footnotes, render_text
 from rigbench.cli import app
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.local.cli import local_stack
+from rigbench.report.agreement import agreement_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
@@ -36,7 +38,9 @@ pytestmark = [
 ]
 PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
 # Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
-MARKS_JS = """(() => {
+# The page unpacks plotly.js and draws its figures after load: window.rigbenchDrawn settles then.
+MARKS_JS = """(async () => {
+  await window.rigbenchDrawn;
   const out = {};
   for (const div of document.querySelectorAll('.js-plotly-plot')) {
     const drawn = [...div.querySelectorAll(
@@ -152,6 +156,35 @@ def test_compare_command_prints_the_reports_comparison(
 
 
 @pytest.mark.slow
+def test_float32_torch_and_jax_outputs_agree_in_the_table_and_the_report(
+    sweep: FinishedSweep, gathered: SweepData
+) -> None:
+    pairs = {p.rigs: p for p in agreement_of(gathered)}
+    assert {("jax", "jax@b"), ("jax", "torch"), ("jax@b", "torch")} <= set(pairs)
+    pair = pairs[("jax", "torch")]
+    assert pair.verdict == "agree", pair
+    assert pair.threshold_nats == 1e-3  # both rigs said float32
+    assert pair.prompts == 16
+    assert pair.identical + (pair.near_tie or 0) == 16
+    # the pair's own rounding noise, where both rigs gave logprobs, is far below the threshold
+    if pair.margin_shift_max is not None:
+        assert pair.margin_shift_max < pair.threshold_nats / 10
+    line = agreement_line(pair)
+    assert line.startswith("jax vs torch: outputs agree (")
+    assert "output agreement" in sweep.terminal
+    assert "jax vs torch" in sweep.terminal
+    assert "outputs agree" in sweep.terminal
+    page = _text(sweep.report.read_text())
+    assert "Output agreement" in page
+    assert counts_words(pair) in page
+    assert "of a boot's instance time" in page  # the probe's cost, per rig
+    for boot in gathered.boots:
+        probe = (boot.report or {})["agreement"]
+        assert probe["duration_s"] > 0
+        assert all(a["error"] is None for a in probe["answers"])
+
+
+@pytest.mark.slow
 def test_report_opens_offline_and_draws_every_plot(sweep: FinishedSweep, browser: Chromium) -> None:
     page = sweep.report.read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"?https?:", page)  # nothing fetched
@@ -159,9 +192,18 @@ def test_report_opens_offline_and_draws_every_plot(sweep: FinishedSweep, browser
     for heading in ("Sweep", "Comparison", "Plots", "Cost per million output tokens",
                     "Provenance"):  # fmt: skip
         assert f"{heading}" in text
-    assert "jax, jax@b, torch serving random:tiny" in text
+    assert "jax, jax@b, torch, torch@wrong serving random:tiny" in text
     assert "cost (spend ledger) $" in text
     assert "rigbench run --local sweep.json" in text  # the command to reproduce
+
+    # At most 2 MB: plotly.js travels once, compressed; no more than that and the figures.
+    assert sweep.report.stat().st_size <= 2_000_000
+    assert page.count('id="plotly-packed"') == 1
+    # The comparison carries the tails beside the medians; one date format throughout.
+    for label in ("TTFT p50", "TTFT p90", "TTFT p99", "TPOT p90", "E2E p99"):
+        assert label in text
+    assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text)
+    assert "<thead><tr><th></th>" not in page  # no empty header row
 
     browser.open(sweep.report)
     marks = browser.evaluate(MARKS_JS)
@@ -227,7 +269,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
         }
     )
     text = _text(render_page(sweep_page(failed)))
-    assert f"1 of 6 boots failed: torch boot 2: {why}" in text
+    assert f"1 of 8 boots failed: torch boot 2: {why}" in text
     assert "Failed boots" in text
     assert "torch 1 reported, 1 failed, 2 in all" in text
 
@@ -235,7 +277,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
         update={"status": "RUNNING", "boots": _boots(gathered, jax2={"report": None})}
     )
     text = _text(render_page(sweep_page(running)))
-    assert "The sweep is still running: 5 of 6 boots have stored a report so far" in text
+    assert "The sweep is still running: 7 of 8 boots have stored a report so far" in text
 
     alone = gathered.model_copy(
         update={"rigs": ["torch"], "boots": [b for b in gathered.boots if b.rig == "torch"]}
@@ -244,6 +286,20 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
     assert "Only one rig (torch) has results: there is nothing to compare it with" in _text(page)
     for verdict in ("better", "worse", "noise"):  # no rig is judged: there is no other rig
         assert f'<span class="{verdict}">' not in page
+
+    # A sweep that stored nothing has no figures: its page carries no plotting library.
+    nothing = gathered.model_copy(
+        update={
+            "status": "FAILED",
+            "boots": [
+                b.model_copy(update={"report": None, "outcome": "failed"}) for b in gathered.boots
+            ],
+        }
+    )
+    page = render_page(sweep_page(nothing))
+    assert "plotly-packed" not in page
+    assert len(page.encode()) < 100_000
+    assert "No boot stored a report" in _text(page)
 
     with pytest.raises(ReportError, match="no results for torch serving nothing"):
         trend_page([], "torch", "nothing", None)
