@@ -135,9 +135,9 @@ class Waits(_Strict):
     """Wait-state intervals (seconds) of the polling loops; never below the stack's minimum
     (MinPollSeconds: 1 by default, 0 only in tests)."""
 
-    agent_poll_s: Seconds = Field(15, description="seconds between checks for the SSM agent")
-    ready_poll_s: Seconds = Field(20, description="seconds between readiness probes")
-    command_poll_s: Seconds = Field(30, description="seconds between harness status polls")
+    agent_poll_s: Seconds = Field(20, description="seconds between checks for the SSM agent")
+    ready_poll_s: Seconds = Field(30, description="seconds between readiness probes")
+    command_poll_s: Seconds = Field(45, description="seconds between harness status polls")
 
     @field_validator("agent_poll_s", "ready_poll_s", "command_poll_s")
     @classmethod

@@ -719,13 +719,13 @@ def footnotes(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _rig_cell(result: RigResult, baseline: str) -> Text:
+def _rig_cell(result: RigResult, baseline: str, alone: bool = False) -> Text:
     agg = result.aggregate
     if agg is None:
         return Text("no data", style="dim")
     text = Text(value_words(agg))
     text.append(f"\n{agg.interval_words}", style="dim")
-    if result.rig == baseline:
+    if result.rig == baseline and not alone:
         text.append("\nbaseline", style="dim")
     elif result.words:
         style = _VERDICT_STYLE[result.verdict] if result.verdict is not None else "dim"
@@ -742,10 +742,25 @@ def _ranking_cell(metric: MetricComparison) -> Text:
     return text
 
 
+ONE_BOOT_CAPTION = (
+    "one boot per rig: each figure is that boot's value; no interval and no verdict (the boot "
+    "is the unit of replication: run more boots to compare)"
+)
+
+
 def render(comparison: Comparison) -> Table:
+    alone = len(comparison.rigs) == 1
+    one_boot = all(
+        r.aggregate is None or r.aggregate.n_boots <= 1
+        for c in comparison.cells
+        for m in c.metrics
+        for r in m.results
+    )
     table = Table(
-        title=f"rigbench comparison (baseline {comparison.baseline})",
-        caption=Text(caption(comparison)),
+        title=f"rigbench comparison (one rig: {comparison.baseline})"
+        if alone
+        else f"rigbench comparison (baseline {comparison.baseline})",
+        caption=Text(ONE_BOOT_CAPTION if one_boot else caption(comparison)),
         show_lines=True,
     )
     table.add_column("cell")
@@ -759,7 +774,7 @@ def render(comparison: Comparison) -> Table:
             table.add_row(
                 cell.cell,
                 f"{metric.metric.label} ({metric.metric.unit})",
-                *(_rig_cell(by_rig[rig], comparison.baseline) for rig in comparison.rigs),
+                *(_rig_cell(by_rig[rig], comparison.baseline, alone) for rig in comparison.rigs),
                 _ranking_cell(metric),
             )
     return table

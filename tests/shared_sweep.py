@@ -27,7 +27,8 @@ SHARED_SWEEP_INPUT: dict[str, Any] = {
     # torch@wrong: the torch rig with its logits perturbed (a test-only setting), whose outputs
     # the agreement probe must find diverging.
     "rigs": ["jax", "jax@b", "torch", "torch@wrong"],
-    "rig_settings": {"torch@wrong": {"test_logit_perturbation": 1.0}},
+    # (batched: the perturbation needs the engine that also returns logprobs)
+    "rig_settings": {"torch@wrong": {"batching": "batched", "test_logit_perturbation": 1.0}},
     "model": "random:tiny",
     "boots_per_rig": 2,
     "budget_usd": 2,
