@@ -63,7 +63,7 @@ class FinishedSweep:
 
     def copy_to(self, destination: Path) -> FinishedSweep:
         """This sweep's home copied to `destination`, for a test that writes into it."""
-        shutil.copytree(self.home, destination)
+        shutil.copytree(self.home, destination, symlinks=True)  # bundles link the checkout
         return FinishedSweep(home=destination, code=self.code, terminal=self.terminal)
 
 
