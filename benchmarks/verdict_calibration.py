@@ -7,9 +7,11 @@ around 1 with a 10% boot-to-boot spread (sigma of the log 0.1); "heavy tails" ma
 ten (each boot independently, probability 0.1) 1.5x slow on top. Per comparison: two rigs
 drawn from one distribution (A/A) through `harness.stats.verdict`, counting any verdict other
 than indistinguishable / no verdict possible as false; and a rig 1.5x slower (power: the
-share called, and called the right way round). Per sweep: two rigs, 5 metrics x 2 cells = 10
-comparisons through `harness.compare.compare` (Holm across the 10); an A/A sweep is wrong when
-it reports any difference, and power is the share of the 10 real 1.5x differences it called.
+share called, and called the right way round). Per sweep: two rigs, the default metrics (11) x
+2 cells = 22 comparisons through `harness.compare.compare` (Holm across the 22); an A/A sweep is
+wrong when it reports any difference, and power is the share of the 22 real 1.5x differences it
+called. Each figure is a share of trials: its Monte Carlo error (two standard errors) is printed
+under the table.
 """
 
 import argparse
@@ -89,7 +91,8 @@ def table(trials: int, sweeps: int, seed: int) -> list[str]:
     lines = [
         "| boots per rig | A/A verdicts per comparison | same, heavy tails | power at 1.5x "
         "per comparison | same, heavy tails | A/A sweeps with any verdict | same, heavy tails "
-        "| power at 1.5x per sweep (share of its 10 differences called) |",
+        f"| power at 1.5x per sweep (share of its {len(DEFAULT_METRICS) * len(CELLS)} differences "
+        "called) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for n in BOOTS:
@@ -120,6 +123,9 @@ def main() -> None:
     )
     for line in table(args.trials, args.sweeps, args.seed):
         print(line)
+    for what, count in (("comparison", args.trials), ("sweep", args.sweeps)):
+        error = 2 * (0.05 * 0.95 / count) ** 0.5
+        print(f"Monte Carlo error of a 5% {what} figure: +-{error:.1%} (two standard errors)")
     print(f"({time.monotonic() - started:.0f} s)")
 
 

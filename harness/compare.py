@@ -89,13 +89,15 @@ def _metric_table() -> dict[str, MetricSpec]:
 
 
 METRICS: dict[str, MetricSpec] = _metric_table()
+# Medians, and the tails of TTFT, TPOT and E2E beside them: one family of verdicts, the same in
+# the terminal table, the report, `rigbench compare` and MCP.
 DEFAULT_METRICS: tuple[str, ...] = (
-    "ttft_ms.p50",
+    "ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99",
     "itl_ms.p50",
-    "tpot_ms.p50",
-    "e2e_ms.p50",
+    "tpot_ms.p50", "tpot_ms.p90", "tpot_ms.p99",
+    "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
     "output_tok_s",
-)
+)  # fmt: skip
 
 
 def metric_spec(key: str) -> MetricSpec:

@@ -47,6 +47,8 @@ SHARED_SWEEP_INPUT: dict[str, Any] = {
 # A sweep of eight boots takes a few minutes on an idle two-core machine and much longer on
 # a busy one; the test that runs it (or waits for it) may take this long.
 SHARED_SWEEP_TIMEOUT_S = 1500
+# Wide enough that no verdict of four rigs wraps: tests find the table's phrases whole.
+TERMINAL_WIDTH = 1000
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def run_once(root: Path) -> FinishedSweep:
     record = root / "finished.json"
     with FileLock(str(root / "sweep.lock")):
         if not record.exists():
-            console = Console(record=True, width=320)
+            console = Console(record=True, width=TERMINAL_WIDTH)
             code = run_local(dict(SHARED_SWEEP_INPUT), home=home, console=console, quota_vcpus=16)
             record.write_text(json.dumps({"code": code, "terminal": console.export_text()}))
     saved = json.loads(record.read_text())

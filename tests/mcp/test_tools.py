@@ -58,10 +58,10 @@ def test_compare_gives_verdicts_in_the_tables_words() -> None:
     assert "c=1 output (tok/s): fast against slow: 4.5x higher throughput (better)" in (
         found.verdicts
     )
-    assert len(found.verdicts) == 5  # TTFT, ITL, TPOT, E2E, output
+    assert len(found.verdicts) == 11  # TTFT, TPOT, E2E at p50/p90/p99; ITL p50; output
     assert verdict_lines(found.comparison) == found.verdicts
     assert found.summary == [
-        "fast vs slow: fast better in 5, slow better in 0, no difference shown in 0 of 5 "
+        "fast vs slow: fast better in 11, slow better in 0, no difference shown in 0 of 11 "
         "comparisons"
     ]
     assert found.comparison.emulated == ""  # not the local stack
@@ -85,5 +85,5 @@ def test_one_boot_is_no_verdict_never_indistinguishable_nor_ranked() -> None:
     )
     rankings = {m.ranking for c in found.comparison.cells for m in c.metrics}
     assert rankings == {"no ranking: fast, slow have 1 boot"}
-    assert found.summary == ["fast vs slow: no verdict possible in any of 5 comparisons"]
+    assert found.summary == ["fast vs slow: no verdict possible in any of 11 comparisons"]
     assert found.comparison.emulated.startswith("local emulation on this machine's CPU")
