@@ -1,5 +1,6 @@
 import asyncio
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -455,3 +456,18 @@ def test_a_detectable_ratio_beyond_100x_is_said_plainly() -> None:
     }
     words = compare(values).cells[0].metrics[0].results[1].words
     assert words.endswith("(within noise; 2 and 3 boots could not tell even 100x)"), words
+
+
+def test_an_undetectable_ratio_round_trips_through_json() -> None:
+    # 40 cells: Holm's smallest level 0.05/40 on about one degree of freedom (b's boots 1000x
+    # apart, a's nearly equal), where the t quantile is in the hundreds
+    boots = {"a": [1.0, 1.001], "b": [1.0, 1000.0]}
+    values = {
+        rig: {f"c={c}": {"ttft_ms.p99": series} for c in range(1, 41)}
+        for rig, series in boots.items()
+    }
+    comparison = compare(values, baseline="a", metrics=["ttft_ms.p99"])
+    found = comparison.cells[0].metrics[0].results[1]
+    assert found.detectable_ratio == math.inf
+    assert "could not tell even 100x" in found.words
+    assert Comparison.model_validate_json(comparison.model_dump_json()) == comparison

@@ -384,3 +384,10 @@ def test_a_a_sweeps_rarely_report_a_difference() -> None:
     sweeps = 60
     rate = sweep_rates(3, sweeps, np.random.default_rng(19), boot_draws(True))
     assert rate <= binom.ppf(0.999, sweeps, 0.05) / sweeps, rate
+
+
+def test_an_undetectable_ratio_is_infinite_not_an_overflow() -> None:
+    # Two boots a side, one rig's 10x apart, at a Holm level for ~100 verdicts: a t quantile on
+    # about one degree of freedom in the thousands times a wide standard error.
+    found = difference([1.0, 10.0], [1.0, 1.001])
+    assert found.min_detectable_ratio(alpha=0.05 / 100) == math.inf
