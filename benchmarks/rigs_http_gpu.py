@@ -1,14 +1,15 @@
 """Rigs over HTTP on one GPU: serve each rig in turn, `rigbench bench` every cell N times.
 
     python benchmarks/rigs_http_gpu.py OUT [--rigs torch,jax] [--concurrency 1,8,32,64]
-        [--runs 3] [--set torch:batching=continuous ...] [--budget-s 560]
+        [--runs 3] [--set torch:batching=continuous ...] [--budget-s 560] [--restart jax]
 
 For each rig: `rigbench rig serve RIG --model random:e2b --dtype bfloat16` (time to
 /health 200 recorded), then for each concurrency C and run R one
 `rigbench bench --concurrency C --input-len 512 --output-len 128 --requests N --warmup 4
 --out OUT/RIG/cC_rR.json`, N = max(8, 2 C). Writes OUT/summary.json and OUT/summary.md
 (medians over the runs of each cell) and stops a phase early when the budget runs out,
-saying so in the summary.
+saying so in the summary. `--restart RIG`: serve the rig once more after its cells and
+record the time to /health 200 again (its compilation cache now warm) and its compile count.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # `python benchmarks/rigs_http_gpu.py` from the root imports rigs
 METRICS = ("output_tok_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
@@ -69,6 +71,28 @@ def _medians(runs: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
+def _serve(serve: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _compiles(provenance: dict[str, Any]) -> dict[str, Any]:
+    keys = ("compilations", "compile_seconds", "warm_up_seconds", "batching")
+    return {k: provenance[k] for k in keys if k in provenance}
+
+
 def run_rig(
     rig: str, settings: list[str], args: argparse.Namespace, out: Path, stop_at: float
 ) -> dict[str, Any]:
@@ -82,17 +106,15 @@ def run_rig(
         serve += ["--set", setting]
     result: dict[str, Any] = {"serve": " ".join(serve[1:]), "cells": {}, "skipped": []}
     start = time.monotonic()
-    with (rig_out / "server.log").open("wb") as log:
-        proc = subprocess.Popen(
-            serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    proc = _serve(serve, rig_out / "server.log")
     try:
         if not _wait_ready(proc, base, stop_at):
             result["error"] = f"not ready after {time.monotonic() - start:.0f} s (see server.log)"
             return result
         result["ready_s"] = round(time.monotonic() - start, 1)
         result["provenance"] = httpx.get(f"{base}/provenance", timeout=10).json()
-        print(f"{rig}: ready in {result['ready_s']} s", flush=True)
+        compiled = _compiles(result["provenance"])
+        print(f"{rig}: ready in {result['ready_s']} s {compiled}", flush=True)
         for c in args.concurrency:
             runs = []
             for r in range(1, args.runs + 1):
@@ -110,15 +132,23 @@ def run_rig(
                 result["cells"][str(c)] = {"runs": runs, "median": _medians(runs)}
         result["bench_command"] = " ".join(_bench_cmd(base, args.model, 0, Path("OUT"))[1:])
         result["provenance_after"] = httpx.get(f"{base}/provenance", timeout=10).json()
-        return result
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop(proc)
+    if rig in args.restart:
+        # Started again: the compilation caches the first start filled are now warm.
+        start = time.monotonic()
+        proc = _serve(serve, rig_out / "server-restart.log")
+        try:
+            if _wait_ready(proc, base, stop_at):
+                result["ready_again_s"] = round(time.monotonic() - start, 1)
+                again = httpx.get(f"{base}/provenance", timeout=10).json()
+                result["ready_again"] = _compiles(again)
+                print(f"{rig}: ready again in {result['ready_again_s']} s", flush=True)
+            else:
+                result["ready_again_error"] = "not ready within the budget"
+        finally:
+            _stop(proc)
+    return result
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -154,8 +184,12 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="RIG:key=value")
     parser.add_argument("--budget-s", type=float, default=560.0)
     parser.add_argument("--cell-reserve-s", type=float, default=25.0)
+    parser.add_argument(
+        "--restart", default="", help="rigs to start once more at the end (warm-cache ready time)"
+    )
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.restart = [r for r in args.restart.split(",") if r]
     # A timeout's SIGTERM unwinds through run_rig's `finally`, which stops the rig's server
     # (started in its own session, so it would outlive this script).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
