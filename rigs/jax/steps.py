@@ -143,7 +143,7 @@ def prefill_slots(
 
 @partial(
     jax.jit,
-    static_argnames=("cfg", "width", "steps", "greedy"),
+    static_argnames=("cfg", "width", "steps", "greedy", "context"),
     donate_argnames=("cache", "slots"),
 )
 def decode_chunk(
@@ -155,17 +155,19 @@ def decode_chunk(
     width: int,
     steps: int,
     greedy: bool,
+    context: int | None = None,
 ) -> tuple[Array, Array, Array, model.KVCache, Slots]:
     """`steps` decode steps over slots 0..width-1 in one device program.
 
     `greedy`: every slot in it is greedy, so the program has no sampling code and no
-    branch. Returns tokens [steps, width], emitted [steps, width], active [width] after
+    branch. `context`: every active slot's positions in the chunk are below it (attention
+    reads that many cache rows; None: all). Returns tokens [steps, width], emitted [steps, width], active [width] after
     the chunk, the cache and the slots."""
     part = slots.take(width)
 
     def step(i: Array, carry: tuple) -> tuple:
         cache, part, tokens, emitted = carry
-        logits, cache = model.decode_step(params, cfg, part.token, part.pos, cache)
+        logits, cache = model.decode_step(params, cfg, part.token, part.pos, cache, context)
         token, emit, part = advance(part, logits, eos_ids, "greedy" if greedy else "sample")
         return cache, part, tokens.at[i].set(token), emitted.at[i].set(emit)
 

@@ -22,6 +22,10 @@ OPTIONS = EngineOptions(
     prompt_buckets=(32, 128),
     slot_widths=(2, 4),
     prefill_batches=(1, 4),
+    # positions past 64 (prompts up to 40 tokens + 64 new ones) move a request's chunks
+    # from the 64-row context program to the whole cache's
+    context_buckets=(64, 128),
+    context_min_width=2,
 )
 
 
@@ -162,8 +166,8 @@ def test_provenance_counts_compilations(engine: JaxEngine) -> None:
 
 def test_greedy_decode_program_has_no_sampling_branch(engine: JaxEngine) -> None:
     """A branch costs a device-to-host sync per step on a GPU: greedy chunks have none."""
-    greedy = engine._decode_programs[(4, True)].as_text()
-    sampled = engine._decode_programs[(4, False)].as_text()
+    greedy = engine._decode_programs[(4, 64, True)].as_text()
+    sampled = engine._decode_programs[(4, 64, False)].as_text()
     assert "conditional(" not in greedy
     assert "sort(" not in greedy
     assert "sort(" in sampled  # top-p, behind its own branch
@@ -190,6 +194,18 @@ def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # batch shapes
     assert not together[1].active[3]  # slot 3 untouched by the padding row
     assert not np.any(together[0].k[0][3])
+
+
+def test_decode_programs_per_width_and_context() -> None:
+    o = EngineOptions(max_slots=64, max_model_len=4096)
+    assert o.widths == (1, 2, 4, 8, 16, 32, 64)  # concurrency 32 runs at width 32
+    assert o.contexts == (1024, 4096)
+    assert o.contexts_for(4) == (4096,)  # narrow steps: KV reads are a few % of a step
+    assert o.contexts_for(8) == (1024, 4096)
+    assert len(o.decode_keys) == 2 * (3 + 4 * 2)
+    assert EngineOptions(max_model_len=128).contexts == (128,)
+    with pytest.raises(ValueError, match="context_buckets must rise strictly to 128"):
+        EngineOptions(max_model_len=128, context_buckets=(64,))
 
 
 def test_prefill_programs_per_bucket_and_batch_size() -> None:
