@@ -107,9 +107,7 @@ class EngineOptions:
 
     @property
     def contexts(self) -> tuple[int, ...]:
-        return self.context_buckets or ladder(
-            self.max_model_len, min(1024, self.max_model_len), 4
-        )
+        return self.context_buckets or ladder(self.max_model_len, min(1024, self.max_model_len), 4)
 
     def contexts_for(self, width: int) -> tuple[int, ...]:
         """Context buckets of the decode programs of one width."""

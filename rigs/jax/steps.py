@@ -161,8 +161,8 @@ def decode_chunk(
 
     `greedy`: every slot in it is greedy, so the program has no sampling code and no
     branch. `context`: every active slot's positions in the chunk are below it (attention
-    reads that many cache rows; None: all). Returns tokens [steps, width], emitted [steps, width], active [width] after
-    the chunk, the cache and the slots."""
+    reads that many cache rows; None: all). Returns tokens [steps, width], emitted
+    [steps, width], active [width] after the chunk, the cache and the slots."""
     part = slots.take(width)
 
     def step(i: Array, carry: tuple) -> tuple:
