@@ -71,6 +71,10 @@ class EngineOptions:
     # context_min_width get the smaller buckets (below it KV reads are a few % of a step).
     context_buckets: tuple[int, ...] = ()
     context_min_width: int = 8
+    # An idle engine that admits requests waits up to gather_s for each next arrival (at
+    # most gather_max_s in all, less than their prefills take) before decoding.
+    gather_s: float = 0.002
+    gather_max_s: float = 0.008
 
     def __post_init__(self) -> None:
         if self.max_slots < 1 or self.max_model_len < 2 or self.steps_per_call < 1:
@@ -137,6 +141,14 @@ class _Request:
         if item is None or isinstance(item, BaseException):
             self.finished = True
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+@dataclass
+class _Prefilled:
+    rows: list[tuple[_Request, int]]  # request and slot of each real row
+    tokens: jax.Array  # [B]
+    emitted: jax.Array  # [B]
+    active: jax.Array  # [B]
 
 
 @dataclass
@@ -317,10 +329,13 @@ class JaxEngine:
                     continue
             try:
                 self._drop_cancelled()
-                self._admit()
-                nxt = self._dispatch()
+                admitted = self._admit()
+                if admitted and inflight is None:
+                    admitted += self._gather()
+                nxt = self._dispatch()  # queued behind the prefills: no wait for them
                 if inflight is not None:
                     self._collect(inflight)
+                self._deliver(admitted)  # first tokens before any of nxt's
                 inflight = nxt
             except Exception as e:  # a device failure: fail the requests, keep serving
                 inflight = None
@@ -437,10 +452,12 @@ class JaxEngine:
         self.stats.prefills += 1
         return token, emitted, active
 
-    def _admit(self) -> None:
+    def _admit(self) -> list[_Prefilled]:
         """Prefill every waiting request that a free slot can take (lowest slots first,
         keeping widths small), those of one bucket together in as few calls as the
-        compiled batch sizes allow."""
+        compiled batch sizes allow. Each takes its slot at once (the next chunk decodes
+        it); `_deliver` hands over the first tokens and frees the slots of requests the
+        prefill already finished."""
         admitted: list[tuple[_Request, int]] = []
         free = [s for s, owner in enumerate(self._owners) if owner is None]
         with self._wake:
@@ -449,7 +466,7 @@ class JaxEngine:
                 if not r.cancelled:
                     admitted.append((r, free.pop(0)))
         if not admitted:
-            return
+            return []
         by_bucket: dict[int, list[tuple[_Request, int]]] = {}
         for r, slot in admitted:
             by_bucket.setdefault(self._bucket(len(r.prompt)), []).append((r, slot))
@@ -467,19 +484,44 @@ class JaxEngine:
                     [(r.params, r.seed) for r, _ in part] + [(part[0][0].params, 0)] * pad,
                     [s for _, s in part] + [self.options.max_slots] * pad,
                 )
-                calls.append((part, out))
-        firsts = jax.device_get([out for _, out in calls])  # one wait for all of them
-        for (part, _), (tokens, emitted, active) in zip(calls, firsts, strict=True):
-            for row, (r, slot) in enumerate(part):
+                calls.append(_Prefilled(part, *out))
+        for r, slot in admitted:
+            self._owners[slot] = r
+            r.budget = r.params.max_tokens - 1
+            r.next_pos = len(r.prompt)
+        return calls
+
+    def _gather(self) -> list[_Prefilled]:
+        """Admit requests arriving right behind those just admitted (a wave of clients)
+        before the first decode chunk: a chunk started at a fraction of the final width
+        costs nearly what a full one does, and the rest would wait for it. Called only
+        while the device has nothing but their prefills to run, so the wait is free."""
+        o = self.options
+        out: list[_Prefilled] = []
+        deadline = time.monotonic() + o.gather_max_s
+        while None in self._owners:
+            with self._wake:
+                left = deadline - time.monotonic()
+                if not self._pending and left > 0:
+                    self._wake.wait(timeout=min(o.gather_s, left))
+                if not self._pending:
+                    return out
+            out += self._admit()
+        return out
+
+    def _deliver(self, calls: list[_Prefilled]) -> None:
+        firsts = jax.device_get([(c.tokens, c.emitted, c.active) for c in calls])  # one wait
+        for call, (tokens, emitted, active) in zip(calls, firsts, strict=True):
+            for row, (r, slot) in enumerate(call.rows):
+                if r.finished:  # cancelled meanwhile
+                    continue
                 if emitted[row]:
                     r.send([int(tokens[row])])
                     self.stats.tokens += 1
-                if active[row]:
-                    self._owners[slot] = r
-                    r.budget = r.params.max_tokens - 1
-                    r.next_pos = len(r.prompt)
-                else:
+                if not active[row]:  # ended by its first token: a chunk may hold it, idle
                     r.send(None)
+                    if self._owners[slot] is r:
+                        self._owners[slot] = None
 
     def _drop_cancelled(self) -> None:
         for slot, r in enumerate(self._owners):
