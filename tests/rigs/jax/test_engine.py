@@ -15,6 +15,10 @@ from rigs.jax.engine import EngineOptions, JaxEngine
 from rigs.serving.engine import SamplingParams
 from tests.rigs.jax.conftest import torch
 
+# The module's engine compiles every program first (inside the first test): on a loaded
+# 2-core machine that alone has taken over 600 s.
+pytestmark = pytest.mark.timeout(1200)
+
 OPTIONS = EngineOptions(
     max_slots=4,
     max_model_len=128,
