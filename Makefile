@@ -30,12 +30,12 @@ lint: $(STAMP)
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
-# Tests run on two workers (pytest-xdist); each module stays on one worker (--dist loadfile)
-# so a module's emulation is deployed once.
+# Tests run on two workers (pytest-xdist); a module, or a group of modules sharing one server or
+# sweep, stays on one worker (tests/conftest.py), so their fixtures are built once.
 PYTEST_WORKERS ?= 2
 
 test: lint $(CHROMIUM)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 check: lint
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" -q
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" -q

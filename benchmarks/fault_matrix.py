@@ -12,6 +12,10 @@ ABORTED, TIMED_OUT or FAILED) its status-change cleanup ran, without the reaper:
     PYTHONPATH=$PWD python -m benchmarks.fault_matrix          # every case, a table
     PYTHONPATH=$PWD python -m benchmarks.fault_matrix stop-after-launch vanish-mid-benchmark
 
+A case with an execution timeout runs on the state machine updated with that timeout
+(UpdateStateMachine), restored after. A case's `during` may hand cleanup to the reaper, as its
+schedule would (the rows say so); its note gives what the case measured besides the columns.
+
 tests/orchestrator/test_fault_matrix.py runs the same cases and asserts on every column.
 """
 
@@ -20,12 +24,14 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rigbench.emulation import Emulation, Faults
+from rigbench.emulation import Emulation, Faults, LaunchHold
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 RIGS = ("torch", "vllm")
@@ -35,6 +41,11 @@ ENDS_WITHOUT_FINISH = {"ABORTED", "TIMED_OUT", "FAILED"}
 # FAILED (States.Runtime). Either way no Finish runs and the status-change handler must.
 STOPPED_IN_MAP = ("ABORTED", "FAILED")
 LIVE = ["pending", "running", "stopping", "stopped"]
+FINISH_ATTEMPTS = 5  # Finish's States.ALL retrier: MaxAttempts 4 after the first call
+REAPED_BOOTS = 10
+SLOW_POLL = {"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
+CALM_POLL = {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1}  # for many boots
+ROOMY = {"ready_s": 60, "bench_s": 30, "instance_s": 600}  # many boots on a loaded machine
 
 
 def sweep_input(**overrides: Any) -> dict[str, Any]:
@@ -56,9 +67,11 @@ class Case:
     name: str
     what: str  # the fault, in words
     arrange: Callable[[Emulation], None] = lambda emu: None  # before the execution starts
-    during: Callable[[Emulation], None] = lambda emu: None  # while it runs
+    # While it runs (given the execution's ARN); may return a note on what it measured.
+    during: Callable[[Emulation, str], str | None] = lambda emu, arn: None
     body: dict[str, Any] = field(default_factory=dict)
     expect: tuple[str, ...] = ("SUCCEEDED",)  # the execution's end status
+    execution_timeout_s: int | None = None  # the state machine's TimeoutSeconds for the case
 
 
 @dataclass
@@ -73,18 +86,32 @@ class Outcome:
     committed_delta_ok: bool
     cleanup_ran: bool
     seconds: float
+    interruptions: int = 0  # spot reclaims the sweep's boots were relaunched after
+    note: str = ""
+
+    def holds(self, case: Case) -> bool:
+        """Nothing running or open, committed = billed, at most 1 s unbilled per instance."""
+        return (
+            self.status in case.expect
+            and not self.instances_left
+            and not self.reservations_open
+            and self.committed_delta_ok
+            and abs(self.unbilled_s) <= UNBILLED_PER_INSTANCE_S * max(1, self.instances_launched)
+        )
 
     def row(self) -> str:
         return (
             f"| {self.case} | {self.status} {self.error} | {self.instances_launched} | "
             f"{self.instances_left} | {self.reservations_open} | {self.unbilled_s:+.1f} | "
-            f"{'yes' if self.committed_delta_ok else 'NO'} | {self.seconds:.1f} |"
+            f"{'yes' if self.committed_delta_ok else 'NO'} | {self.seconds:.1f} | {self.note} |"
         )
 
 
+# EC2 reports times to the second; a vanished instance is billed to its last sighting.
+UNBILLED_PER_INSTANCE_S = 1.0
 HEADER = (
     "| case | end | launched | instances left | reservations open | unbilled s "
-    "| committed = billed | wall s |\n|---|---|---|---|---|---|---|---|"
+    "| committed = billed | wall s | note |\n|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -110,14 +137,118 @@ def _bench_runs(emu: Emulation) -> None:
     fleet.bench = "running"
 
 
-def _vanish_mid_benchmark(emu: Emulation) -> None:
+def _scripted(emu: Emulation) -> ScriptedFleet:
     fleet = emu.fleet
     assert isinstance(fleet, ScriptedFleet)
+    return fleet
+
+
+def _vanish_mid_benchmark(emu: Emulation, arn: str) -> None:
+    fleet = _scripted(emu)
     if not fleet.bench_started.wait(60):
         raise TimeoutError("the benchmark never started")
     time.sleep(1.0)  # a few polls see it alive first
     (instance_id,) = list(fleet.alive)
     emu.seams.vanish(instance_id, emu.region)
+
+
+def _until(what: str, check: Callable[[], Any], timeout_s: float = 90) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen in {timeout_s} s")
+        time.sleep(0.1)
+    return found
+
+
+def _finish_gives_up_arrange(emu: Emulation) -> None:
+    _scripted(emu).bench_by_rig = {"vllm": "running"}
+    emu.faults.fail_lambda("FinishFunction", "raise", FINISH_ATTEMPTS)  # torch's, all of them
+
+
+def _finish_gives_up_mid_sweep(emu: Emulation, arn: str) -> str:
+    """torch's Finish fails every attempt while the vllm boot still runs its benchmark; the
+    reaper's next pass (every minute on AWS) ends the instance of the marked boot."""
+    fleet = _scripted(emu)
+    sweep_id = _until("Validate", lambda: _sweep_id(emu, arn))
+    mark = _until(
+        "MarkFinishFailed", lambda: ledger(emu, f"SWEEP#{sweep_id}").get("FINISH_FAILED#torch#1")
+    )
+    gave_up = _iso_epoch(mark["failed_at"]["S"])
+    (torch,) = [i for i, inst in fleet.instances.items() if inst.tags["rigbench:rig"] == "torch"]
+    (vllm,) = [i for i, inst in fleet.instances.items() if inst.tags["rigbench:rig"] == "vllm"]
+    reaped = emu.run_scheduled("ReaperFunction")
+    if reaped.get("reaped") != [torch] or vllm not in fleet.alive:
+        raise AssertionError(f"the reaper should end torch's instance alone: {reaped}")
+    ended_after = emu.seams.times.ended[torch] - gave_up
+    fleet.bench_by_rig = {}  # the vllm boot's benchmark now completes
+    return f"torch's instance ended {ended_after:.1f} s after Finish gave up; vllm ran on"
+
+
+def _iso_epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _hold_launch(emu: Emulation) -> None:
+    emu.faults.hold_launch = LaunchHold()
+
+
+def _end_while_launching(stop: bool) -> Callable[[Emulation, str], str]:
+    def during(emu: Emulation, arn: str) -> str:
+        hold = emu.faults.hold_launch
+        assert hold is not None
+        if not hold.entered.wait(60):
+            raise TimeoutError("Launch never reached RunInstances")
+        if stop:
+            emu.client("stepfunctions").stop_execution(executionArn=arn)
+        results = emu.seams.status_changes.wait(arn, 60)  # cleanup ran: boot closed at 0 s
+        hold.release.set()  # RunInstances returns into a closed boot
+        return f"cleanup closed {results[0].get('boots_closed')} before RunInstances returned"
+
+    return during
+
+
+def _reaper_arrange(emu: Emulation) -> None:
+    fleet = _scripted(emu)
+    fleet.bench = "running"
+    fleet.quotas = {k: 8.0 * REAPED_BOOTS for k in fleet.quotas}  # every boot at once
+    emu.faults.fail_lambda("SweepEndFunction", "raise")  # the status-change handler fails
+
+
+def _reaper_ends_them(emu: Emulation, arn: str) -> str:
+    fleet = _scripted(emu)
+    sfn = emu.client("stepfunctions")
+
+    def all_benchmarking() -> bool:
+        if sfn.describe_execution(executionArn=arn)["status"] != "RUNNING":
+            raise AssertionError(f"the sweep ended before its benchmarks: {emu.wait(arn)}")
+        return fleet.bench_commands() >= REAPED_BOOTS
+
+    _until("every benchmark", all_benchmarking, 300)
+    sfn.stop_execution(executionArn=arn)
+    emu.seams.status_changes.wait(arn, 60)
+    emu.wait(arn, 60)
+    started = time.monotonic()
+    reaped = emu.run_scheduled("ReaperFunction")
+    took = time.monotonic() - started
+    if len(reaped.get("reaped", [])) != REAPED_BOOTS:
+        raise AssertionError(f"the reaper should end {REAPED_BOOTS} instances: {reaped}")
+    return f"the reaper ended {REAPED_BOOTS} instances in one pass of {took:.1f} s"
+
+
+def _reclaim_arrange(emu: Emulation) -> None:
+    _scripted(emu).bench = "running"
+
+
+def _reclaim_mid_benchmark(emu: Emulation, arn: str) -> str:
+    fleet = _scripted(emu)
+    if not fleet.bench_started.wait(60):
+        raise TimeoutError("the benchmark never started")
+    time.sleep(1.0)  # a few polls see it alive first
+    (instance_id,) = list(fleet.alive)
+    emu.reclaim_spot(instance_id)
+    fleet.bench = "success"  # the relaunched instance's benchmark completes
+    return f"{instance_id} reclaimed mid-benchmark"
 
 
 CASES: list[Case] = [
@@ -164,8 +295,27 @@ CASES: list[Case] = [
     Case("protected-and-stopped", "protected from termination, then StopExecution",
          _stop_after("CheckReadyFunction", protect=True), expect=STOPPED_IN_MAP),
     Case("vanish-mid-benchmark", "the instance disappears from EC2 during the benchmark",
-         _bench_runs, _vanish_mid_benchmark, body={"waits": {
-             "agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}}, expect=("FAILED",)),
+         _bench_runs, _vanish_mid_benchmark, expect=("FAILED",)),
+    Case("finish-gives-up-mid-sweep", "torch's Finish fails every retry while the vllm boot "
+         "still benchmarks; the reaper's next pass runs", _finish_gives_up_arrange,
+         _finish_gives_up_mid_sweep, body={"rigs": ["torch", "vllm"], "waits": SLOW_POLL},
+         expect=("FAILED",)),
+    Case("stop-while-launching", "StopExecution while RunInstances is in flight; the "
+         "status-change cleanup closes the boot before it returns", _hold_launch,
+         _end_while_launching(stop=True), expect=STOPPED_IN_MAP),
+    Case("timed-out-while-launching", "the execution times out while RunInstances is in "
+         "flight; the status-change cleanup closes the boot before it returns", _hold_launch,
+         _end_while_launching(stop=False), expect=("TIMED_OUT",),
+         execution_timeout_s=10),
+    Case(f"reaper-ends-{REAPED_BOOTS}", f"{REAPED_BOOTS} boots benchmarking, StopExecution, the "
+         "status-change handler fails; the reaper's pass ends them", _reaper_arrange,
+         _reaper_ends_them, body={"rigs": ["torch", "vllm"], "boots_per_rig": REAPED_BOOTS // 2,
+                                  "waits": CALM_POLL, "deadlines": ROOMY,
+                                  "max_interruptions_per_boot": 0},
+         expect=STOPPED_IN_MAP),
+    Case("spot-reclaim-relaunched", "EC2 reclaims the spot instance mid-benchmark; the boot "
+         "relaunches and completes", _reclaim_arrange, _reclaim_mid_benchmark,
+         body={"waits": SLOW_POLL}),
 ]  # fmt: skip
 BY_NAME = {case.name: case for case in CASES}
 
@@ -212,22 +362,43 @@ def left_running(emu: Emulation, sweep_id: str) -> int:
     return sum(len(r["Instances"]) for r in reservations)
 
 
+@contextmanager
+def execution_timeout(emu: Emulation, seconds: int | None) -> Iterator[None]:
+    """Executions started inside time out after `seconds` (the definition's TimeoutSeconds)."""
+    if seconds is None:
+        yield
+        return
+    sfn = emu.client("stepfunctions")
+    original = sfn.describe_state_machine(stateMachineArn=emu.state_machine_arn)["definition"]
+    definition = {**json.loads(original), "TimeoutSeconds": seconds}
+    sfn.update_state_machine(
+        stateMachineArn=emu.state_machine_arn, definition=json.dumps(definition)
+    )
+    try:
+        yield
+    finally:
+        sfn.update_state_machine(stateMachineArn=emu.state_machine_arn, definition=original)
+
+
 def run_case(emu: Emulation, case: Case, timeout_s: float = 120) -> Outcome:
     fleet = emu.fleet
     assert isinstance(fleet, ScriptedFleet)
     fleet.reset()
     emu.faults.lambdas.clear()
     emu.faults.protect_on_launch = False
+    emu.faults.hold_launch = None
     started = time.monotonic()
     before = committed(emu)
     case.arrange(emu)
-    arn = emu.start_execution(sweep_input(**case.body))
-    case.during(emu)
+    with execution_timeout(emu, case.execution_timeout_s):
+        arn = emu.start_execution(sweep_input(**case.body))
+    note = case.during(emu, arn) or ""
     described = emu.wait(arn, timeout_s)
     cleanup_ran = False
     if described["status"] in ENDS_WITHOUT_FINISH:
         emu.seams.status_changes.wait(arn, 60)
         cleanup_ran = True
+    emu.seams.idle(60)  # a handler that outlived its execution (Launch in flight) is done
     sweep_id = _sweep_id(emu, arn)
     if sweep_id is None:  # stopped before Validate claimed a sweep: nothing could launch
         return Outcome(case.name, described["status"], str(described.get("error", "")),
@@ -257,6 +428,8 @@ def run_case(emu: Emulation, case: Case, timeout_s: float = 120) -> Outcome:
         committed_delta_ok=committed(emu) - before == billed_usd,
         cleanup_ran=cleanup_ran,
         seconds=time.monotonic() - started,
+        interruptions=int(json.loads(described.get("output") or "{}").get("interruptions", 0)),
+        note=note,
     )
 
 
@@ -280,23 +453,19 @@ def start_emulation(root: Path) -> Emulation:
 
 def main(names: list[str]) -> int:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the moto server's request log
+    logging.getLogger("moto").setLevel(logging.CRITICAL)  # the parser logs every caught error
     cases = [BY_NAME[n] for n in names] if names else CASES
     emu = start_emulation(bundle_root())
+    outcomes = []
     try:
         print(HEADER)
-        outcomes = []
         for case in cases:
             outcome = run_case(emu, case)
             outcomes.append(outcome)
             print(outcome.row(), flush=True)
     finally:
         emu.stop()
-    bad = [
-        o.case
-        for o, c in zip(outcomes, cases, strict=True)
-        if o.instances_left or o.reservations_open or not o.committed_delta_ok
-        or abs(o.unbilled_s) > 5 or o.status not in c.expect
-    ]  # fmt: skip
+    bad = [o.case for o, c in zip(outcomes, cases, strict=True) if not o.holds(c)]
     print(json.dumps({"cases": len(outcomes), "holding": len(outcomes) - len(bad), "bad": bad}))
     return 1 if bad else 0
 

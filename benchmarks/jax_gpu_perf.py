@@ -349,7 +349,7 @@ def cmdbuf_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         )
 
         def run(width: int = width) -> Any:
-            tokens, _, _, state["cache"], state["slots"] = programs[width](
+            tokens, _, _, _, state["cache"], state["slots"] = programs[width](
                 params, cache=state["cache"], slots=state["slots"], eos_ids=eos
             )
             return tokens

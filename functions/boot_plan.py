@@ -10,7 +10,7 @@ beside the results.
     dtype:    float16 below compute capability 8.0 (no bfloat16 datapath), else the rig's;
     settings: the rig's declared defaults, its concurrency setting set to the sweep's
               `max_concurrent_sequences` (the same for every rig), then the input's
-              `rig_settings` for that rig.
+              `rig_settings` for that entry (`jax@b` runs rig `jax` with its own settings).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def plan_boot(sweep: SweepInput, rig_name: str, stack_ami_parameter: str = "") -
     settings: dict[str, Scalar] = dict(rig.serve.settings)
     if rig.serve.concurrency_setting is not None:
         settings[rig.serve.concurrency_setting] = sweep.concurrent_sequences()
-    settings.update(sweep.rig_settings.get(rig.name, {}))
+    settings.update(sweep.rig_settings.get(rig_name, {}))  # by the entry: jax@b has its own
     return BootPlan(
         rig=rig.name,
         instance_type=itype.name,

@@ -6,12 +6,15 @@ Ledger items (pk, sk), amounts in integer micro-dollars so that ADD never drifts
     SWEEP#<id>    / OWNER            execution_arn: the one execution that owns this sweep id
     SWEEP#<id>    / BOOT#<rig>#<n>   status reserved|reconciled, reserved, spent, seconds,
                                      launch_anchor (first launch attempt: fixes the deadline),
-                                     instance_ids, launched_at, last_seen
+                                     instance_ids, launched_at, last_seen (and per
+                                     instance launched_at:<id>, last_seen:<id>), billed_ids,
+                                     finish_failed (Finish gave up: the reaper ends it)
     EXECUTION#<arn> / SWEEP          sweep_id: the status-change handler's way back to the sweep
     INSTANCE#<id> / INTERRUPTION     written by the spot interruption warning rule
 Sweeps still open carry `open` (GSI open_sweeps), so the reaper finds aborted ones by Query.
 """
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from functions.errors import InvalidInput, OverBudget
 from functions.events import Reservation, SweepState
-from functions.observability import instrumented
+from functions.observability import instrumented, logger
 from functions.settings import Clients, Settings
 
 MICRO = 1_000_000
@@ -308,22 +311,55 @@ def reserve_budget(
     return reservation
 
 
+@dataclass(frozen=True)
+class Billed:
+    cost_usd: float  # the boot's whole bill so far
+    reconciled: bool  # this call closed the reservation
+    settled: bool = True  # False: the boot recorded an instance this bill did not cover
+
+
 def reconcile_boot(
-    ddb: Any, table: str, sweep_id: str, rig: str, boot: int, seconds: float
-) -> tuple[float, bool]:
-    """Replace a boot's reservation by its actual cost (instance-seconds x the reserved price);
-    a second call changes nothing. Returns (cost in USD, whether this call reconciled)."""
+    ddb: Any,
+    table: str,
+    sweep_id: str,
+    rig: str,
+    boot: int,
+    by_instance: dict[str, float],
+    expect: list[str] | None = None,
+) -> Billed:
+    """Replace a boot's reservation by its actual cost (each instance's seconds x the reserved
+    price), once. `expect` is the set of instances the caller read from the boot's record: if
+    another was recorded meanwhile the bill is refused (settled False) and the caller goes
+    again. On a boot already reconciled, an instance its bill did not cover (launched after
+    the boot was closed) is billed on its own, once."""
     item = ddb.get_item(
         TableName=table, Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)), ConsistentRead=True
     ).get("Item")
     if item is None:
-        return 0.0, False
+        return Billed(0.0, False)
     price = usd(int(item["price"]["N"]))
     month = item["month"]["S"]
-    spent = to_micro(price * seconds / 3600)
     if item["status"]["S"] != "reserved":
-        return usd(int(item.get("spent", {}).get("N", "0"))), False
+        return _bill_late(ddb, table, sweep_id, rig, boot, item, by_instance)
+    seconds = sum(by_instance.values())
+    spent = to_micro(price * seconds / 3600)
     reserved = int(item["reserved"]["N"])
+    recorded = sorted(set(expect if expect is not None else _ids(item)))
+    same_instances = (
+        "attribute_not_exists(instance_ids)" if not recorded else "size(instance_ids) = :recorded"
+    )
+    values: dict[str, Any] = {
+        ":done": {"S": "reconciled"},
+        ":reserved": {"S": "reserved"},
+        ":spent": {"N": str(spent)},
+        ":secs": {"N": f"{seconds:.3f}"},
+    }
+    update = "SET #s = :done, spent = :spent, seconds = :secs"
+    if recorded:
+        values[":recorded"] = {"N": str(len(recorded))}
+    if by_instance:
+        values[":billed"] = {"SS": sorted(by_instance)}
+        update += ", billed_ids = :billed"
     try:
         ddb.transact_write_items(
             TransactItems=[
@@ -331,15 +367,10 @@ def reconcile_boot(
                     "Update": {
                         "TableName": table,
                         "Key": _key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
-                        "UpdateExpression": "SET #s = :done, spent = :spent, seconds = :secs",
-                        "ConditionExpression": "#s = :reserved",
+                        "UpdateExpression": update,
+                        "ConditionExpression": f"#s = :reserved AND {same_instances}",
                         "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": {
-                            ":done": {"S": "reconciled"},
-                            ":reserved": {"S": "reserved"},
-                            ":spent": {"N": str(spent)},
-                            ":secs": {"N": f"{seconds:.3f}"},
-                        },
+                        "ExpressionAttributeValues": values,
                     }
                 },
                 {
@@ -364,10 +395,83 @@ def reconcile_boot(
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "TransactionCanceledException":
-            return usd(spent), False  # reconciled by a concurrent retry
-        raise
-    return usd(spent), True
+        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+            raise
+        now_item = boot_record(ddb, table, sweep_id, rig, boot)
+        if now_item.get("status", {}).get("S") == "reserved":
+            return Billed(usd(spent), False, settled=False)  # gained an instance: go again
+        # Reconciled by a concurrent caller: bill what its bill did not cover.
+        return _bill_late(ddb, table, sweep_id, rig, boot, now_item, by_instance)
+    return Billed(usd(spent), True)
+
+
+def _ids(item: dict[str, Any], name: str = "instance_ids") -> list[str]:
+    return list(item.get(name, {}).get("SS", []))
+
+
+def _bill_late(
+    ddb: Any,
+    table: str,
+    sweep_id: str,
+    rig: str,
+    boot: int,
+    item: dict[str, Any],
+    by_instance: dict[str, float],
+) -> Billed:
+    """Bill, each once, the instances a closed boot's bill did not cover."""
+    price = usd(int(item["price"]["N"]))
+    month = item["month"]["S"]
+    total = int(item.get("spent", {}).get("N", "0"))
+    billed = set(_ids(item, "billed_ids"))
+    for instance_id, seconds in sorted(by_instance.items()):
+        if instance_id in billed:
+            continue
+        spent = to_micro(price * seconds / 3600)
+        try:
+            ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": _key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+                            "UpdateExpression": "ADD spent :spent, seconds :secs, billed_ids :id",
+                            "ConditionExpression": "NOT contains(billed_ids, :one)",
+                            "ExpressionAttributeValues": {
+                                ":spent": {"N": str(spent)},
+                                ":secs": {"N": f"{seconds:.3f}"},
+                                ":id": {"SS": [instance_id]},
+                                ":one": {"S": instance_id},
+                            },
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": _key(f"SWEEP#{sweep_id}", "TOTAL"),
+                            "UpdateExpression": "ADD spent :spent",
+                            "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": _key(f"MONTH#{month}", "TOTAL"),
+                            "UpdateExpression": "ADD committed :spent",
+                            "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            continue  # billed by a concurrent caller
+        total += spent
+        logger.warning(
+            "billed an instance of a closed boot",
+            extra={"instance": instance_id, "seconds": round(seconds, 3), "boot": boot},
+        )
+    return Billed(usd(total), False)
 
 
 class BootEnded(Exception):
@@ -408,8 +512,13 @@ def record_instance(
         Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
         UpdateExpression=(
             "ADD instance_ids :id SET launched_at = if_not_exists(launched_at, :at), "
-            "last_seen = if_not_exists(last_seen, :at)"
+            "last_seen = if_not_exists(last_seen, :at), "
+            "#launched = if_not_exists(#launched, :at), #seen = if_not_exists(#seen, :at)"
         ),
+        ExpressionAttributeNames={
+            "#launched": f"launched_at:{instance_id}",
+            "#seen": f"last_seen:{instance_id}",
+        },
         ExpressionAttributeValues={
             ":id": {"SS": [instance_id]},
             ":at": {"N": f"{launched_at:.3f}"},
@@ -417,15 +526,32 @@ def record_instance(
     )
 
 
-def saw_instance(ddb: Any, table: str, sweep_id: str, rig: str, boot: int, now: float) -> None:
+def saw_instance(
+    ddb: Any, table: str, sweep_id: str, rig: str, boot: int, instance_id: str, now: float
+) -> None:
     """The boot's instance answered at `now`: what a vanished instance is billed up to."""
     ddb.update_item(
         TableName=table,
         Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
-        UpdateExpression="SET last_seen = :now",
+        UpdateExpression="SET last_seen = :now, #seen = :now",
         ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeNames={"#seen": f"last_seen:{instance_id}"},
         ExpressionAttributeValues={":now": {"N": f"{now:.3f}"}},
     )
+
+
+def record_times(record: dict[str, Any], name: str) -> dict[str, float]:
+    """Instance id -> its `launched_at` or `last_seen`, from a boot's record; a record written
+    before times were kept per instance gives the boot's one time to its first instance."""
+    times = {
+        key.split(":", 1)[1]: float(value["N"])
+        for key, value in record.items()
+        if key.startswith(f"{name}:")
+    }
+    first = sorted(_ids(record))[:1]
+    if not times and first and name in record:
+        times[first[0]] = float(record[name]["N"])
+    return times
 
 
 def boot_record(ddb: Any, table: str, sweep_id: str, rig: str, boot: int) -> dict[str, Any]:

@@ -3,9 +3,11 @@ state happens to carry: Finish, the execution status-change handler and the reap
 boots through `end_boot`, so a Launch that timed out after RunInstances, a duplicate, or a
 retry's second instance is ended and billed the same way.
 
-Billing truth: each instance is billed from its real LaunchTime to its real end (the time we
-terminated it, or the time EC2 says it stopped); an instance that vanished from EC2 is billed
-from its launch to when a step last saw it alive, never 0 s.
+Billing truth: each instance is billed from its real LaunchTime to its own end (the time our
+terminate call returned, or the time EC2 says it stopped), never to a time read once for a
+whole pass; an instance that vanished from EC2 is billed from its launch to when a step last
+saw it alive, never 0 s. An instance that turns up after its boot was reconciled (a Launch
+still in flight when the execution ended) is billed on its own, once (`reconcile_boot`).
 """
 
 import re
@@ -15,7 +17,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from functions.budget import boot_record, reconcile_boot
+from functions import clock
+from functions.budget import boot_record, reconcile_boot, record_times
 from functions.observability import logger
 from functions.settings import BOOT_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG
 
@@ -29,8 +32,10 @@ class BootEnd:
     instance_ids: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)
+    by_instance: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     cost_usd: float = 0.0
+    settled: bool = True  # False: the boot gained an instance while being ended: go again
 
 
 def tagged_instances(ec2: Any, filters: dict[str, str]) -> list[dict[str, Any]]:
@@ -87,19 +92,34 @@ def ended_at(instance: dict[str, Any], fallback: float) -> float:
     return when.timestamp()
 
 
-def end_instance(ec2: Any, instance: dict[str, Any], now: float) -> tuple[float, bool]:
-    """Terminate if still live; (seconds it ran, whether this call terminated it)."""
+def end_instance(ec2: Any, instance: dict[str, Any]) -> tuple[float, bool]:
+    """Terminate if still live; (seconds it ran, whether this call terminated it). A live
+    instance is billed to when our terminate call returned, an ended one to EC2's own time."""
     launched = instance["LaunchTime"].timestamp()
     state = instance["State"]["Name"]
     if state in LIVE:
         terminate(ec2, instance["InstanceId"])
-        return max(0.0, now - launched), True
-    return max(0.0, ended_at(instance, now) - launched), False
+        return max(0.0, clock.now() - launched), True
+    return max(0.0, ended_at(instance, clock.now()) - launched), False
 
 
 def end_boot(
     ec2: Any, ddb: Any, ledger_table: str, project: str, sweep_id: str, rig: str, boot: int,
-    now: float,
+    attempts: int = 5,
+) -> BootEnd:  # fmt: skip
+    """End and bill every instance of the boot. The reconciliation is conditioned on the set
+    of instances it billed: a Launch that records another one meanwhile makes it go round
+    again, so an instance can never be left out of the bill."""
+    end = BootEnd()
+    for _ in range(attempts):
+        end = _end_boot_once(ec2, ddb, ledger_table, project, sweep_id, rig, boot)
+        if end.settled:
+            return end
+    raise RuntimeError(f"{rig} boot {boot} of {sweep_id} kept gaining instances while ending")
+
+
+def _end_boot_once(
+    ec2: Any, ddb: Any, ledger_table: str, project: str, sweep_id: str, rig: str, boot: int
 ) -> BootEnd:  # fmt: skip
     record = boot_record(ddb, ledger_table, sweep_id, rig, boot)
     recorded = sorted(record.get("instance_ids", {}).get("SS", []))
@@ -108,16 +128,22 @@ def end_boot(
     found.update(instances_by_id(ec2, [i for i in recorded if i not in found]))
     end = BootEnd(instance_ids=sorted(set(found) | set(recorded)))
     for instance_id, instance in sorted(found.items()):
-        seconds, terminated = end_instance(ec2, instance, now)
-        end.seconds += seconds
+        seconds, terminated = end_instance(ec2, instance)
+        end.by_instance[instance_id] = seconds
         if terminated:
             end.terminated.append(instance_id)
     vanished = [i for i in recorded if i not in found]
     if vanished:
-        launched = float(record.get("launched_at", {}).get("N", "0"))
-        last_seen = float(record.get("last_seen", {}).get("N", "0"))
+        launched = record_times(record, "launched_at")
+        last_seen = record_times(record, "last_seen")
+        for instance_id in vanished:
+            start = launched.get(instance_id, 0.0)
+            end.by_instance[instance_id] = max(0.0, last_seen.get(instance_id, start) - start)
         end.vanished = vanished
-        end.seconds += max(0.0, last_seen - launched) * len(vanished)
         logger.warning("instances vanished", extra={"instances": vanished, "boot": boot})
-    end.cost_usd, _ = reconcile_boot(ddb, ledger_table, sweep_id, rig, boot, end.seconds)
+    end.seconds = sum(end.by_instance.values())
+    billed = reconcile_boot(
+        ddb, ledger_table, sweep_id, rig, boot, end.by_instance, expect=recorded
+    )
+    end.cost_usd, end.settled = billed.cost_usd, billed.settled
     return end

@@ -10,7 +10,8 @@
     ├── InstallFailed         the instance reported a failed rig install
     ├── CommandFailed         the harness command ended in a failed status
     ├── CommandTimedOut       the harness command ran past its deadline
-    ├── InstanceLost          the instance stopped under a running step (spot interruption, ...)
+    ├── InstanceLost          the instance stopped under a running step
+    │   └── InstanceInterrupted   EC2 reclaimed the spot instance (the boot may relaunch)
     └── ReportInvalid         the harness report is missing or does not parse
 
 Lambda reports an unhandled exception as `errorType` = the class name, so a Catch or a
@@ -62,6 +63,10 @@ class CommandTimedOut(SweepError):
 
 class InstanceLost(SweepError):
     pass
+
+
+class InstanceInterrupted(InstanceLost):
+    """A spot reclaim: the state machine relaunches the boot up to max_interruptions_per_boot."""
 
 
 class ReportInvalid(SweepError):

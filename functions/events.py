@@ -131,6 +131,9 @@ class BootState(_Model):
     command: CommandState | None = None
     stored: Stored | None = None
     error: CaughtError | None = None
+    # Spot reclaims this boot survived so far: each relaunch is a new attempt (new ClientToken,
+    # new idempotency key) under the same reservation and deadline.
+    interruptions: int = 0
 
 
 class BootOutcome(_Model):
@@ -143,6 +146,8 @@ class BootOutcome(_Model):
     rows: int = 0
     cost_usd: float = 0.0
     instance_seconds: float = 0.0
+    interruptions: int = 0  # spot reclaims the boot was relaunched after
+    interrupted_instances: list[str] = []  # the reclaimed instances (billed to their end)
 
 
 class ReportWritten(_Model):

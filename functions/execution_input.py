@@ -30,7 +30,14 @@ SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Names that reach a shell on the instance: letters, digits and . _ - / : only.
 MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,255}$"
 REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+# A rig, or a rig with a label (`jax@b`): the label names that entry's rows, so one rig can be
+# run twice in a sweep (an A/A check of the noise floor) or under two settings.
+RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}(@[a-z0-9][a-z0-9_-]{0,15})?$"
+# Boots per rig when the input gives none: with 2 the test (Welch's t-test on log boot values)
+# finds a real 1.5x difference at 10% boot-to-boot spread in about 1 comparison in 3; with 3
+# in about 9 in 10 (benchmarks/verdict_calibration.py). 3 rigs x 3 boots also stay within the
+# 10 boots a sweep's history allows at the default waits.
+DEFAULT_BOOTS_PER_RIG = 3
 MAX_INPUT_BYTES = 64 * 1024
 MAX_INPUT_DEPTH = 8  # the model nests 3 deep; anything deeper is not a sweep
 
@@ -50,20 +57,33 @@ REQUESTS_PER_SLOT = 4  # a cell sends at least 4x its concurrency: steady state,
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: a boolean or a string is never taken for a number (`boots_per_rig: true`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class LoadCells(_Strict):
     """What the harness measures on each boot: fixed-concurrency and Poisson-rate cells."""
 
-    concurrency: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default=[1, 8], max_length=16)
-    rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(default=[], max_length=16)
+    concurrency: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default=[1, 8],
+        max_length=16,
+        description="fixed-concurrency cells: requests in flight at once, one cell each",
+    )
+    rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(
+        default=[],
+        max_length=16,
+        description="Poisson-rate cells in requests/s (instead of concurrency)",
+    )
     requests_per_cell: int = Field(
         default=32, ge=1, le=10_000, description="default: 32, or 4x the highest concurrency"
     )
-    prompt_tokens: int = Field(default=512, ge=1, le=131_072)
-    output_tokens: int = Field(default=128, ge=1, le=32_768)
-    warmup_requests: int = Field(default=2, ge=0, le=1000)
+    prompt_tokens: int = Field(default=512, ge=1, le=131_072, description="prompt length, tokens")
+    output_tokens: int = Field(
+        default=128, ge=1, le=32_768, description="generated length per request, tokens (forced)"
+    )
+    warmup_requests: int = Field(
+        default=2, ge=0, le=1000, description="requests sent before each cell, never measured"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -88,9 +108,16 @@ class LoadCells(_Strict):
 class Deadlines(_Strict):
     """Seconds from launch; the instance shuts itself down at `instance_s` whatever happens."""
 
-    ready_s: int = Field(default=1800, ge=1, le=4 * 3600)
-    bench_s: int = Field(default=3600, ge=1, le=12 * 3600)
-    instance_s: int = Field(default=7200, ge=60, le=24 * 3600)
+    ready_s: int = Field(
+        default=1800, ge=1, le=4 * 3600, description="seconds for the rig to answer a completion"
+    )
+    bench_s: int = Field(default=3600, ge=1, le=12 * 3600, description="seconds for the harness")
+    instance_s: int = Field(
+        default=7200,
+        ge=60,
+        le=24 * 3600,
+        description="seconds the instance lives at most (its dead-man timer; priced as budget)",
+    )
 
     @field_validator("instance_s")
     @classmethod
@@ -108,9 +135,9 @@ class Waits(_Strict):
     """Wait-state intervals (seconds) of the polling loops; never below the stack's minimum
     (MinPollSeconds: 1 by default, 0 only in tests)."""
 
-    agent_poll_s: Seconds = 15
-    ready_poll_s: Seconds = 20
-    command_poll_s: Seconds = 30
+    agent_poll_s: Seconds = Field(20, description="seconds between checks for the SSM agent")
+    ready_poll_s: Seconds = Field(30, description="seconds between readiness probes")
+    command_poll_s: Seconds = Field(45, description="seconds between harness status polls")
 
     @field_validator("agent_poll_s", "ready_poll_s", "command_poll_s")
     @classmethod
@@ -129,22 +156,42 @@ class SweepInput(_Strict):
         pattern=SWEEP_ID_PATTERN,
         description="defaults to the execution name",
     )
-    rigs: list[Annotated[str, Field(pattern=RIG_PATTERN)]] = Field(min_length=1, max_length=16)
+    rigs: list[Annotated[str, Field(pattern=RIG_PATTERN)]] = Field(
+        min_length=1,
+        max_length=16,
+        description="rigs to run; RIG@LABEL runs RIG again under LABEL (its rows are named "
+        'RIG@LABEL): ["jax", "jax@b"] is an A/A sweep',
+    )
     model: str = Field(
         pattern=MODEL_PATTERN,
         description="a Hugging Face id or random:<config>: letters, digits and . _ - / : only",
     )
-    model_revision: str | None = Field(default=None, pattern=REVISION_PATTERN)
-    instance_type: str = "g5g.2xlarge"
-    boots_per_rig: int = Field(default=2, ge=1, le=MAX_BOOTS_PER_RIG)
-    cells: LoadCells = LoadCells()
-    budget_usd: float = Field(gt=0, le=10_000)
-    market: Literal["spot", "on-demand"] = "spot"
+    model_revision: str | None = Field(
+        default=None, pattern=REVISION_PATTERN, description="a commit or tag of the model repo"
+    )
+    instance_type: str = Field(
+        default="g5g.2xlarge", description="the EC2 type every boot runs on (one GPU)"
+    )
+    boots_per_rig: int = Field(
+        default=DEFAULT_BOOTS_PER_RIG,
+        ge=1,
+        le=MAX_BOOTS_PER_RIG,
+        description="fresh instances per rig (the boot is the unit of replication): 1 gives no "
+        "verdicts; 2 finds a 1.5x difference at 10% boot-to-boot spread about 1 time in 3, the "
+        "default 3 about 9 in 10, 5 nearly always",
+    )
+    cells: LoadCells = Field(
+        default=LoadCells(), description="the load cells the harness measures on every boot"
+    )
+    budget_usd: float = Field(
+        gt=0, le=10_000, description="the most this sweep may spend, USD (reserved up front)"
+    )
+    market: Literal["spot", "on-demand"] = Field(default="spot", description="EC2 market")
     subnets: list[str] | None = Field(
         default=None, min_length=1, description="defaults to the stack's subnets"
     )
-    deadlines: Deadlines = Deadlines()
-    waits: Waits = Waits()
+    deadlines: Deadlines = Field(default=Deadlines(), description="per boot, seconds from launch")
+    waits: Waits = Field(default=Waits(), description="poll intervals of the wait loops, seconds")
     max_concurrent_sequences: int | None = Field(
         default=None,
         ge=1,
@@ -152,20 +199,29 @@ class SweepInput(_Strict):
         description="sequences every rig serves at once (its concurrency setting); "
         "default: the highest concurrency cell, else 8",
     )
+    max_interruptions_per_boot: int = Field(
+        default=1,
+        ge=0,
+        le=3,
+        description="spot reclaims a boot survives: a reclaimed instance is replaced by a new "
+        "one (any allowed zone) under the boot's reservation and deadline",
+    )
     rig_settings: dict[str, dict[str, Scalar]] = Field(
         default_factory=dict,
-        description="per rig, serve settings over its rig.toml defaults (and over "
-        "max_concurrent_sequences)",
+        description="per rig (or RIG@LABEL entry, as listed in rigs), serve settings over "
+        "its rig.toml defaults (and over max_concurrent_sequences)",
     )
 
     @field_validator("rigs")
     @classmethod
     def _known_rigs(cls, rigs: list[str], info: ValidationInfo) -> list[str]:
+        from rigs.registry import definition_name
+
         if len(set(rigs)) != len(rigs):
-            raise ValueError("a rig is listed twice")
+            raise ValueError("a rig is listed twice (to run it twice, label one: jax, jax@b)")
         known = (info.context or {}).get("rigs")
         if known is not None:
-            unknown = [r for r in rigs if r not in known]
+            unknown = [r for r in rigs if definition_name(r) not in known]
             if unknown:
                 raise ValueError(
                     f"unknown rig {', '.join(map(repr, unknown))} (the bundle has: "
@@ -240,12 +296,25 @@ class SweepInput(_Strict):
         return max(self.cells.concurrency) if self.cells.concurrency else 8
 
     def history_events_per_boot(self) -> int:
-        """Worst case: the agent and ready loops share the ready deadline, the harness loop
-        runs to bench_s plus the poll's grace; a 0 s wait is counted as 1 s."""
+        """Worst case: per attempt (the first launch and each relaunch after a spot reclaim)
+        the agent and ready loops share the ready deadline and the harness loop runs to bench_s
+        plus the poll's grace, and all attempts together poll no longer than the instance
+        deadline (the faster loop taking the time first); a 0 s wait is counted as 1 s."""
         waits, deadlines = self.waits, self.deadlines
-        ready_polls = deadlines.ready_s // max(1, min(waits.agent_poll_s, waits.ready_poll_s)) + 2
-        bench_polls = (deadlines.bench_s + COMMAND_GRACE_S) // max(1, waits.command_poll_s) + 1
-        return EVENTS_PER_BOOT_FIXED + EVENTS_PER_POLL * (ready_polls + bench_polls)
+        attempts = 1 + self.max_interruptions_per_boot
+        ready_wait = max(1, min(waits.agent_poll_s, waits.ready_poll_s))
+        bench_wait = max(1, waits.command_poll_s)
+        ready_cap = attempts * deadlines.ready_s
+        bench_cap = attempts * (deadlines.bench_s + COMMAND_GRACE_S)
+        total = deadlines.instance_s + COMMAND_GRACE_S
+        if ready_wait <= bench_wait:
+            ready_time = min(ready_cap, total)
+            bench_time = min(bench_cap, total - ready_time)
+        else:
+            bench_time = min(bench_cap, total)
+            ready_time = min(ready_cap, total - bench_time)
+        polls = ready_time // ready_wait + bench_time // bench_wait + 3 * attempts
+        return EVENTS_PER_BOOT_FIXED * attempts + EVENTS_PER_POLL * polls
 
     def history_events(self) -> int:
         return HISTORY_EVENTS_RESERVED + self.boot_count() * self.history_events_per_boot()
@@ -273,6 +342,29 @@ def _depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def read_input_file(path: Path) -> dict[str, Any]:
+    """A sweep input file as the API would take it: at most MAX_INPUT_BYTES (read no further,
+    so an endless file is refused too), one JSON object; InvalidInput naming the file."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InvalidInput(
+            f"{path}: larger than the {MAX_INPUT_BYTES} bytes a sweep input may have"
+        )
+    try:
+        loaded = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: JSON nested too deeply to be a sweep input") from None
+    if not isinstance(loaded, dict):
+        raise InvalidInput(f"{path}: the sweep input must be a JSON object")
+    return loaded
 
 
 def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepInput:

@@ -8,7 +8,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions import clock
 from functions.cleanup import end_boot
 from functions.errors import error_message
 from functions.events import BootOutcome, BootState, CaughtError
@@ -27,7 +26,7 @@ def truncate(text: str, limit: int = MAX_CAUSE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def finish_boot(state: BootState, clients: Clients, settings: Settings, now: float) -> BootOutcome:
+def finish_boot(state: BootState, clients: Clients, settings: Settings) -> BootOutcome:
     ended = end_boot(
         clients.ec2,
         clients.dynamodb,
@@ -36,7 +35,6 @@ def finish_boot(state: BootState, clients: Clients, settings: Settings, now: flo
         state.sweep.sweep_id,
         state.rig,
         state.boot,
-        now,
     )
     if ended.terminated:
         metrics.add_metric(
@@ -52,6 +50,10 @@ def finish_boot(state: BootState, clients: Clients, settings: Settings, now: flo
         error=truncate(state.error.Error, 100) if state.error else None,
         cause=truncate(explain(state.error)) if state.error else None,
         rows=state.stored.rows if state.stored else 0,
+        interruptions=state.interruptions,
+        interrupted_instances=[i for i in ended.instance_ids if i != instance_id]
+        if state.interruptions
+        else [],
         cost_usd=ended.cost_usd,
         instance_seconds=round(ended.seconds, 3),
     )
@@ -60,5 +62,5 @@ def finish_boot(state: BootState, clients: Clients, settings: Settings, now: flo
 @instrumented
 @event_parser(model=BootState)
 def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
-    outcome = finish_boot(event, Clients(), Settings.from_env(), clock.now())
+    outcome = finish_boot(event, Clients(), Settings.from_env())
     return outcome.model_dump(mode="json")

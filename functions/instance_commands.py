@@ -127,6 +127,7 @@ def bench_commands(
         "--input-len", str(cells.prompt_tokens),
         "--output-len", str(cells.output_tokens),
         "--warmup", str(cells.warmup_requests),
+        "--agreement",
         "--out", '"$OUT/report.json"',
     ]  # fmt: skip
     if cells.concurrency:
@@ -144,7 +145,12 @@ def bench_commands(
         'mkdir -p "$OUT"',
         'cd "$HOME_DIR/bundle"',
         f'MODEL=$("$PY" - "$URL" "$OUT/provenance.json" <<\'PY\'{_PROVENANCE_PY}PY\n)',
-        '"$PY" -m rigbench bench ' + " ".join(bench),
+        # Exit 1 with a report written: cells with failed requests, kept (with each cell's first
+        # failure) for the results; exit 1 without one (the pre-flight failed) or any other
+        # exit ends the command here.
+        '"$PY" -m rigbench bench '
+        + " ".join(bench)
+        + ' || { [ $? -eq 1 ] && [ -s "$OUT/report.json" ]; }',
         f'"$PY" - {shlex.quote(bucket)} {shlex.quote(prefix)} "$OUT/report.json" '
         f'"$OUT/report.requests.jsonl" "$OUT/provenance.json" <<\'PY\'{_UPLOAD_PY}PY',
     ]

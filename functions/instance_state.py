@@ -1,12 +1,15 @@
-"""Is the instance still there to work on? Spot interruptions are recorded by their own rule."""
+"""Is the instance still there to work on? Spot interruptions are recorded by their own rule;
+a reclaim is told apart from any other loss (InstanceInterrupted: the boot may relaunch)."""
 
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from functions.budget import saw_instance
-from functions.errors import InstanceLost
+from functions.errors import InstanceInterrupted, InstanceLost
 from functions.events import BootState
+
+SPOT_RECLAIMED = "Server.SpotInstanceTermination"  # EC2's StateReason code for a reclaim
 
 
 def interruption_of(ddb: Any, ledger_table: str, instance_id: str) -> str | None:
@@ -19,13 +22,21 @@ def interruption_of(ddb: Any, ledger_table: str, instance_id: str) -> str | None
 
 
 def instance_state(ec2: Any, instance_id: str) -> str:
+    return described_state(ec2, instance_id)[0]
+
+
+def described_state(ec2: Any, instance_id: str) -> tuple[str, str]:
+    """(state name, StateReason code); ("gone", "") when EC2 no longer knows the instance."""
     try:
         reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
     except ClientError as exc:
         if exc.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
-            return "gone"
+            return "gone", ""
         raise
-    return str(reservations[0]["Instances"][0]["State"]["Name"]) if reservations else "gone"
+    if not reservations:
+        return "gone", ""
+    instance = reservations[0]["Instances"][0]
+    return str(instance["State"]["Name"]), str((instance.get("StateReason") or {}).get("Code", ""))
 
 
 def ensure_alive(
@@ -37,11 +48,13 @@ def ensure_alive(
     instance_id = state.instance.instance_id
     warned = interruption_of(ddb, ledger_table, instance_id)
     if warned:
-        raise InstanceLost(
+        raise InstanceInterrupted(
             f"spot interruption: {instance_id} got the 2-minute interruption warning at "
             f"{warned} during {during}"
         )
-    found = instance_state(ec2, instance_id)
+    found, reason = described_state(ec2, instance_id)
+    if reason == SPOT_RECLAIMED:
+        raise InstanceInterrupted(f"spot interruption: EC2 reclaimed {instance_id} during {during}")
     if found not in ("pending", "running"):
         raise InstanceLost(f"{instance_id} is {found} during {during}")
-    saw_instance(ddb, ledger_table, state.sweep.sweep_id, state.rig, state.boot, now)
+    saw_instance(ddb, ledger_table, state.sweep.sweep_id, state.rig, state.boot, instance_id, now)

@@ -18,7 +18,8 @@ from botocore.exceptions import ClientError
 from functions import clock
 from functions.boot_plan import plan_boot
 from functions.bootstrap import instance_plan, user_data
-from functions.budget import anchor_launch, record_instance, subnet_zones
+from functions.budget import BootEnded, anchor_launch, boot_record, record_instance, subnet_zones
+from functions.cleanup import end_boot
 from functions.deadline import schedule_deadline
 from functions.errors import CapacityUnavailable
 from functions.events import BootState, Instance
@@ -65,6 +66,8 @@ class LaunchImage:
 
 def client_token(state: BootState, subnet: str) -> str:
     key = f"{state.sweep.sweep_id}/{state.rig}/{state.boot}/{subnet}"
+    if state.interruptions:  # a relaunch after a spot reclaim is a new instance
+        key += f"/relaunch-{state.interruptions}"
     return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
@@ -141,6 +144,30 @@ def encrypted_root(image: LaunchImage, size_gib: int | None = None) -> dict[str,
     return {"DeviceName": image.root_device, "Ebs": ebs}
 
 
+def refuse_if_closed_meanwhile(
+    state: BootState, clients: Clients, settings: Settings, instance_id: str
+) -> None:
+    """The execution may have ended (a stop, a timeout) while RunInstances ran, and its
+    cleanup closed the boot before this instance existed: end and bill it here, now."""
+    record = boot_record(
+        clients.dynamodb, settings.ledger_table, state.sweep.sweep_id, state.rig, state.boot
+    )
+    if record.get("status", {}).get("S") == "reserved":
+        return
+    ended = end_boot(
+        clients.ec2, clients.dynamodb, settings.ledger_table, settings.project,
+        state.sweep.sweep_id, state.rig, state.boot,
+    )  # fmt: skip
+    logger.warning(
+        "boot closed while launching: ended what was launched",
+        extra={"instance": instance_id, "terminated": ended.terminated},
+    )
+    raise BootEnded(
+        f"{state.rig} boot {state.boot} of sweep {state.sweep.sweep_id} was closed while "
+        f"{instance_id} launched: terminated and billed it"
+    )
+
+
 def launch_instance(state: BootState, clients: Clients, settings: Settings, now: float) -> Instance:
     """Launch, or (a retry) get back the instance the first attempt launched: the deadline
     comes from the boot's first attempt, so every retry sends the same parameters and EC2's
@@ -178,6 +205,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             launched["InstanceId"],
             launched_at,
         )
+        refuse_if_closed_meanwhile(state, clients, settings, launched["InstanceId"])
         if settings.deadline_role_arn:
             schedule_deadline(
                 clients.scheduler, settings.deadline_role_arn, launched["InstanceId"], deadline_at
@@ -206,7 +234,7 @@ def handler(event: BootState, context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     config = IdempotencyConfig(
         # The sweep id belongs to one execution (claimed in Validate); the ARN is belt and braces.
-        event_key_jmespath="[sweep.sweep_id, sweep.execution_arn, rig, boot]",
+        event_key_jmespath="[sweep.sweep_id, sweep.execution_arn, rig, boot, interruptions]",
         expires_after_seconds=event.sweep.deadlines.instance_s,
     )
     config.register_lambda_context(context)

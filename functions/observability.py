@@ -3,12 +3,16 @@ from the environment (template Globals), with the same values as fallbacks so th
 a handler outside Lambda (tests, the local emulation) behaves the same."""
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+# A step that refuses before it measures anything (Validate on bad input) has no metrics;
+# Powertools warns on every such invocation, and in a CLI the warning lands before the error.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "rigbench")
 

@@ -1,7 +1,8 @@
-"""On a schedule: the backstop behind Finish, the status-change handler and the instance's
-dead-man timer. It ends every project instance past its deadline tag or whose sweep's
-execution is no longer running, reconciles those boots from their real run time, and releases
-the reservations of sweeps whose execution ended without summarizing.
+"""On a schedule (every minute): the backstop behind Finish, the status-change handler and the
+instance's dead-man timer. It ends every project instance past its deadline tag, whose sweep's
+execution is no longer running, or whose boot Finish gave up on (marked FINISH_FAILED by the
+state machine), reconciles those boots from their real run time, and releases the
+reservations of sweeps whose execution ended without summarizing.
 
 One instance's failure (termination protection, a throttle) is logged, counted and skipped:
 the others are still ended. The run then fails (so the Lambda Errors alarm fires) and the
@@ -39,6 +40,7 @@ class Reaped:
     instances: list[str] = field(default_factory=list)
     released_sweeps: list[str] = field(default_factory=list)
     overdue: list[str] = field(default_factory=list)
+    finish_failed: list[str] = field(default_factory=list)  # instances of boots Finish gave up
     failures: list[str] = field(default_factory=list)
 
 
@@ -84,15 +86,23 @@ class ExecutionStatus:
             raise
 
 
+def finish_gave_up(ddb: Any, ledger_table: str, tags: dict[str, str]) -> bool:
+    """Finish failed every retry for this instance's boot (MarkFinishFailed in the ASL)."""
+    if not (SWEEP_TAG in tags and RIG_TAG in tags and BOOT_TAG in tags):
+        return False
+    key = _key(f"SWEEP#{tags[SWEEP_TAG]}", f"FINISH_FAILED#{tags[RIG_TAG]}#{int(tags[BOOT_TAG])}")
+    return "Item" in ddb.get_item(TableName=ledger_table, Key=key, ConsistentRead=True)
+
+
 def _reap_instance(
-    clients: Clients, project: str, ledger_table: str, entry: dict[str, Any], now: float
+    clients: Clients, project: str, ledger_table: str, entry: dict[str, Any]
 ) -> None:
     instance, tags = entry["instance"], entry["tags"]
     sweep = tags.get(SWEEP_TAG)
     if sweep is not None and RIG_TAG in tags and BOOT_TAG in tags:
         end_boot(
             clients.ec2, clients.dynamodb, ledger_table, project, sweep, tags[RIG_TAG],
-            int(tags[BOOT_TAG]), now,
+            int(tags[BOOT_TAG]),
         )  # fmt: skip
     terminate(clients.ec2, instance["InstanceId"])  # untagged boots, or a late duplicate
 
@@ -109,16 +119,24 @@ def reap(
             sweep = tags.get(SWEEP_TAG)
             overdue = float(tags.get(DEADLINE_TAG, "0") or 0) <= now
             orphaned = sweep is not None and not executions.running(sweep)
-            if not (overdue or orphaned):
+            gave_up = not (overdue or orphaned) and finish_gave_up(
+                clients.dynamodb, ledger_table, tags
+            )
+            if not (overdue or orphaned or gave_up):
                 continue
             if overdue:
                 reaped.overdue.append(instance_id)
-            _reap_instance(clients, project, ledger_table, entry, now)
+            if gave_up:
+                reaped.finish_failed.append(instance_id)
+            _reap_instance(clients, project, ledger_table, entry)
             reaped.instances.append(instance_id)
             logger.warning(
                 "reaped an instance",
-                extra={"instance": instance_id, "overdue": overdue, "orphaned": orphaned},
-            )
+                extra={
+                    "instance": instance_id, "overdue": overdue, "orphaned": orphaned,
+                    "finish_gave_up": gave_up,
+                },
+            )  # fmt: skip
         except ClientError as exc:
             reaped.failures.append(f"{instance_id}: {exc.response['Error']['Code']}: {exc}")
             logger.exception("could not reap an instance", extra={"instance": instance_id})
@@ -128,9 +146,7 @@ def reap(
             if executions.running(sweep):
                 continue
             for rig, boot in open_boots(clients.dynamodb, ledger_table, sweep):
-                end_boot(
-                    clients.ec2, clients.dynamodb, ledger_table, project, sweep, rig, boot, now
-                )
+                end_boot(clients.ec2, clients.dynamodb, ledger_table, project, sweep, rig, boot)
             close_sweep(clients.dynamodb, ledger_table, sweep)
             reaped.released_sweeps.append(sweep)
         except ClientError as exc:
@@ -138,6 +154,9 @@ def reap(
             logger.exception("could not release a sweep", extra={"sweep": sweep})
     metrics.add_metric(name="InstancesReaped", unit=MetricUnit.Count, value=len(reaped.instances))
     metrics.add_metric(name="OverdueInstances", unit=MetricUnit.Count, value=len(reaped.overdue))
+    metrics.add_metric(
+        name="FinishGaveUpInstances", unit=MetricUnit.Count, value=len(reaped.finish_failed)
+    )
     metrics.add_metric(name="ReaperFailures", unit=MetricUnit.Count, value=len(reaped.failures))
     return reaped
 

@@ -4,13 +4,20 @@
 Only the fields a results row needs are modelled; everything else in the report stays in S3.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+def _row_agreement(probe: dict[str, Any]) -> dict[str, Any]:
+    """The agreement probe as a results row keeps it: token strings left out (the ids, text
+    and margins say it all; the report in S3 keeps everything)."""
+    answers = [{k: v for k, v in a.items() if k != "tokens"} for a in probe.get("answers", [])]
+    return {**probe, "answers": answers}
 
 
 class Summary(_Lenient):
@@ -51,6 +58,11 @@ class Cell(_Lenient):
     ttft_validity: Validity | None = None
     itl_validity: Validity | None = None
     delivery: Literal["streamed", "burst"] | None = None
+    # Recorded since the pre-flight and goodput: the first failed request's reason and the
+    # server's message; goodput where the run had SLOs.
+    first_failure: str | None = None
+    goodput_req_s: float | None = None
+    slo_met: int | None = None
 
     @property
     def key(self) -> str:
@@ -67,6 +79,11 @@ class Report(_Lenient):
     model: str
     started_at: str
     cells: list[Cell] = Field(min_length=1)
+    # The agreement probe (harness.agreement.AgreementProbe), kept as the report has it.
+    agreement: dict[str, Any] | None = None
+
+    def row_agreement(self) -> dict[str, Any] | None:
+        return None if self.agreement is None else _row_agreement(self.agreement)
 
 
 class InstanceProvenance(_Lenient):

@@ -28,6 +28,9 @@ DEADLINE_TAG = "rigbench:deadline"
 
 
 SWEEP_REPORTS_PREFIX = "sweep-reports/"
+# The AMI parameter the embedded emulation deploys the stack with: a stack that has it is the
+# local one (its reports tell how to rerun with `--local`).
+EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 
 
 def sweep_report_key(sweep_id: str) -> str:

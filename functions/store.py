@@ -58,6 +58,8 @@ def result_rows(
         "image_id": instance.image_id,
         "market": instance.market,
         "instance_id": instance.instance_id,
+        # Spot reclaims before this instance: the results come from relaunch N of the boot.
+        "interruptions": state.interruptions,
         "driver": found.driver,
         "gpu": found.gpu,
         "rig": found.rig,
@@ -65,6 +67,7 @@ def result_rows(
         "boot_plan": plan_boot(sweep, state.rig).model_dump(mode="json"),
     }
     rows = []
+    agreement = report.row_agreement()  # on every row of the boot: any one row gives it
     for cell in report.cells:
         metrics_doc = cell.model_dump(mode="json")
         rows.append(
@@ -82,6 +85,7 @@ def result_rows(
                 "metrics": metrics_doc,
                 "provenance": provenance,
                 "report_key": key,
+                "agreement": agreement,
             }
         )
     return rows

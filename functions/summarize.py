@@ -23,6 +23,7 @@ class Summary(BaseModel):
     boots_failed: int
     rows: int
     cost_usd: float
+    interruptions: int = 0  # spot reclaims the boots were relaunched after
     report_key: str = ""  # the sweep's HTML report in the bucket (WriteReport)
     report_missing: str = ""  # why there is none: a report that failed fails nothing else
     error: str = ""
@@ -46,6 +47,7 @@ def summarize(event: SummarizeEvent) -> Summary:
         boots_failed=len(failed),
         rows=sum(b.rows for b in event.boots),
         cost_usd=round(sum(b.cost_usd for b in event.boots), 6),
+        interruptions=sum(b.interruptions for b in event.boots),
         **_report_fields(event.report),
     )
     if not failed:

@@ -11,12 +11,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions import clock
 from functions.budget import close_sweep, open_boots, sweep_of_execution
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.events import ExecutionStatusChangeEvent
 from functions.observability import instrumented, logger, metrics
-from functions.settings import PROJECT_TAG, SWEEP_TAG, Clients, Settings
+from functions.settings import BOOT_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Clients, Settings
 
 ENDS_WITHOUT_FINISH = frozenset({"ABORTED", "TIMED_OUT", "FAILED"})
 
@@ -28,9 +27,19 @@ class SweepEnded:
     boots_closed: list[str] = field(default_factory=list)
 
 
-def end_sweep(
-    clients: Clients, settings: Settings, execution_arn: str, status: str, now: float
-) -> SweepEnded:
+def end_instance_of(clients: Clients, settings: Settings, instance: dict[str, Any]) -> list[str]:
+    """End a live instance through its boot (so that it is billed), or alone if untagged."""
+    tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+    if SWEEP_TAG in tags and RIG_TAG in tags and BOOT_TAG in tags:
+        return end_boot(
+            clients.ec2, clients.dynamodb, settings.ledger_table, settings.project,
+            tags[SWEEP_TAG], tags[RIG_TAG], int(tags[BOOT_TAG]),
+        ).terminated  # fmt: skip
+    terminate(clients.ec2, instance["InstanceId"])
+    return [instance["InstanceId"]]
+
+
+def end_sweep(clients: Clients, settings: Settings, execution_arn: str, status: str) -> SweepEnded:
     if status not in ENDS_WITHOUT_FINISH:
         return SweepEnded(sweep_id=None)
     sweep_id = sweep_of_execution(clients.dynamodb, settings.ledger_table, execution_arn)
@@ -46,19 +55,17 @@ def end_sweep(
             sweep_id,
             rig,
             boot,
-            now,
         )
         ended.terminated.extend(done.terminated)
         ended.boots_closed.append(f"{rig}#{boot}")
-    # A boot already reconciled cannot launch again (Launch checks its reservation), but an
-    # instance found live here is ended all the same: never leave one running.
+    # A boot already reconciled cannot launch again (Launch checks its reservation before and
+    # after RunInstances), but an instance found live here is ended and billed all the same.
     for instance in tagged_instances(
         clients.ec2, {PROJECT_TAG: settings.project, SWEEP_TAG: sweep_id}
     ):
         if instance["State"]["Name"] in LIVE:
-            terminate(clients.ec2, instance["InstanceId"])
-            ended.terminated.append(instance["InstanceId"])
             logger.error("live instance of an ended boot", extra={"instance": instance})
+            ended.terminated.extend(end_instance_of(clients, settings, instance))
     close_sweep(clients.dynamodb, settings.ledger_table, sweep_id)
     metrics.add_metric(
         name="InstancesEndedOnExecutionEnd", unit=MetricUnit.Count, value=len(ended.terminated)
@@ -70,7 +77,7 @@ def end_sweep(
 @event_parser(model=ExecutionStatusChangeEvent)
 def handler(event: ExecutionStatusChangeEvent, context: LambdaContext) -> dict[str, Any]:
     ended = end_sweep(
-        Clients(), Settings.from_env(), event.detail.executionArn, event.detail.status, clock.now()
+        Clients(), Settings.from_env(), event.detail.executionArn, event.detail.status
     )
     return {
         "sweep_id": ended.sweep_id,

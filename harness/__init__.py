@@ -8,8 +8,9 @@ harness/report.schema.json.
 """
 
 from harness.backend import ServerUnreachableError
-from harness.runner import run_benchmark
+from harness.runner import PreflightError, run_benchmark
 from harness.schemas import (
+    SLO,
     BenchmarkConfig,
     BenchmarkReport,
     CellReport,
@@ -19,10 +20,12 @@ from harness.schemas import (
 from harness.version import harness_version
 
 __all__ = [
+    "SLO",
     "BenchmarkConfig",
     "BenchmarkReport",
     "CellReport",
     "MetricSummary",
+    "PreflightError",
     "RequestRecord",
     "ServerUnreachableError",
     "harness_version",

@@ -23,7 +23,8 @@ import contextlib
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -46,8 +47,24 @@ class ServerUnreachableError(Exception):
     """The server did not answer an HTTP request at all (refused, unresolvable, timed out)."""
 
 
-def build_body(endpoint: Endpoint, model: str, prompt: list[int] | str, output_len: int) -> bytes:
-    """The JSON body of one streaming request that forces exactly `output_len` tokens."""
+Messages = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What /v1/models says: the models served, and the vocabulary size where advertised."""
+
+    models: list[str]
+    vocab_size: int | None
+
+
+def build_body(
+    endpoint: Endpoint, model: str, prompt: list[int] | str | Messages, output_len: int
+) -> bytes:
+    """The JSON body of one streaming request that forces exactly `output_len` tokens.
+
+    A prompt for the chat endpoint is either its messages or the text of one user message.
+    """
     payload: dict[str, Any] = {
         "model": model,
         "max_tokens": output_len,
@@ -59,8 +76,10 @@ def build_body(endpoint: Endpoint, model: str, prompt: list[int] | str, output_l
     }
     if endpoint == "completions":
         payload["prompt"] = prompt
-    else:
+    elif isinstance(prompt, str):
         payload["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        payload["messages"] = prompt
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -118,8 +137,14 @@ class OpenAIBackend:
         request_timeout_s: float = 600.0,
         connect_timeout_s: float = 10.0,
         clock_origin: float = 0.0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """`headers` go with every request (an API key's Authorization, say)."""
         self.url = url.rstrip("/")
+        self._headers = dict(headers or {})
+        self._lean_headers = _LEAN_HEADERS + b"".join(
+            f"{name}: {value}\r\n".encode("latin-1") for name, value in self._headers.items()
+        )
         self.endpoint = endpoint
         self._path = _PATHS[endpoint]
         self._request_timeout_s = request_timeout_s
@@ -150,7 +175,11 @@ class OpenAIBackend:
                 write=30.0,
                 pool=None,
             ),
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "text/event-stream",
+                **self._headers,
+            },
         )
         self._clients.append(client)
         return client
@@ -174,11 +203,12 @@ class OpenAIBackend:
     def now(self) -> float:
         return time.perf_counter() - self._origin
 
-    async def check_reachable(self, timeout_s: float = 10.0) -> int | None:
+    async def check_reachable(self, timeout_s: float = 10.0) -> ServerInfo:
         """Raise ServerUnreachableError unless the server answers HTTP at all within timeout.
 
-        Returns the vocabulary size the server advertises in /v1/models (rigbench rigs do;
-        an OpenAI server need not), so token-id prompts stay inside the model's vocabulary.
+        Returns what /v1/models lists: the model names (for a pre-flight that names the
+        right one) and the vocabulary size (rigbench rigs advertise it; an OpenAI server
+        need not), so token-id prompts stay inside the model's vocabulary.
         """
         try:
             async with asyncio.timeout(timeout_s):
@@ -196,7 +226,7 @@ class OpenAIBackend:
             if str(exc):
                 reason += f": {exc}"
             raise ServerUnreachableError(f"cannot reach {self.url} ({reason})") from exc
-        return _advertised_vocab_size(response)
+        return _server_info(response)
 
     async def generate(self, body: bytes, record: RequestRecord) -> None:
         """Send one streaming request, stamping times and counts into `record`."""
@@ -248,8 +278,15 @@ class OpenAIBackend:
         async with client.stream("POST", self._path, content=body) as response:
             record.http_status = response.status_code
             if response.status_code >= 400:
-                text = (await response.aread())[:300].decode("utf-8", "replace")
-                _fail(record, "http_error", f"HTTP {response.status_code}: {text}")
+                _fail(
+                    record,
+                    "http_error",
+                    http_error_detail(response.status_code, await response.aread()),
+                )
+                return
+            if _not_streamed(response.headers.get("content-type", "")):
+                await response.aread()
+                _fail(record, "not_streamed", _NOT_STREAMED)
                 return
             # Wire times from the stamping transport; task-resume times if it is not in use.
             wire = response.extensions.get("network_stream")
@@ -262,17 +299,18 @@ class OpenAIBackend:
     async def _stream_lean(
         self, connection: Connection, body: bytes, record: RequestRecord
     ) -> None:
-        response = await connection.post(self._path, body, _LEAN_HEADERS)
+        response = await connection.post(self._path, body, self._lean_headers)
         record.http_status = response.status_code
         wire = response.wire
         async with contextlib.aclosing(response.chunks()) as pieces:
-            if response.status_code >= 400:
-                text = b"".join([piece async for piece in pieces])[:300]
-                _fail(
-                    record,
-                    "http_error",
-                    f"HTTP {response.status_code}: {text.decode('utf-8', 'replace')}",
-                )
+            if response.status_code >= 400 or _not_streamed(
+                response.headers.get("content-type", "")
+            ):
+                text = b"".join([piece async for piece in pieces])
+                if response.status_code >= 400:
+                    _fail(record, "http_error", http_error_detail(response.status_code, text))
+                else:
+                    _fail(record, "not_streamed", _NOT_STREAMED)
                 return
             assert wire.request_sent_at is not None
             record.send_time = wire.request_sent_at - self._origin
@@ -361,9 +399,40 @@ def _fail(record: RequestRecord, reason: FailureReason, detail: str) -> None:
     record.error_detail = detail
 
 
-def _advertised_vocab_size(response: httpx.Response) -> int | None:
+_NOT_STREAMED = "the server ignored stream: true and answered with one JSON body"
+
+
+def _not_streamed(content_type: str) -> bool:
+    return content_type.split(";")[0].strip().lower() == "application/json"
+
+
+def http_error_detail(status: int, body: bytes) -> str:
+    """`HTTP 404: <the server's message>`: the message of an OpenAI-style JSON error (or a
+    FastAPI `detail`) when there is one, else the start of the body as text."""
+    text = body.decode("utf-8", "replace").strip()
     try:
-        size = response.json()["data"][0].get("vocab_size")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
-    return size if isinstance(size, int) and size > 0 else None
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        message = message or payload.get("message") or payload.get("detail")
+        if isinstance(message, str) and message:
+            text = message
+    return f"HTTP {status}: {' '.join(text.split())[:300]}"
+
+
+def _server_info(response: httpx.Response) -> ServerInfo:
+    try:
+        listed = response.json()["data"]
+    except (ValueError, KeyError, TypeError):
+        return ServerInfo(models=[], vocab_size=None)
+    if not isinstance(listed, list):
+        return ServerInfo(models=[], vocab_size=None)
+    entries = [m for m in listed if isinstance(m, dict)]
+    models = [str(m["id"]) for m in entries if "id" in m]
+    size = entries[0].get("vocab_size") if entries else None
+    return ServerInfo(
+        models=models, vocab_size=size if isinstance(size, int) and size > 0 else None
+    )

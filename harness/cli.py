@@ -1,13 +1,17 @@
 """`rigbench bench`: the harness's command line (a contract other tooling depends on).
 
-Exit codes: 0 when the run finished (even with failed requests), 1 when the server cannot be
-reached, 2 for an invalid argument, 130 after Ctrl-C (the partial report is written first).
-Every error is one line on stderr.
+Exit codes: 0 when the run finished with every cell within --max-failed-share of failed
+requests; 1 when the server cannot be reached, the pre-flight request fails (the server's
+own message and a hint), or a cell had no successful request or too many failed (the report
+is written first); 2 for an invalid argument; 130 after Ctrl-C (the partial report is
+written first). Every error is one line on stderr. A line per cell goes to stdout as each
+completes (under a live bar on a terminal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sys
 import tempfile
@@ -21,11 +25,13 @@ from rich.console import Console
 from typer.exceptions import TyperException
 
 from harness.backend import ServerUnreachableError
+from harness.dataset import DatasetEntry, DatasetError, load_dataset
 from harness.output import records_path, results_table, write_report
-from harness.runner import run_benchmark
-from harness.schemas import BenchmarkConfig, BenchmarkReport, Endpoint, RequestRecord
+from harness.progress import CellProgress
+from harness.runner import PreflightError, failed_cells, run_benchmark
+from harness.schemas import SLO, BenchmarkConfig, BenchmarkReport, Endpoint, RequestRecord
 
-EXIT_UNREACHABLE = 1
+EXIT_UNREACHABLE = 1  # also: the pre-flight failed, or cells failed
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -57,6 +63,43 @@ def _numbers(text: str | None, option: str, kind: type[int] | type[float]) -> li
         _die(f"{option} takes comma-separated {kind.__name__}s, got {text!r}", EXIT_USAGE)
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+
+
+def _headers(pairs: list[str], api_key: str | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    for pair in pairs:
+        name, colon, value = pair.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not _HEADER_NAME.match(name):
+            _die(f"--header {pair!r}: give NAME:VALUE, NAME an HTTP header name", EXIT_USAGE)
+        if any(c in value for c in "\r\n\0") or not value.isascii():
+            _die(f"--header {name}: the value must be printable ASCII on one line", EXIT_USAGE)
+        headers[name] = value  # a given Authorization header wins over --api-key
+    return headers
+
+
+def _slo(text: str | None) -> SLO | None:
+    if text is None:
+        return None
+    names = ", ".join(SLO.model_fields)
+    targets: dict[str, float] = {}
+    for part in text.split(","):
+        name, equals, value = part.partition("=")
+        try:
+            if not equals or name.strip() not in SLO.model_fields:
+                raise ValueError
+            targets[name.strip()] = float(value)
+        except ValueError:
+            _die(f"--slo {text!r}: give NAME=MS pairs, NAME one of {names}", EXIT_USAGE)
+    try:
+        return SLO(**targets)
+    except ValidationError as exc:
+        _die(f"--slo {text!r}: {_config_error(exc).split(': ', 1)[-1]}", EXIT_USAGE)
+
+
 def _config_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     message = str(error["msg"]).removeprefix("Value error, ")
@@ -86,13 +129,50 @@ def bench(
     workers: Annotated[
         int, typer.Option(help="Client processes sharing each cell (beyond one event loop)")
     ] = 1,
+    agreement: Annotated[
+        bool,
+        typer.Option(
+            "--agreement",
+            help="Before the cells, answer the agreement probe (fixed prompts, greedy, "
+            "logprobs) that sweeps compare across rigs",
+        ),
+    ] = False,
     out: Annotated[Path, typer.Option(help="Report path; records go beside it")] = Path(
         "report.json"
     ),
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="OPENAI_API_KEY",
+            show_envvar=True,
+            help="Sent as Authorization: Bearer KEY (never written to the report)",
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="An extra request header NAME:VALUE (repeatable)")
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSONL prompts, one request a line: prompt or messages, "
+            "optional output_len (see harness/data/sample-prompts.jsonl)"
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(help="Targets for goodput, e.g. ttft_ms=500,tpot_ms=50 (and e2e_ms)"),
+    ] = None,
+    percentiles: Annotated[
+        str | None, typer.Option(help="Percentiles to show, e.g. 50,90,99 (default 50,99)")
+    ] = None,
+    max_failed_share: Annotated[
+        float, typer.Option(help="Failed share of a cell above which the run exits 1")
+    ] = 0.01,
 ) -> None:
     """Benchmark an OpenAI-compatible server: one JSON report plus per-request JSONL."""
     if url is None or model is None:
         _die("--url and --model are required", EXIT_USAGE)
+    headers = _headers(header or [], api_key)
     if endpoint not in ("completions", "chat"):
         _die(f"--endpoint must be completions or chat, got {endpoint!r}", EXIT_USAGE)
     chosen: Endpoint = "chat" if endpoint == "chat" else "completions"
@@ -110,20 +190,39 @@ def bench(
             max_concurrency=max_concurrency,
             seed=seed,
             workers=workers,
+            dataset=None if dataset is None else str(dataset),
+            slo=_slo(slo),
+            percentiles=_numbers(percentiles, "--percentiles", float) or [],
+            max_failed_share=max_failed_share,
+            agreement_probe=agreement,
         )
     except ValidationError as exc:
         _die(f"invalid argument: {_config_error(exc)}", EXIT_USAGE)
+    entries = None
+    if dataset is not None:
+        try:
+            entries = load_dataset(dataset, chosen)
+        except DatasetError as exc:
+            _die(f"--dataset {exc}", EXIT_USAGE)
     if out.is_dir():
         _die(f"--out {out} is a directory; give a file path", EXIT_USAGE)
     _check_writable(out)
 
-    report = run_and_write(config, out)
     # Piped output would otherwise wrap at 80 columns and squash the table.
-    Console(width=None if sys.stdout.isatty() else 160).print(results_table(report))
-    print(f"report: {out}  records: {records_path(out)}")
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    report = run_and_write(config, out, headers=headers, dataset=entries, console=console)
+    console.print(results_table(report))
+    print(f"report: {out}  records: {records_path(out)}", flush=True)
     if report.interrupted:
         print("interrupted: the partial report above was written", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED)
+    if failed := failed_cells(report):
+        _die(
+            f"{len(failed)} of {len(report.cells)} cells failed (over "
+            f"{100 * config.max_failed_share:g}% of requests, or none succeeded): "
+            + "; ".join(failed),
+            EXIT_UNREACHABLE,
+        )
 
 
 def _check_writable(out: Path) -> None:
@@ -137,23 +236,36 @@ def _check_writable(out: Path) -> None:
         _die(f"--out {out}: cannot write in {folder} ({exc.strerror})", EXIT_USAGE)
 
 
-def run_and_write(config: BenchmarkConfig, out: Path) -> BenchmarkReport:
+def run_and_write(
+    config: BenchmarkConfig,
+    out: Path,
+    *,
+    headers: dict[str, str] | None = None,
+    dataset: list[DatasetEntry] | None = None,
+    console: Console | None = None,
+) -> BenchmarkReport:
     """Run with Ctrl-C stopping the run gracefully; files written after every cell."""
 
     records: list[RequestRecord] = []
+    cells = len(config.concurrency or config.rate or [])
+    progress = CellProgress(cells, console or Console())
 
     def save(report: BenchmarkReport, so_far: list[RequestRecord]) -> None:
         records[:] = so_far
         write_report(report, records, out)
+        progress.update(report)
 
     async def main() -> BenchmarkReport:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
-        return await run_benchmark(config, stop=stop, on_cell=save)
+        return await run_benchmark(
+            config, stop=stop, on_cell=save, headers=headers, dataset=dataset
+        )
 
     try:
-        report = asyncio.run(main())
-    except ServerUnreachableError as exc:
+        with progress:
+            report = asyncio.run(main())
+    except (ServerUnreachableError, PreflightError) as exc:
         _die(str(exc), EXIT_UNREACHABLE)
     write_report(report, records, out)
     return report

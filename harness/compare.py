@@ -1,9 +1,15 @@
-"""Compare rigs across boots: medians, confidence intervals and verdicts, as a model and a table.
+"""Compare rigs across boots: centres, intervals and verdicts, as a model and a table.
 
 Input is plain: `values[rig][cell][metric]` is the list of that metric's per-boot values (index =
 boot; None where the boot produced no value). `values_from_reports` builds it from run reports
 (the `rigbench bench` JSON contract), `compare` turns it into a `Comparison`, and `render`
 shows that as a rich table.
+
+`Comparison` is the one comparison of a sweep: the terminal table (`render`), the report
+(`rigbench.report.sweep`), `rigbench compare SWEEP` and the MCP `compare` tool all show this
+model, in the words it carries (`RigResult.words`, `MetricComparison.ranking`, `summary`), so
+they cannot contradict each other. The statistics are `harness.stats`'s: Welch's t-test on log
+boot values, Holm-corrected across every verdict of the comparison.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import io
 import itertools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,17 +30,22 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from harness.agreement import PairAgreement
+from harness.agreement_view import render_agreement
 from harness.stats import (
+    ALPHA,
     DEFAULT_CONFIDENCE,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
+    POWER,
     BootAggregate,
+    Difference,
     Direction,
     RankingFlips,
     Verdict,
     aggregate_boots,
+    decide,
+    difference,
+    holm,
     ranking_flips,
-    verdict_from_aggregates,
 )
 
 BootValues = Mapping[str, Mapping[str, Mapping[str, Sequence[float | None]]]]
@@ -77,13 +89,15 @@ def _metric_table() -> dict[str, MetricSpec]:
 
 
 METRICS: dict[str, MetricSpec] = _metric_table()
+# Medians, and the tails of TTFT, TPOT and E2E beside them: one family of verdicts, the same in
+# the terminal table, the report, `rigbench compare` and MCP.
 DEFAULT_METRICS: tuple[str, ...] = (
-    "ttft_ms.p50",
+    "ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99",
     "itl_ms.p50",
-    "tpot_ms.p50",
-    "e2e_ms.p50",
+    "tpot_ms.p50", "tpot_ms.p90", "tpot_ms.p99",
+    "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
     "output_tok_s",
-)
+)  # fmt: skip
 
 
 def metric_spec(key: str) -> MetricSpec:
@@ -93,6 +107,56 @@ def metric_spec(key: str) -> MetricSpec:
         raise ValueError(f"unknown metric {key!r}; known metrics: {', '.join(METRICS)}") from None
 
 
+class RigSetup(BaseModel):
+    """How a rig served: what moves latency and throughput besides the runtime itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    batching: str = "unknown"  # serial, batched, continuous
+    slots: str = "unknown"  # sequences served at once
+    dtype: str = "unknown"
+
+    def words(self) -> str:
+        return f"{self.batching} batching, {self.slots} slots, {self.dtype}"
+
+
+_SLOTS = re.compile(r"(\d+)\s*slots")
+
+
+def rig_setup(settings: Mapping[str, Any]) -> RigSetup:
+    """A rig's setup from the settings it reported (its /provenance, stored with each boot):
+    torch says `batching=continuous, max_batch=4`; JAX `batching="continuous, 4 slots"`."""
+    batching = str(settings.get("batching") or "unknown")
+    slots = settings.get("max_batch") or settings.get("max_slots") or settings.get("slots")
+    found = _SLOTS.search(batching)
+    if slots is None and found:
+        slots = found.group(1)
+    return RigSetup(
+        batching=batching.split(",")[0].strip() or "unknown",
+        slots=str(slots) if slots is not None else "unknown",
+        dtype=str(settings.get("dtype") or "unknown"),
+    )
+
+
+def setup_warnings(setups: Mapping[str, RigSetup]) -> list[str]:
+    """One line per setting the rigs differ in that moves the metrics themselves."""
+    out = []
+    for field, moves in (
+        ("batching", "how requests share the device: TTFT, TPOT and throughput under load"),
+        ("slots", "how many requests run at once: throughput and queueing above that load"),
+        ("dtype", "the arithmetic: every latency and throughput"),
+    ):
+        seen = {rig: getattr(setup, field) for rig, setup in setups.items()}
+        known = {v for v in seen.values() if v != "unknown"}
+        if len(known) > 1:
+            who = ", ".join(f"{rig}: {v}" for rig, v in seen.items())
+            out.append(
+                f"not like for like: the rigs differ in {field} ({who}), which moves {moves}; "
+                "a difference may be that setting, not the runtime"
+            )
+    return out
+
+
 class RigResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -100,8 +164,25 @@ class RigResult(BaseModel):
     boots: list[float | None]  # the per-boot values the aggregate was built from
     aggregate: BootAggregate | None  # None: no boot produced a value
     verdict: Verdict | None  # against the baseline; None for the baseline or without data
-    change_vs_baseline: float | None  # (median - baseline median) / baseline median
+    change_vs_baseline: float | None  # centre / baseline centre - 1
+    p_value: float | None = None  # Welch's test against the baseline, alone
+    p_holm: float | None = None  # the same, Holm-adjusted over the comparison's verdicts
+    detectable_ratio: float | None = None  # found 80% of the time at this n and spread
     words: str = ""  # the verdict as people read it: "2.3x higher throughput (better)"
+
+
+class PairVerdict(BaseModel):
+    """One rig pair on one metric in one cell: `rig_a` against `rig_b`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rig_a: str
+    rig_b: str
+    verdict: Verdict
+    ratio: float | None  # rig_a's centre over rig_b's
+    p_value: float | None
+    p_holm: float | None
+    reason: str = ""  # why no verdict is possible
 
 
 class MetricComparison(BaseModel):
@@ -109,8 +190,9 @@ class MetricComparison(BaseModel):
 
     metric: MetricSpec
     results: list[RigResult]
+    pairs: list[PairVerdict] = []  # every rig pair with data, in rig order
     flips: RankingFlips | None  # None when fewer than two rigs have data
-    ranking: str = ""  # best first: "jax > torch" (intervals apart), "jax ≈ torch" (overlap)
+    ranking: str = ""  # best first: "jax > torch" (shown apart), "jax ≈ torch" (not shown)
     flip_words: str = ""  # "order flipped between boots: jax/torch (boots 1,2)"
     withheld: str = ""  # why this metric gets no verdicts in this cell (burst delivery)
 
@@ -123,15 +205,31 @@ class CellComparison(BaseModel):
     burst_rigs: list[str] = []  # rigs that delivered tokens in bursts in this cell
 
 
+METHOD = (
+    "Welch's t-test on log boot values, Holm-corrected across the comparison's "
+    "{family} verdicts at {alpha:.0%} family-wise"
+)
+
+
 class Comparison(BaseModel):
+    """A sweep's comparison: per cell, metric and rig its centre, interval, n and verdict,
+    the rigs' setups, and the sweep-level summary. Other fields may be added (a model)."""
+
     model_config = ConfigDict(frozen=True)
 
     baseline: str
     rigs: list[str]
-    confidence: float
-    seed: int
-    n_resamples: int
+    alpha: float = ALPHA  # family-wise, over every verdict below
+    confidence: float = DEFAULT_CONFIDENCE  # of the printed t-intervals
+    family: int = 0  # the verdicts Holm corrects together (tests that could be made)
+    method: str = ""
     cells: list[CellComparison]
+    setups: dict[str, RigSetup] = {}
+    setup_warnings: list[str] = []
+    summary: list[str] = []  # the sweep-level ranking, one line per rig pair
+    emulated: str = ""  # what ran, where it was not the real thing (a local sweep)
+    # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
+    output_agreement: list[PairAgreement] = []
 
     @property
     def any_flip(self) -> bool:
@@ -226,10 +324,23 @@ def ratio_words(ratio: float, noun: str) -> str:
     return f"same {noun}"
 
 
+MOST_DETECTABLE = 100.0  # above this a detectable ratio is printed as "not even 100x"
+
+
+def ratio_text(ratio: float) -> str:
+    """A detectable ratio as printed: "1.35x", "4.6x", "40x"."""
+    return f"{ratio:.2f}x" if ratio < 2 else f"{ratio:.1f}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
 def verdict_words(
-    agg: BootAggregate | None, base: BootAggregate | None, judged: Verdict | None, noun: str
+    agg: BootAggregate | None,
+    base: BootAggregate | None,
+    judged: Verdict | None,
+    noun: str,
+    found: Difference | None = None,
+    detectable: float | None = None,
 ) -> str:
-    """A rig's result against the baseline's, in the words the table and the report share."""
+    """A rig's result against the baseline's, in the words every view of a comparison shares."""
     if agg is None:
         return "no data"
     if base is None:
@@ -238,28 +349,88 @@ def verdict_words(
         return ""
     if base.value == 0:
         return f"baseline {noun} is 0: no ratio"
-    words = ratio_words(agg.value / base.value, noun)
+    words = ratio_words(agg.value / base.value, noun) if agg.value >= 0 else f"{noun} below 0"
     if judged is Verdict.FASTER:
         return f"{words} (better)"
     if judged is Verdict.SLOWER:
         return f"{words} (worse)"
-    if not (agg.has_interval and base.has_interval):
-        return f"{words} (one boot: no verdict)"
-    return f"{words} (within noise)"
+    if judged is Verdict.NO_VERDICT:
+        reason = found.reason if found is not None else ""
+        if reason == "1 boot":
+            return f"{words} (1 boot: no verdict possible)"
+        return f"{words} (no verdict possible: {reason or 'untestable'})"
+    if detectable is None:
+        return f"{words} (within noise)"
+    boots = (
+        f"{agg.n_boots} boots"
+        if agg.n_boots == base.n_boots
+        else f"{agg.n_boots} and {base.n_boots} boots"
+    )
+    if detectable > MOST_DETECTABLE:  # a t quantile on ~1 degree of freedom: say so plainly
+        return f"{words} (within noise; {boots} could not tell even {MOST_DETECTABLE:.0f}x)"
+    return f"{words} (within noise; {boots} could tell {ratio_text(detectable)})"
 
 
-def _ranking(aggregates: Mapping[str, BootAggregate | None], direction: Direction) -> str:
-    """Rigs best first; ">" where the intervals separate, "≈" where they overlap."""
+def _ranking(
+    aggregates: Mapping[str, BootAggregate | None],
+    pairs: Mapping[frozenset[str], PairVerdict],
+    direction: Direction,
+) -> str:
+    """Rigs best first; ">" where the (corrected) test tells them apart, "≈" where not; no
+    ranking at all where a pair cannot be tested."""
     present = [(rig, agg) for rig, agg in aggregates.items() if agg is not None]
     if len(present) < 2:
         return ""
+    single = [rig for rig, agg in present if agg.n_boots < 2]
+    if single:
+        return f"no ranking: {', '.join(single)} {'has' if len(single) == 1 else 'have'} 1 boot"
     sign = 1.0 if direction is Direction.LOWER_IS_BETTER else -1.0
     present.sort(key=lambda item: sign * item[1].value)
     text = present[0][0]
-    for (_, ahead), (rig, agg) in itertools.pairwise(present):
-        apart = verdict_from_aggregates(ahead, agg, direction) is Verdict.FASTER
+    for (ahead, _), (rig, _) in itertools.pairwise(present):
+        pair = pairs[frozenset((ahead, rig))]
+        if pair.verdict is Verdict.NO_VERDICT:
+            return f"no ranking: no verdict possible ({pair.reason})"
+        apart = pair.verdict in (Verdict.FASTER, Verdict.SLOWER)
         text += f" {'>' if apart else '≈'} {rig}"
     return text
+
+
+def _summary(rigs: Sequence[str], cells: Sequence[CellComparison]) -> list[str]:
+    """The sweep-level ranking: per rig pair, how many (metric, cell) verdicts went each way."""
+    lines = []
+    for rig_a, rig_b in itertools.combinations(rigs, 2):
+        a_better = b_better = same = untestable = 0
+        for cell in cells:
+            for metric in cell.metrics:
+                for pair in metric.pairs:
+                    if {pair.rig_a, pair.rig_b} != {rig_a, rig_b}:
+                        continue
+                    judged = pair.verdict
+                    if judged is Verdict.NO_VERDICT:
+                        untestable += 1
+                    elif judged is Verdict.INDISTINGUISHABLE:
+                        same += 1
+                    elif (judged is Verdict.FASTER) == (pair.rig_a == rig_a):
+                        a_better += 1
+                    else:
+                        b_better += 1
+        tested = a_better + b_better + same
+        if tested + untestable == 0:
+            continue
+        if tested == 0:
+            line = f"{rig_a} vs {rig_b}: no verdict possible in any of {untestable} comparisons"
+        elif a_better == b_better == 0:
+            line = f"{rig_a} vs {rig_b}: no difference shown in any of {tested} comparisons"
+        else:
+            line = (
+                f"{rig_a} vs {rig_b}: {rig_a} better in {a_better}, {rig_b} better in "
+                f"{b_better}, no difference shown in {same} of {tested} comparisons"
+            )
+        if tested and untestable:
+            line += f"; no verdict possible in {untestable} more"
+        lines.append(line)
+    return lines
 
 
 def _flip_words(flips: RankingFlips | None) -> str:
@@ -302,15 +473,19 @@ def compare(
     *,
     baseline: str | None = None,
     metrics: Sequence[str] | None = None,
+    alpha: float = ALPHA,
     confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = DEFAULT_SEED,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    setups: Mapping[str, RigSetup] | None = None,
+    emulated: str = "",
 ) -> Comparison:
-    """Aggregate every rig's boots per cell and metric and judge each rig against the baseline.
+    """Aggregate every rig's boots per cell and metric, test every rig pair, correct the tests
+    together (Holm) and judge each rig against the baseline.
 
     `baseline` defaults to the first rig; `metrics` to every metric found in `values`, in the
-    order of `METRICS`.
+    order of `METRICS`; `setups` are the rigs' settings as they served (shown, and compared).
     """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
     rigs = list(values)
     if not rigs:
         raise ValueError("compare: no rigs given")
@@ -333,93 +508,159 @@ def compare(
     keys = [k for k in METRICS if k in found] if metrics is None else list(metrics)
     specs = [metric_spec(k) for k in keys]
 
+    drafts = [
+        _Draft.measure(values, cell, spec, confidence, _withheld(spec, bursts))
+        for cell in cells
+        for bursts in [burst_rigs(values, cell)]
+        for spec in specs
+    ]
+    tested = [(d, pair) for d in drafts for pair, t in d.tests.items() if t.p_value is not None]
+    adjusted = holm([d.tests[pair].p_value for d, pair in tested])  # type: ignore[misc]
+    for (draft, pair), p in zip(tested, adjusted, strict=True):
+        draft.p_holm[pair] = p
+    family = len(tested)
+    level = alpha / max(1, family)  # Holm's first step: what a difference must pass here
+
     compared: list[CellComparison] = []
     for cell in cells:
         bursts = burst_rigs(values, cell)
         compared.append(
             CellComparison(
                 cell=cell,
-                metrics=[
-                    _compare_metric(
-                        values,
-                        cell,
-                        spec,
-                        base,
-                        confidence,
-                        seed,
-                        n_resamples,
-                        _withheld(spec, bursts),
-                    )
-                    for spec in specs
-                ],
+                metrics=[d.judge(base, alpha, level) for d in drafts if d.cell == cell],
                 burst_rigs=list(bursts),
             )
         )
+    found_setups = {rig: setups[rig] for rig in rigs if setups and rig in setups}
     return Comparison(
         baseline=base,
         rigs=rigs,
+        alpha=alpha,
         confidence=confidence,
-        seed=seed,
-        n_resamples=n_resamples,
+        family=family,
+        method=METHOD.format(family=family, alpha=alpha)
+        if family
+        else "Welch's t-test on log boot values, where any pair could be tested (none here)",
         cells=compared,
+        setups=found_setups,
+        setup_warnings=setup_warnings(found_setups),
+        summary=_summary(rigs, compared),
+        emulated=emulated,
     )
 
 
-def _compare_metric(
-    values: BootValues,
-    cell: str,
-    spec: MetricSpec,
-    baseline: str,
-    confidence: float,
-    seed: int,
-    n_resamples: int,
-    withheld: str = "",
-) -> MetricComparison:
-    per_boot: dict[str, list[float | None]] = {
-        rig: list(by_cell.get(cell, {}).get(spec.key, [])) for rig, by_cell in values.items()
-    }
-    aggregates: dict[str, BootAggregate | None] = {}
-    for rig, series in per_boot.items():
-        present = [v for v in series if v is not None]
-        try:
-            aggregates[rig] = (
-                aggregate_boots(present, confidence=confidence, seed=seed, n_resamples=n_resamples)
-                if present
-                else None
-            )
-        except ValueError as exc:
-            raise ValueError(f"rig {rig!r} cell {cell!r} metric {spec.key!r}: {exc}") from None
+class _Draft:
+    """One cell and metric between its tests and its Holm-corrected verdicts."""
 
-    base = aggregates[baseline]
-    results: list[RigResult] = []
-    for rig, agg in aggregates.items():
-        judged: Verdict | None = None
-        change: float | None = None
-        if rig != baseline and agg is not None and base is not None and not withheld:
-            judged = verdict_from_aggregates(agg, base, spec.direction)
-            if base.value != 0:
-                change = (agg.value - base.value) / base.value
-        words = "" if rig == baseline or withheld else verdict_words(agg, base, judged, spec.name)
-        results.append(
-            RigResult(
-                rig=rig,
-                boots=per_boot[rig],
-                aggregate=agg,
-                verdict=judged,
-                change_vs_baseline=change,
-                words=words,
-            )
+    def __init__(
+        self,
+        cell: str,
+        spec: MetricSpec,
+        per_boot: dict[str, list[float | None]],
+        aggregates: dict[str, BootAggregate | None],
+        withheld: str,
+    ) -> None:
+        self.cell, self.spec, self.per_boot, self.aggregates = cell, spec, per_boot, aggregates
+        self.withheld = withheld
+        self.present = {
+            rig: [v for v in series if v is not None] for rig, series in per_boot.items()
+        }
+        with_data = [rig for rig, agg in aggregates.items() if agg is not None]
+        self.tests: dict[tuple[str, str], Difference] = (
+            {}
+            if withheld
+            else {
+                (a, b): difference(self.present[a], self.present[b])
+                for a, b in itertools.combinations(with_data, 2)
+            }
         )
-    with_data = {rig: s for rig, s in per_boot.items() if aggregates[rig] is not None}
-    flips = ranking_flips(with_data, spec.direction) if len(with_data) >= 2 else None
-    return MetricComparison(
-        metric=spec,
-        results=results,
-        flips=flips,
-        ranking="" if withheld else _ranking(aggregates, spec.direction),
-        flip_words="" if withheld else _flip_words(flips),
-        withheld=withheld,
-    )
+        self.p_holm: dict[tuple[str, str], float] = {}
+
+    @classmethod
+    def measure(
+        cls,
+        values: BootValues,
+        cell: str,
+        spec: MetricSpec,
+        confidence: float,
+        withheld: str,
+    ) -> _Draft:
+        per_boot: dict[str, list[float | None]] = {
+            rig: list(by_cell.get(cell, {}).get(spec.key, [])) for rig, by_cell in values.items()
+        }
+        aggregates: dict[str, BootAggregate | None] = {}
+        for rig, series in per_boot.items():
+            present = [v for v in series if v is not None]
+            try:
+                aggregates[rig] = (
+                    aggregate_boots(present, confidence=confidence) if present else None
+                )
+            except ValueError as exc:
+                raise ValueError(f"rig {rig!r} cell {cell!r} metric {spec.key!r}: {exc}") from None
+        return cls(cell, spec, per_boot, aggregates, withheld)
+
+    def _pair(self, a: str, b: str, alpha: float) -> PairVerdict:
+        key = (a, b) if (a, b) in self.tests else (b, a)
+        test = self.tests[key]
+        if key != (a, b):  # the same test seen from the other side
+            ratio = None if not test.ratio else 1 / test.ratio
+            test = test.model_copy(update={"ratio": ratio, "n_a": test.n_b, "n_b": test.n_a})
+        p_holm = self.p_holm.get(key)
+        judged = decide(test, self.spec.direction, p_holm is not None and p_holm < alpha)
+        return PairVerdict(
+            rig_a=a,
+            rig_b=b,
+            verdict=judged,
+            ratio=test.ratio,
+            p_value=test.p_value,
+            p_holm=p_holm,
+            reason=test.reason,
+        )
+
+    def judge(self, baseline: str, alpha: float, level: float) -> MetricComparison:
+        spec, base = self.spec, self.aggregates[baseline]
+        pairs = {frozenset(k): self._pair(*k, alpha) for k in self.tests}
+        results: list[RigResult] = []
+        for rig, agg in self.aggregates.items():
+            judged: Verdict | None = None
+            change = detectable = p_value = p_holm = None
+            found: Difference | None = None
+            if rig != baseline and agg is not None and base is not None and not self.withheld:
+                pair = self._pair(rig, baseline, alpha)
+                judged, p_value, p_holm = pair.verdict, pair.p_value, pair.p_holm
+                found = difference(self.present[rig], self.present[baseline])
+                detectable = found.min_detectable_ratio(level, POWER)
+                if base.value != 0:
+                    change = agg.value / base.value - 1
+            words = (
+                ""
+                if rig == baseline or self.withheld
+                else verdict_words(agg, base, judged, spec.name, found, detectable)
+            )
+            results.append(
+                RigResult(
+                    rig=rig,
+                    boots=self.per_boot[rig],
+                    aggregate=agg,
+                    verdict=judged,
+                    change_vs_baseline=change,
+                    p_value=p_value,
+                    p_holm=p_holm,
+                    detectable_ratio=detectable,
+                    words=words,
+                )
+            )
+        with_data = {r: s for r, s in self.per_boot.items() if self.aggregates[r] is not None}
+        flips = ranking_flips(with_data, spec.direction) if len(with_data) >= 2 else None
+        return MetricComparison(
+            metric=spec,
+            results=results,
+            pairs=list(pairs.values()),
+            flips=flips,
+            ranking="" if self.withheld else _ranking(self.aggregates, pairs, spec.direction),
+            flip_words="" if self.withheld else _flip_words(flips),
+            withheld=self.withheld,
+        )
 
 
 def _fmt(value: float) -> str:
@@ -437,21 +678,8 @@ _VERDICT_STYLE = {
     Verdict.FASTER: "bold green",
     Verdict.SLOWER: "bold red",
     Verdict.INDISTINGUISHABLE: "dim",
+    Verdict.NO_VERDICT: "yellow",
 }
-
-
-def max_boots(comparison: Comparison) -> int:
-    """The most boots any rig's aggregate was built from."""
-    return max(
-        (
-            r.aggregate.n_boots
-            for c in comparison.cells
-            for m in c.metrics
-            for r in m.results
-            if r.aggregate is not None
-        ),
-        default=0,
-    )
 
 
 def fmt_value(value: float) -> str:
@@ -459,14 +687,47 @@ def fmt_value(value: float) -> str:
     return _fmt(value)
 
 
-def _rig_cell(result: RigResult, baseline: str, max_boots: int) -> Text:
+def value_words(agg: BootAggregate) -> str:
+    """A rig's centre and its interval as printed: "61.2 [60.2, 62.0]", or "14.5" alone."""
+    if agg.ci_low == agg.ci_high:
+        return fmt_value(agg.value)
+    return f"{fmt_value(agg.value)} [{fmt_value(agg.ci_low)}, {fmt_value(agg.ci_high)}]"
+
+
+def rig_heading(comparison: Comparison, rig: str) -> str:
+    """A rig's column heading: its name, and how it served when known."""
+    setup = comparison.setups.get(rig)
+    return rig if setup is None else f"{rig}\n{setup.words()}"
+
+
+CAPTION = (
+    "each rig: the geometric mean of its boots [and an interval, named under it: the range of "
+    "2 boots, or a {level} t-interval from 3 boots]; against the baseline as a ratio of those "
+    "means, (better)/(worse) only where {method}, else (within noise) with the ratio its boots "
+    "could tell 80% of the time; ranking best first, '>' told apart, '≈' not; a flipped order "
+    "between boots is called out; a rig delivering tokens in bursts gets TPOT, not ITL, verdicts"
+)
+
+
+def caption(comparison: Comparison) -> str:
+    return CAPTION.format(level=f"{comparison.confidence:.0%}", method=comparison.method)
+
+
+def footnotes(comparison: Comparison) -> list[str]:
+    """What the table's end says, in order: what ran, setup warnings, the sweep-level ranking."""
+    lines = [comparison.emulated] if comparison.emulated else []
+    lines += comparison.setup_warnings
+    lines += [f"sweep: {line}" for line in comparison.summary]
+    return lines
+
+
+def _rig_cell(result: RigResult, baseline: str, alone: bool = False) -> Text:
     agg = result.aggregate
     if agg is None:
         return Text("no data", style="dim")
-    text = Text(f"{_fmt(agg.value)} [{_fmt(agg.ci_low)}, {_fmt(agg.ci_high)}]")
-    if agg.n_boots < max_boots:
-        text.append(f" n={agg.n_boots}", style="yellow")
-    if result.rig == baseline:
+    text = Text(value_words(agg))
+    text.append(f"\n{agg.interval_words}", style="dim")
+    if result.rig == baseline and not alone:
         text.append("\nbaseline", style="dim")
     elif result.words:
         style = _VERDICT_STYLE[result.verdict] if result.verdict is not None else "dim"
@@ -483,26 +744,31 @@ def _ranking_cell(metric: MetricComparison) -> Text:
     return text
 
 
-CAPTION = (
-    "median of {boots} boots [{level} bootstrap CI]; each rig against the baseline as a ratio "
-    "of medians: (better)/(worse) only when the intervals separate, else (within noise); "
-    "ranking best first, '>' intervals apart, '≈' overlapping; a flipped order between boots "
-    "is called out; a rig delivering tokens in bursts gets TPOT, not ITL, verdicts"
+ONE_BOOT_CAPTION = (
+    "one boot per rig: each figure is that boot's value; no interval and no verdict (the boot "
+    "is the unit of replication: run more boots to compare)"
 )
 
 
 def render(comparison: Comparison) -> Table:
-    most = max_boots(comparison)
-    level = f"{comparison.confidence:.0%}"
+    alone = len(comparison.rigs) == 1
+    one_boot = all(
+        r.aggregate is None or r.aggregate.n_boots <= 1
+        for c in comparison.cells
+        for m in c.metrics
+        for r in m.results
+    )
     table = Table(
-        title=f"rigbench comparison (baseline {comparison.baseline})",
-        caption=CAPTION.format(boots=most, level=level),
+        title=f"rigbench comparison (one rig: {comparison.baseline})"
+        if alone
+        else f"rigbench comparison (baseline {comparison.baseline})",
+        caption=Text(ONE_BOOT_CAPTION if one_boot else caption(comparison)),
         show_lines=True,
     )
     table.add_column("cell")
     table.add_column("metric")
     for rig in comparison.rigs:
-        table.add_column(rig, justify="right")
+        table.add_column(rig_heading(comparison, rig), justify="right")
     table.add_column("ranking")
     for cell in comparison.cells:
         for metric in cell.metrics:
@@ -510,16 +776,26 @@ def render(comparison: Comparison) -> Table:
             table.add_row(
                 cell.cell,
                 f"{metric.metric.label} ({metric.metric.unit})",
-                *(_rig_cell(by_rig[rig], comparison.baseline, most) for rig in comparison.rigs),
+                *(_rig_cell(by_rig[rig], comparison.baseline, alone) for rig in comparison.rigs),
                 _ranking_cell(metric),
             )
     return table
 
 
-def render_text(comparison: Comparison, width: int = 160) -> str:
-    """The table as plain text (no colour codes), for logs and tests."""
-    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+def print_comparison(console: Console, comparison: Comparison) -> None:
+    """The table, then its footnotes: what the terminal shows of a comparison."""
     console.print(render(comparison))
+    for line in footnotes(comparison):
+        style = "yellow" if line.startswith(("not like for like", "local emulation")) else ""
+        console.print(Text(line, style=style))
+    if comparison.output_agreement:
+        console.print(render_agreement(comparison.output_agreement))
+
+
+def render_text(comparison: Comparison, width: int = 160) -> str:
+    """The table and its footnotes as plain text (no colour codes), for logs and tests."""
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    print_comparison(console, comparison)
     return console.export_text()
 
 
@@ -537,7 +813,6 @@ def main(
     ],
     baseline: Annotated[str | None, typer.Option(help="rig to judge the others against")] = None,
     confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = DEFAULT_CONFIDENCE,
-    seed: Annotated[int, typer.Option()] = DEFAULT_SEED,
     json_out: Annotated[Path | None, typer.Option("--json", help="also write the model")] = None,
 ) -> None:
     """Print the comparison table for run reports of several rigs and boots."""
@@ -549,12 +824,10 @@ def main(
         except (OSError, json.JSONDecodeError) as exc:
             raise typer.BadParameter(f"cannot read report {path}: {exc}") from None
     try:
-        comparison = compare(
-            values_from_reports(by_rig), baseline=baseline, confidence=confidence, seed=seed
-        )
+        comparison = compare(values_from_reports(by_rig), baseline=baseline, confidence=confidence)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    Console().print(render(comparison))
+    print_comparison(Console(), comparison)
     if json_out is not None:
         json_out.write_text(comparison.model_dump_json(indent=2))
 

@@ -32,19 +32,18 @@ def reference_server_process(*args: str, nice: int = 0) -> Iterator[str]:
     should keep its schedule on a busy machine); elsewhere it runs at normal priority.
     """
 
-    def prioritise() -> None:
-        if nice:
-            with contextlib.suppress(OSError):
-                os.nice(nice)
-
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.reference_server", "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=Path(__file__).resolve().parents[1],
-        preexec_fn=prioritise,
     )
+    # Set from here rather than in a preexec_fn (a fork hook, which JAX, once imported, warns
+    # of); the interpreter starts its threads after this, so they inherit it.
+    if nice:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

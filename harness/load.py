@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from harness.backend import OpenAIBackend
+from harness.metrics import LAG_INTERVAL_S
 from harness.schemas import RequestRecord
 
 MakeRecord = Callable[[int, float], RequestRecord]
@@ -94,7 +95,7 @@ async def run_rate(
 class LoopLagMonitor:
     """Samples how late the event loop wakes from a short sleep: the harness's own strain."""
 
-    def __init__(self, backend: OpenAIBackend, interval_s: float = 0.01) -> None:
+    def __init__(self, backend: OpenAIBackend, interval_s: float = LAG_INTERVAL_S) -> None:
         self._backend = backend
         self._interval = interval_s
         self.samples: list[float] = []

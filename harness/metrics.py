@@ -24,9 +24,11 @@ What was really measured, beside what was asked for:
   kernel stamp: a first token read with k more chunks makes TTFT late by k gaps; within
   ITL, k chunks read together turn k gaps into zeros and the gap before them into k + 1
   gaps. Each figure is computed again with every such group spread evenly over the gap
-  that ends in its stamp (`spread_times`); the difference is the figure's predicted error,
-  and a figure whose predicted error exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms) is
-  marked invalid.
+  that ends in its stamp (`spread_times`); the difference is the figure's predicted error.
+  Where it exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms), the client's own event-loop lag
+  says who bunched the chunks (`attribute`): the client, and the figure is marked invalid;
+  or the server or network (Nagle's algorithm, several tokens per write), and the figure
+  stands as measured, with the cause.
 - Delivery: "burst" when more than half of the gaps between separately read chunks are
   under 0.2 ms (the server writes tokens in groups); ITL then describes the groups.
 """
@@ -38,26 +40,46 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.schemas import CellReport, Delivery, MetricSummary, MetricValidity, RequestRecord
+from harness.schemas import (
+    SLO,
+    CellReport,
+    Delivery,
+    MetricSummary,
+    MetricValidity,
+    RequestRecord,
+)
 
 TTFT_TOLERANCE_MS = 2.0
 ITL_TOLERANCE_MS = 0.5
 BURST_GAP_S = 0.0002
 SHORTFALL = 0.9  # achieved / nominal load under which a cell says it fell short
+LAG_INTERVAL_S = 0.01  # the lag monitor's sleep (harness.load.LoopLagMonitor)
+# Shorter stalls than this are the event loop's timer granularity (epoll waits in whole ms).
+STALL_FLOOR_S = 0.001
+CLIENT_SHARE = 0.25  # stalled share / bunched share at which the client is named
 
 
-def summarize(samples_s: Sequence[float] | np.ndarray) -> MetricSummary:
-    """mean, p50, p90, p99 of samples in seconds, reported in milliseconds."""
+def percentile_key(q: float) -> str:
+    """The key of percentile `q` in MetricSummary.percentiles: p95, p99.9."""
+    return f"p{q:g}"
+
+
+def summarize(
+    samples_s: Sequence[float] | np.ndarray, percentiles: Sequence[float] = ()
+) -> MetricSummary:
+    """mean, p50, p90, p99 (and `percentiles`) of samples in seconds, reported in ms."""
     values = np.asarray(samples_s, dtype=float) * 1e3
     if values.size == 0:
         return MetricSummary()
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    percentiles = [q for q in percentiles if q not in (50, 90, 99)]  # fields of their own
+    p50, p90, p99, *extra = np.percentile(values, [50, 90, 99, *percentiles])
     return MetricSummary(
         mean=float(values.mean()),
         p50=float(p50),
         p90=float(p90),
         p99=float(p99),
         count=int(values.size),
+        percentiles={percentile_key(q): float(v) for q, v in zip(percentiles, extra, strict=True)},
     )
 
 
@@ -165,26 +187,97 @@ def spread_times(times: Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def _validity(
-    measured: MetricSummary, spread: MetricSummary, tolerance_ms: float, reason: str
+    measured: MetricSummary, spread: MetricSummary, tolerance_ms: float
 ) -> MetricValidity:
+    figures = {f: getattr(measured, f) for f in ("mean", "p50", "p90", "p99")}
+    figures.update(measured.percentiles)
+    truths = {f: getattr(spread, f) for f in ("mean", "p50", "p90", "p99")}
+    truths.update(spread.percentiles)
     errors = {
-        figure: None if m is None or e is None else m - e
-        for figure in ("mean", "p50", "p90", "p99")
-        for m, e in [(getattr(measured, figure), getattr(spread, figure))]
+        f: None if m is None or truths.get(f) is None else m - truths[f] for f, m in figures.items()
     }
     checks = {f: e is None or abs(e) <= tolerance_ms for f, e in errors.items()}
+    extra = set(measured.percentiles)
     return MetricValidity(
-        **checks,
-        predicted_error_ms=MetricSummary(**errors, count=measured.count),
-        reason=None if all(checks.values()) else reason,
+        **{f: ok for f, ok in checks.items() if f not in extra},
+        percentiles={f: ok for f, ok in checks.items() if f in extra},
+        predicted_error_ms=MetricSummary(
+            **{f: e for f, e in errors.items() if f not in extra},
+            count=measured.count,
+            percentiles={f: e for f, e in errors.items() if f in extra and e is not None},
+        ),
     )
 
 
-def validity(ok: Sequence[RequestRecord]) -> tuple[MetricValidity, MetricValidity, Delivery]:
+def stalled_share(lag_s: Sequence[float], at_least_s: float) -> float | None:
+    """Share of the cell's time the client's event loop spent in stalls of `at_least_s` or
+    more, from the lag monitor's samples (each a sleep of LAG_INTERVAL_S that overran by the
+    sample); None without samples."""
+    lag = np.asarray(lag_s, dtype=float)
+    if lag.size == 0:
+        return None
+    total = lag.size * LAG_INTERVAL_S + float(lag.sum())
+    return float(lag[lag >= at_least_s].sum()) / total
+
+
+def _share(part: int, whole: int, what: str) -> str:
+    """`3 of 800 chunks (0.4%)`: never a share that rounds to 0% or 100% when it is not."""
+    percent = 100 * part / max(whole, 1)
+    digits = 1 if 0 < percent < 1 or 99 < percent < 100 else 0
+    return f"{part} of {whole} {what} ({percent:.{digits}f}%)"
+
+
+def attribute(
+    figure: MetricValidity, what: str, bunched: int, total: int, lag_s: Sequence[float],
+    pace_s: float,
+) -> MetricValidity:  # fmt: skip
+    """Say who bunched the chunks behind a figure that bunching moved past its tolerance.
+
+    The client can only have bunched a chunk by stalling from its arrival until the next
+    chunk's, so the share of chunks it bunched cannot exceed the share of time it spent in
+    stalls of a token gap (`pace_s`, at least STALL_FLOOR_S) or more. The lag monitor sees
+    only the part of a stall past one of its wake-ups, so the client is named when its
+    measured stalls reach a quarter of the bunched share; below that, the server or the
+    network delivered the chunks together and the figure stands as measured. Without lag
+    samples nothing is known of the client, and it is named (the old, cautious reading).
+    """
+    checks = [figure.mean, figure.p50, figure.p90, figure.p99, *figure.percentiles.values()]
+    if all(checks):
+        return figure
+    gap_s = max(pace_s, STALL_FLOOR_S)
+    stalled = stalled_share(lag_s, gap_s)
+    bunched_part = _share(bunched, total, what)
+    if stalled is None or stalled >= CLIENT_SHARE * bunched / max(total, 1):
+        seen = "" if stalled is None else (
+            f" while its event loop was stalled by a token gap ({1e3 * gap_s:.1f} ms) or more "
+            f"for {100 * stalled:.0f}% of the cell"
+        )  # fmt: skip
+        return figure.model_copy(update={
+            "cause": "client",
+            "reason": f"the client read {bunched_part} late, together with a later "
+            f"one{seen}, so they share its arrival time",
+        })  # fmt: skip
+    return figure.model_copy(update={
+        "mean": True, "p50": True, "p90": True, "p99": True,
+        "percentiles": dict.fromkeys(figure.percentiles, True),
+        "cause": "server_or_network",
+        "reason": f"{bunched_part} arrived together with a later one while the "
+        f"client's event loop was stalled by a token gap ({1e3 * gap_s:.1f} ms) or more for "
+        f"only {100 * stalled:.0f}% of the cell: the server or network delivered these tokens "
+        "together, and the figure is as measured (what the server's users see)",
+    })  # fmt: skip
+
+
+def validity(
+    ok: Sequence[RequestRecord],
+    loop_lag_s: Sequence[float] = (),
+    percentiles: Sequence[float] = (),
+) -> tuple[MetricValidity, MetricValidity, Delivery]:
     """TTFT and ITL validity from the chunks read together, and how tokens were delivered.
 
     The predicted error of a figure is the figure as measured minus the same figure over
-    the records with every group of chunks read together spread out (`spread_times`).
+    the records with every group of chunks read together spread out (`spread_times`); who
+    bunched them is decided from the client's own event-loop lag (`attribute`).
     """
     ttft, ttft_spread, itl, itl_spread, separate = [], [], [], [], []
     for r in ok:
@@ -198,26 +291,33 @@ def validity(ok: Sequence[RequestRecord]) -> tuple[MetricValidity, MetricValidit
         itl_spread.append(itl_samples(r.model_copy(update={"content_times": spread.tolist()})))
         gaps = np.diff(times)
         separate.append(gaps[gaps > 0])
-    shared_first = sum(r.first_token_shared_read for r in ok)
-    chunks = max(sum(r.content_chunks for r in ok), 1)
-    shared = sum(r.shared_read_chunks for r in ok)
-    ttft_validity = _validity(
-        summarize(ttft),
-        summarize(ttft_spread),
-        TTFT_TOLERANCE_MS,
-        f"{shared_first} of {len(ok)} first tokens ({100 * shared_first / max(len(ok), 1):.0f}%) "
-        "were read together with the next token, so their TTFT is late by a token gap or more",
-    )
-    itl_validity = _validity(
-        summarize(np.concatenate(itl) if itl else []),
-        summarize(np.concatenate(itl_spread) if itl_spread else []),
-        ITL_TOLERANCE_MS,
-        f"{100 * shared / chunks:.0f}% of chunks were read together with an earlier one, so "
-        "their gaps read as zero and the gap before them as several",
-    )
     gaps_apart = np.concatenate(separate) if separate else np.empty(0)
+    pace = float(np.median(gaps_apart)) if gaps_apart.size else 0.0
+    ttft_validity = attribute(
+        _validity(summarize(ttft, percentiles), summarize(ttft_spread, percentiles),
+                  TTFT_TOLERANCE_MS),
+        "first tokens", sum(r.first_token_shared_read for r in ok), len(ok), loop_lag_s, pace,
+    )  # fmt: skip
+    itl_validity = attribute(
+        _validity(
+            summarize(np.concatenate(itl) if itl else [], percentiles),
+            summarize(np.concatenate(itl_spread) if itl_spread else [], percentiles),
+            ITL_TOLERANCE_MS,
+        ),
+        "chunks", sum(r.shared_read_chunks for r in ok), sum(r.content_chunks for r in ok),
+        loop_lag_s, pace,
+    )  # fmt: skip
     burst = gaps_apart.size > 0 and float(np.mean(gaps_apart < BURST_GAP_S)) > 0.5
     return ttft_validity, itl_validity, "burst" if burst else "streamed"
+
+
+def slo_met(ttft_s: float, tpot_s: float | None, e2e_s: float, slo: SLO) -> bool:
+    """Whether one successful request met every target (a one-token request has no TPOT)."""
+    return (
+        (slo.ttft_ms is None or ttft_s * 1e3 <= slo.ttft_ms)
+        and (slo.tpot_ms is None or tpot_s is None or tpot_s * 1e3 <= slo.tpot_ms)
+        and (slo.e2e_ms is None or e2e_s * 1e3 <= slo.e2e_ms)
+    )
 
 
 def cell_report(
@@ -227,6 +327,8 @@ def cell_report(
     rate: float | None = None,
     loop_lag_s: Sequence[float] = (),
     complete: bool = True,
+    slo: SLO | None = None,
+    percentiles: Sequence[float] = (),
 ) -> CellReport:
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
@@ -234,6 +336,7 @@ def cell_report(
     interrupted = sum(r.error == "interrupted" for r in measured)
 
     ttft, e2e, tpot, itl = [], [], [], []
+    good = 0
     for r in ok:
         assert r.first_content_time is not None
         assert r.end_time is not None
@@ -241,9 +344,11 @@ def cell_report(
         total = r.end_time - r.send_time
         ttft.append(first)
         e2e.append(total)
-        if r.output_tokens > 1:
-            tpot.append((total - first) / (r.output_tokens - 1))
+        per_token = (total - first) / (r.output_tokens - 1) if r.output_tokens > 1 else None
+        if per_token is not None:
+            tpot.append(per_token)
         itl.append(itl_samples(r))
+        good += slo is not None and slo_met(first, per_token, total, slo)
 
     output_tokens = sum(r.output_tokens for r in ok)
     sent = [r for r in measured if r.error != "interrupted"]
@@ -253,9 +358,10 @@ def cell_report(
         end = max((r.end_time or r.send_time) for r in sent)
         duration = max(end - start, 0.0)
 
-    queue_wait = summarize([r.queue_wait for r in sent])
+    queue_wait = summarize([r.queue_wait for r in sent], percentiles)
     achieved, nominal = achieved_concurrency(sent, concurrency)
-    ttft_validity, itl_validity, delivery = validity(ok)
+    ttft_validity, itl_validity, delivery = validity(ok, loop_lag_s, percentiles)
+    first_failed = min(failed, key=lambda r: r.send_time, default=None)
     return CellReport(
         concurrency=concurrency,
         rate=rate,
@@ -264,15 +370,23 @@ def cell_report(
         output_tokens=output_tokens,
         duration_s=duration,
         output_tok_s=output_tokens / duration if duration > 0 else 0.0,
-        ttft_ms=summarize(ttft),
-        itl_ms=summarize(np.concatenate(itl) if itl else []),
-        tpot_ms=summarize(tpot),
-        e2e_ms=summarize(e2e),
+        ttft_ms=summarize(ttft, percentiles),
+        itl_ms=summarize(np.concatenate(itl) if itl else [], percentiles),
+        tpot_ms=summarize(tpot, percentiles),
+        e2e_ms=summarize(e2e, percentiles),
         queue_wait_ms=queue_wait,
         failure_reasons=dict(Counter(str(r.error) for r in failed)),
+        first_failure=(
+            None if first_failed is None else f"{first_failed.error}: {first_failed.error_detail}"
+        ),
+        goodput_req_s=None if slo is None else (good / duration if duration > 0 else 0.0),
+        slo_met=None if slo is None else good,
         length_mismatches=sum(r.output_tokens != r.output_len for r in ok),
         prompt_length_mismatches=sum(
-            r.usage_prompt_tokens is not None and r.usage_prompt_tokens != r.input_len for r in sent
+            r.input_len is not None
+            and r.usage_prompt_tokens is not None
+            and r.usage_prompt_tokens != r.input_len
+            for r in sent
         ),
         requests_without_usage=sum(r.usage_output_tokens is None for r in ok),
         multi_token_chunk_requests=sum(r.output_tokens > r.content_chunks for r in ok),

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from harness.metrics import percentile_key
 from harness.schemas import (
+    SLO,
     BenchmarkReport,
     CellReport,
     MetricSummary,
@@ -42,16 +44,32 @@ def write_report(
     return path, jsonl
 
 
-def _ms(summary: MetricSummary, field: str = "p50") -> str:
-    value = getattr(summary, field)
+def _value(summary: MetricSummary, figure: str) -> float | None:
+    if figure in summary.percentiles:
+        return summary.percentiles[figure]
+    value = getattr(summary, figure, None)
+    return None if value is None else float(value)
+
+
+def _ms(summary: MetricSummary, figure: str = "p50") -> str:
+    value = _value(summary, figure)
     return "-" if value is None else f"{value:.1f}"
 
 
-def _checked(summary: MetricSummary, validity: MetricValidity, field: str) -> str:
-    """A figure, or `invalid` where its predicted error exceeds the tolerance."""
-    if not validity.valid(field) and getattr(summary, field) is not None:
+BUNCHED_MARK = "*"
+FAILURE_IN_ROW = 80  # characters of a cell's first failure shown in its row (all in a note)
+
+
+def _checked(summary: MetricSummary, validity: MetricValidity, figure: str) -> str:
+    """A figure; `invalid` where the client's error exceeds the tolerance; marked where the
+    server or network bunched its tokens (shown as measured)."""
+    if _value(summary, figure) is None:
+        return "-"
+    if not validity.valid(figure):
         return "invalid"
-    return _ms(summary, field)
+    if validity.cause == "server_or_network":
+        return _ms(summary, figure) + BUNCHED_MARK
+    return _ms(summary, figure)
 
 
 def _load(cell: CellReport) -> tuple[str, str, str]:
@@ -61,12 +79,51 @@ def _load(cell: CellReport) -> tuple[str, str, str]:
     return nominal, achieved, rate
 
 
+def cell_label(cell: CellReport) -> str:
+    return f"c={cell.concurrency}" if cell.concurrency is not None else f"{cell.rate} req/s"
+
+
+def _invalid_figures(summary: MetricSummary, validity: MetricValidity) -> list[str]:
+    figures = ["mean", "p50", "p90", "p99", *summary.percentiles]
+    return [f for f in figures if _value(summary, f) is not None and not validity.valid(f)]
+
+
+def _notes(nominal: str, cell: CellReport) -> list[str]:
+    notes: list[str] = []
+    if cell.load_shortfall:
+        notes.append(f"{nominal}: {cell.load_shortfall}")
+    for name, summary, validity in (("TTFT", cell.ttft_ms, cell.ttft_validity),
+                                    ("ITL", cell.itl_ms, cell.itl_validity)):  # fmt: skip
+        if validity.cause == "server_or_network":
+            notes.append(f"{nominal}: {name} {BUNCHED_MARK} as measured: {validity.reason}")
+        elif validity.reason and (invalid := _invalid_figures(summary, validity)):
+            notes.append(f"{nominal}: {name} {', '.join(invalid)} invalid: {validity.reason}")
+    if cell.first_failure and len(cell.first_failure) > FAILURE_IN_ROW:
+        notes.append(f"{nominal}: first failure: {cell.first_failure}")
+    return notes
+
+
+def _figures(report: BenchmarkReport) -> list[str]:
+    """The percentiles the table shows: p50 and p99, or those the run asked for."""
+    asked = [percentile_key(q) for q in report.config.percentiles]
+    return asked or ["p50", "p99"]
+
+
 def results_table(report: BenchmarkReport) -> Table:
     table = Table(title=f"rigbench bench: {report.model} at {report.url} ({report.endpoint})")
     load = "concurrency" if report.config.concurrency is not None else "rate (req/s)"
-    for column in (load, "in flight", "req/s", "ok", "failed", "out tok/s", "TTFT p50",
-                   "TTFT p99", "ITL p50", "ITL p99", "TPOT p50", "E2E p50", "queue p50",
-                   "flags"):  # fmt: skip
+    figures = _figures(report)
+    shown = [(m, f) for m in ("TTFT", "ITL", "TPOT") for f in figures] + [("E2E", "p50")]
+    if not report.config.percentiles:  # the long-standing default columns
+        shown = [("TTFT", "p50"), ("TTFT", "p99"), ("ITL", "p50"), ("ITL", "p99"),
+                 ("TPOT", "p50"), ("E2E", "p50")]  # fmt: skip
+    columns = [load, "in flight", "req/s", "ok", "failed", "out tok/s"]
+    columns += [f"{m} {f}" for m, f in shown]
+    slo = report.config.slo
+    if slo is not None:
+        columns.append("goodput req/s")
+    columns += ["queue p50", "flags"]
+    for column in columns:
         table.add_column(column, justify="right" if column != "flags" else "left")
     notes: list[str] = []
     for cell in report.cells:
@@ -83,33 +140,48 @@ def results_table(report: BenchmarkReport) -> Table:
             flags.append("SHORT OF LOAD")
         if not cell.complete:
             flags.append("INTERRUPTED")
+        if cell.first_failure:
+            first = cell.first_failure
+            if len(first) > FAILURE_IN_ROW:
+                first = first[: FAILURE_IN_ROW - 1] + "…"
+            flags.append(f"first failure: {first}")
         nominal, achieved, rate = _load(cell)
-        if cell.load_shortfall:
-            notes.append(f"{nominal}: {cell.load_shortfall}")
-        for name, validity in (("TTFT", cell.ttft_validity), ("ITL", cell.itl_validity)):
-            if validity.reason:
-                notes.append(f"{nominal}: {name} invalid where marked: {validity.reason}")
-        table.add_row(
-            nominal,
-            achieved,
-            rate,
-            str(cell.requests_ok),
-            str(cell.requests_failed),
-            f"{cell.output_tok_s:.1f}",
-            _checked(cell.ttft_ms, cell.ttft_validity, "p50"),
-            _checked(cell.ttft_ms, cell.ttft_validity, "p99"),
-            _checked(cell.itl_ms, cell.itl_validity, "p50"),
-            _checked(cell.itl_ms, cell.itl_validity, "p99"),
-            _ms(cell.tpot_ms),
-            _ms(cell.e2e_ms),
-            _ms(cell.queue_wait_ms),
-            " ".join(flags),
-        )
+        notes += _notes(cell_label(cell), cell)
+        metric = {
+            "TTFT": (cell.ttft_ms, cell.ttft_validity),
+            "ITL": (cell.itl_ms, cell.itl_validity),
+            "TPOT": (cell.tpot_ms, None),
+            "E2E": (cell.e2e_ms, None),
+        }
+        row = [nominal, achieved, rate, str(cell.requests_ok), str(cell.requests_failed),
+               f"{cell.output_tok_s:.1f}"]  # fmt: skip
+        for name, figure in shown:
+            summary, validity = metric[name]
+            row.append(_ms(summary, figure) if validity is None else
+                       _checked(summary, validity, figure))  # fmt: skip
+        if slo is not None:
+            good = "-" if cell.goodput_req_s is None else f"{cell.goodput_req_s:.2f}"
+            row.append(f"{good} ({cell.slo_met or 0}/{cell.requests_ok + cell.requests_failed})")
+        row += [_ms(cell.queue_wait_ms), " ".join(flags)]
+        table.add_row(*row)
     caption = [
         "latencies in ms; in flight: requests in flight on average (achieved concurrency); "
         "req/s: requests completed per second",
+        *(
+            [
+                f"goodput: requests per second that met every SLO ({slo_text(slo)}); in brackets "
+                "requests that met them of those sent"
+            ]
+            if slo is not None
+            else []
+        ),
         *notes,
         report.harness_ceiling_note,
     ]
     table.caption = "\n".join(caption)
     return table
+
+
+def slo_text(slo: SLO) -> str:
+    parts = [f"{name} <= {value:g}" for name, value in slo.model_dump().items() if value]
+    return ", ".join(parts)

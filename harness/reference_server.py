@@ -15,7 +15,14 @@ Quirks that real servers show, each switchable:
   usage-only-final  usage in its own final chunk with `choices: []` (else on the last chunk)
   no-usage          no usage chunk even when asked for
   malformed         a data line that is not JSON after the first token
+  no-stream         `stream: true` ignored: one JSON body, as a non-streaming server answers
   --tokens-per-chunk K   after the first token, tokens are flushed K per chunk
+  --coalesce N      the first N tokens leave in one socket write, when the Nth is due (each
+                    its own SSE event), as a server that buffers its writes delivers them
+  --nagle           Nagle's algorithm left on (no TCP_NODELAY), as Python's stdlib servers do
+  --api-key KEY     every /v1/ request must carry `Authorization: Bearer KEY` (else 401)
+One request can ask for more quirks with the header `X-Reference-Quirks: no-stream,...`, and
+for an error with `X-Reference-Status: 500`, so one server can play several broken ones.
   --error-rate F    a seeded fraction F of requests answered HTTP 500
   --cut-rate F      a seeded fraction F of streams cut (connection aborted) half-way
 Output length honours max_tokens, min_tokens and ignore_eos: with `--eos-after N`, a request
@@ -45,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-QUIRKS = ("role-chunk", "comments", "usage-only-final", "no-usage", "malformed")
+QUIRKS = ("role-chunk", "comments", "usage-only-final", "no-usage", "malformed", "no-stream")
 TOKEN_TEXT = " tok"
 _WAKE_BIAS_S = 0.0005
 
@@ -68,6 +75,9 @@ class ServerConfig:
     cut_rate: float = 0.0
     eos_after: int | None = None
     seed: int = 0
+    coalesce: int = 1
+    nagle: bool = False
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.quirks) - set(QUIRKS)
@@ -75,8 +85,8 @@ class ServerConfig:
             raise ValueError(f"unknown quirk(s) {sorted(unknown)}; known: {', '.join(QUIRKS)}")
         if self.ttft_ms < 0 or self.itl_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be >= 0")
-        if self.tokens_per_chunk < 1:
-            raise ValueError("tokens_per_chunk must be >= 1")
+        if self.tokens_per_chunk < 1 or self.coalesce < 1:
+            raise ValueError("tokens_per_chunk and coalesce must be >= 1")
         if not (0 <= self.error_rate <= 1 and 0 <= self.cut_rate <= 1):
             raise ValueError("error_rate and cut_rate must be within [0, 1]")
 
@@ -90,8 +100,8 @@ class _Generation:
     include_usage: bool
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            500: "Internal Server Error"}  # fmt: skip
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed", 500: "Internal Server Error"}  # fmt: skip
 
 
 def _response(status: int, payload: Any) -> bytes:
@@ -163,9 +173,9 @@ class _Connection:
     """A non-blocking client socket: HTTP/1.1 requests in (with the kernel's arrival time of
     their last bytes), response bytes out."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, nagle: bool = False) -> None:
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0 if nagle else 1)
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         self._sock = sock
         self._loop = asyncio.get_running_loop()
@@ -297,7 +307,10 @@ class ReferenceServer:
                 # The schedule runs from when the request's last bytes reached the socket
                 # (kernel timestamp), however late this process got round to reading them.
                 self.arrival_slip_s.append(time.perf_counter() - arrived)
-                keep_open = await self._route(method, path, body, conn, arrived)
+                for name in headers:
+                    if name.startswith("x-"):  # so tests can see extra headers arrive
+                        self.stats[f"header {name}"] += 1
+                keep_open = await self._route(method, path, headers, body, conn, arrived)
                 await conn.drain()
                 if not keep_open or headers.get("connection", "").lower() == "close":
                     return
@@ -311,8 +324,19 @@ class ReferenceServer:
             conn.close()
 
     async def _route(
-        self, method: str, path: str, body: bytes, writer: _Connection, received: float
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        writer: _Connection,
+        received: float,
     ) -> bool:
+        key = self.config.api_key
+        if key and path.startswith("/v1/") and headers.get("authorization") != f"Bearer {key}":
+            self.stats["unauthorized"] += 1
+            writer.write(_error(401, "Incorrect API key provided", "invalid_api_key"))
+            return True
         if path == "/health":
             writer.write(_response(200, {"status": "ok"}))
             return True
@@ -331,22 +355,28 @@ class ReferenceServer:
             return True
         self.stats["requests"] += 1
         try:
-            gen = self._parse(path, body)
+            quirks = self._quirks(headers)
+            gen = self._parse(path, body, quirks)
         except BadRequest as exc:
             self.stats["bad_requests"] += 1
             writer.write(_error(exc.status, str(exc), exc.code))
+            return True
+        if headers.get("x-reference-status", "").isdigit():
+            status = int(headers["x-reference-status"])
+            self.stats[f"errors_{status}"] += 1
+            writer.write(_error(status, "injected failure (X-Reference-Status)", "server_error"))
             return True
         if self.config.error_rate and self._rng.random() < self.config.error_rate:
             self.stats["errors_500"] += 1
             writer.write(_error(500, "injected failure", "server_error"))
             return True
         cut = bool(self.config.cut_rate) and self._rng.random() < self.config.cut_rate
-        if not gen.stream:
+        if not gen.stream or "no-stream" in quirks:
             await self._sleep_until(received, gen.tokens - 1)
             writer.write(_response(200, self._full(gen)))
             self.stats["completed"] += 1
             return True
-        completed = await self._stream(gen, writer, received, cut)
+        completed = await self._stream(gen, writer, received, cut, quirks)
         if completed:
             self.stats["completed"] += 1
         else:
@@ -370,7 +400,13 @@ class ReferenceServer:
                 }
         return stats
 
-    def _parse(self, path: str, body: bytes) -> _Generation:
+    def _quirks(self, headers: dict[str, str]) -> frozenset[str]:
+        asked = {q.strip() for q in headers.get("x-reference-quirks", "").split(",") if q.strip()}
+        if unknown := asked - set(QUIRKS):
+            raise BadRequest(f"unknown quirk(s) {sorted(unknown)}; known: {', '.join(QUIRKS)}")
+        return self.config.quirks | asked
+
+    def _parse(self, path: str, body: bytes, quirks: frozenset[str]) -> _Generation:
         try:
             request = json.loads(body)
         except ValueError as exc:
@@ -409,8 +445,7 @@ class ReferenceServer:
             stream=bool(request.get("stream", False)),
             tokens=tokens,
             prompt_tokens=prompt_tokens,
-            include_usage=bool(options.get("include_usage"))
-            and "no-usage" not in self.config.quirks,
+            include_usage=bool(options.get("include_usage")) and "no-usage" not in quirks,
         )
 
     # --- generation ------------------------------------------------------------------------
@@ -455,9 +490,9 @@ class ReferenceServer:
         }
 
     async def _stream(
-        self, gen: _Generation, writer: _Connection, received: float, cut: bool
-    ) -> bool:
-        quirks = self.config.quirks
+        self, gen: _Generation, writer: _Connection, received: float, cut: bool,
+        quirks: frozenset[str],
+    ) -> bool:  # fmt: skip
         writer.write(_STREAM_HEAD)
         if "comments" in quirks:
             writer.write(_COMMENT)
@@ -478,6 +513,7 @@ class ReferenceServer:
         last_token = -1
         cut_at = gen.tokens // 2 if cut else gen.tokens + 1
         previous_write: float | None = None
+        held = bytearray()  # the first `coalesce` tokens' events, written as one
         for n, size in enumerate(sizes):
             if "comments" in quirks and n > 0:
                 await self._sleep_until(received, last_token + 0.5)
@@ -486,6 +522,18 @@ class ReferenceServer:
             if last_token >= cut_at:
                 await writer.drain()
                 return False
+            final = n == len(sizes) - 1
+            if not final:
+                event = self._chunk(gen.chat, size)
+            else:
+                choice = self._choice(gen.chat, TOKEN_TEXT * size, "length")
+                payload = self._envelope(gen.chat, [choice])
+                if gen.include_usage and "usage-only-final" not in quirks:
+                    payload["usage"] = self._usage(gen)
+                event = _event(payload)
+            if last_token < self.config.coalesce - 1 and not final:
+                held += event
+                continue
             self.token_slip_s.append(await self._sleep_until(received, last_token))
             wrote = time.perf_counter()
             if previous_write is None:
@@ -493,15 +541,8 @@ class ReferenceServer:
             else:
                 self.observed_gap_s.append(wrote - previous_write)
             previous_write = wrote
-            final = n == len(sizes) - 1
-            if not final:
-                writer.write(self._chunk(gen.chat, size))
-            else:
-                choice = self._choice(gen.chat, TOKEN_TEXT * size, "length")
-                payload = self._envelope(gen.chat, [choice])
-                if gen.include_usage and "usage-only-final" not in quirks:
-                    payload["usage"] = self._usage(gen)
-                writer.write(_event(payload))
+            writer.write(bytes(held) + event)
+            held.clear()
             if n == 0 and "malformed" in quirks:
                 writer.write(_MALFORMED)
             await writer.drain()
@@ -553,7 +594,7 @@ async def serve(config: ServerConfig, sock: socket.socket, ready_line: bool = Tr
     async def accept() -> None:
         while True:
             client, _ = await loop.sock_accept(sock)
-            task = loop.create_task(app.handle(_Connection(client)))
+            task = loop.create_task(app.handle(_Connection(client, config.nagle)))
             connections.add(task)
             task.add_done_callback(connections.discard)
 
@@ -588,6 +629,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     parser.add_argument("--cut-rate", type=float, default=0.0)
     parser.add_argument("--eos-after", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--coalesce", type=int, default=1, help="first N tokens in one write")
+    parser.add_argument("--nagle", action="store_true", help="leave Nagle's algorithm on")
+    parser.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     args = parser.parse_args(argv)
     try:
@@ -601,6 +645,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
             cut_rate=args.cut_rate,
             eos_after=args.eos_after,
             seed=args.seed,
+            coalesce=args.coalesce,
+            nagle=args.nagle,
+            api_key=args.api_key,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -1,4 +1,4 @@
-"""One benchmark run: reachability check, warm-up, the cells in order, the report.
+"""One benchmark run: reachability check, pre-flight, warm-up, the cells in order, the report.
 
 `run_benchmark` is the in-process API; the CLI is a thin shell around it.
 """
@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from harness.backend import OpenAIBackend, build_body
+from harness.agreement import AgreementProbe
+from harness.agreement_probe import run_probe
+from harness.backend import OpenAIBackend, ServerInfo, build_body
+from harness.dataset import DatasetEntry, take
 from harness.load import (
     LoopLagMonitor,
     cancel_on,
@@ -20,6 +24,7 @@ from harness.load import (
     run_rate,
 )
 from harness.metrics import cell_report
+from harness.output import cell_label
 from harness.prompts import text_prompts, token_id_prompts
 from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord
 from harness.version import harness_version
@@ -32,16 +37,76 @@ def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def _bodies(
-    config: BenchmarkConfig, count: int, seed: int, vocab_size: int | None = None
-) -> list[bytes]:
-    if config.resolved_prompt_kind == "token_ids":
-        prompts: list[list[int]] | list[str] = token_id_prompts(
-            count, config.input_len, seed, vocab_size
+class PreflightError(Exception):
+    """The one request sent before any cell failed; the message says how and, where it can,
+    what to change."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The requests of one cell (or the warm-up): bodies and the lengths each asked for."""
+
+    bodies: list[bytes]
+    input_lens: list[int | None]
+    output_lens: list[int]
+
+
+class Prompts:
+    """Where a run's requests come from: generated prompts of `input_len` tokens, or the
+    lines of a dataset taken in turn (harness.dataset)."""
+
+    def __init__(
+        self, config: BenchmarkConfig, server: ServerInfo, dataset: list[DatasetEntry] | None
+    ) -> None:
+        self._config = config
+        self._vocab_size = server.vocab_size
+        self._dataset = dataset
+        self._taken = 0
+
+    def plan(self, count: int, seed: int) -> Planned:
+        config = self._config
+        if self._dataset is not None:
+            entries = take(self._dataset, self._taken, count)
+            self._taken += count
+            outs = [e.output_len or config.output_len for e in entries]
+            bodies = [
+                build_body(config.endpoint, config.model, e.request_prompt(), n)
+                for e, n in zip(entries, outs, strict=True)
+            ]
+            return Planned(bodies, [None] * count, outs)
+        if config.resolved_prompt_kind == "token_ids":
+            prompts: list[list[int]] | list[str] = token_id_prompts(
+                count, config.input_len, seed, self._vocab_size
+            )
+        else:
+            prompts = text_prompts(count, config.input_len, seed)
+        return Planned(
+            [build_body(config.endpoint, config.model, p, config.output_len) for p in prompts],
+            [config.input_len] * count,
+            [config.output_len] * count,
         )
-    else:
-        prompts = text_prompts(count, config.input_len, seed)
-    return [build_body(config.endpoint, config.model, p, config.output_len) for p in prompts]
+
+
+async def preflight(backend: OpenAIBackend, config: BenchmarkConfig, server: ServerInfo,
+                    body: bytes) -> None:  # fmt: skip
+    """Send one request of the first cell's shape; raise PreflightError unless it streamed."""
+    record = RequestRecord(
+        request_id=0, cell=-2, warmup=True, input_len=None, output_len=0, ready_time=0.0,
+        send_time=0.0,
+    )  # fmt: skip
+    await backend.generate(body, record)
+    if record.ok:
+        return
+    hints: list[str] = []
+    if server.models and config.model not in server.models:
+        listed = ", ".join(repr(m) for m in server.models)
+        hints.append(f"--model {config.model!r} is not one the server lists ({listed})")
+    if record.http_status in (401, 403):
+        hints.append("give the endpoint's key with --api-key (or OPENAI_API_KEY) or --header")
+    if record.error == "missing_done" and not record.content_times:
+        hints.append("no SSE data: event arrived: the server may have ignored stream: true")
+    message = f"the pre-flight request failed ({record.error}): {record.error_detail}"
+    raise PreflightError("; ".join([message, *hints]))
 
 
 def strained_figures(cell: CellReport) -> list[str]:
@@ -57,15 +122,28 @@ def strained_figures(cell: CellReport) -> list[str]:
     ]
 
 
+def failed_cells(report: BenchmarkReport) -> list[str]:
+    """One line per cell that fails the run: none of its requests succeeded, or more than
+    config.max_failed_share of them failed. Each names the first failure."""
+    lines = []
+    for cell in report.cells:
+        sent = cell.requests_ok + cell.requests_failed
+        if sent == 0:
+            continue  # interrupted before any request went out
+        if cell.requests_ok and cell.requests_failed <= report.config.max_failed_share * sent:
+            continue
+        lines.append(
+            f"{cell_label(cell)}: {cell.requests_failed} of {sent} requests failed "
+            f"(first: {cell.first_failure})"
+        )
+    return lines
+
+
 def ceiling_note(cells: list[CellReport]) -> str:
     """The run's verdict on the client itself, with the cells that fell short of their load."""
     worst = max((c.event_loop_lag_ms.p99 or 0.0 for c in cells), default=0.0)
-
-    def load(cell: CellReport) -> str:
-        return f"c={cell.concurrency}" if cell.concurrency is not None else f"{cell.rate} req/s"
-
-    strained = [f"{load(c)}: {', '.join(s)}" for c in cells if (s := strained_figures(c))]
-    short = [load(c) for c in cells if c.load_shortfall]
+    strained = [f"{cell_label(c)}: {', '.join(s)}" for c in cells if (s := strained_figures(c))]
+    short = [cell_label(c) for c in cells if c.load_shortfall]
     parts: list[str] = []
     if strained:
         parts.append(
@@ -92,12 +170,17 @@ async def run_benchmark(
     *,
     stop: asyncio.Event | None = None,
     on_cell: OnCell | None = None,
+    headers: Mapping[str, str] | None = None,
+    dataset: list[DatasetEntry] | None = None,
 ) -> BenchmarkReport:
     """Run every cell of `config`; when `stop` is set, finish with a partial report.
 
-    Raises `ServerUnreachableError` when the server does not answer within 10 s.
+    Raises `ServerUnreachableError` when the server does not answer within 10 s, and
+    `PreflightError` when one request of the first cell's shape fails, before any cell.
     `on_cell` is called after the warm-up and after each cell with the report so far and all
     records so far (the CLI writes files there, so a killed run leaves its finished cells).
+    `headers` go with every request and stay out of the report (they may hold a key);
+    `dataset` (harness.dataset) replaces the generated prompts.
     """
     stop = stop or asyncio.Event()
     origin = time.perf_counter()
@@ -120,16 +203,16 @@ async def run_benchmark(
     records: list[RequestRecord] = []
     next_id = 0
 
-    def record_factory(cell: int) -> Callable[[int, float], RequestRecord]:
-        def make(_: int, ready: float) -> RequestRecord:
+    def record_factory(cell: int, planned: Planned) -> Callable[[int, float], RequestRecord]:
+        def make(index: int, ready: float) -> RequestRecord:
             nonlocal next_id
             next_id += 1
             return RequestRecord(
                 request_id=next_id,
                 cell=cell,
                 warmup=cell < 0,
-                input_len=config.input_len,
-                output_len=config.output_len,
+                input_len=planned.input_lens[index],
+                output_len=planned.output_lens[index],
                 ready_time=ready,
                 send_time=ready,
             )
@@ -142,17 +225,27 @@ async def run_benchmark(
         request_timeout_s=config.request_timeout_s,
         connect_timeout_s=config.connect_timeout_s,
         clock_origin=origin,
+        headers=headers,
     ) as backend:
-        vocab_size = await backend.check_reachable()
+        server = await backend.check_reachable()
+        prompts = Prompts(config, server, dataset)
+        warm_plan = prompts.plan(config.warmup, config.seed + 10_000)
+        cell_plans = [prompts.plan(config.requests, config.seed + i) for i in range(len(loads))]
+        await preflight(backend, config, server, cell_plans[0].bodies[0])
+
+        if config.agreement_probe:
+            report.agreement = await _probe(config, stop)
+            report.interrupted = stop.is_set()
+            if on_cell:
+                on_cell(report, records)
 
         if config.warmup:
-            warm_bodies = _bodies(config, config.warmup, config.seed + 10_000, vocab_size)
             warm = asyncio.ensure_future(
                 run_concurrency(
                     backend,
-                    warm_bodies,
+                    warm_plan.bodies,
                     min(config.warmup, max_in_flight),
-                    record_factory(-1),
+                    record_factory(-1, warm_plan),
                     records,
                 )
             )
@@ -167,15 +260,17 @@ async def run_benchmark(
             for index, (concurrency, rate) in enumerate(loads):
                 if report.interrupted:
                     break
-                bodies = _bodies(config, config.requests, config.seed + index, vocab_size)
+                planned = cell_plans[index]
                 if pool is not None:
-                    shares = _shares(config, index, concurrency, rate, bodies, origin, next_id + 1)
-                    next_id += len(bodies)
+                    shares = _shares(
+                        config, index, concurrency, rate, planned, origin, next_id + 1, headers
+                    )
+                    next_id += len(planned.bodies)
                     cell_records, lag_samples, report.interrupted = await pool.run(shares, stop)
                 else:
                     cell_records, lag_samples = await _run_cell_here(
-                        config, index, concurrency, rate, bodies, backend, record_factory(index),
-                        stop,
+                        config, index, concurrency, rate, planned.bodies, backend,
+                        record_factory(index, planned), stop,
                     )  # fmt: skip
                     report.interrupted = stop.is_set()
                 records.extend(cell_records)
@@ -186,6 +281,8 @@ async def run_benchmark(
                         rate=rate,
                         loop_lag_s=lag_samples,
                         complete=not report.interrupted,
+                        slo=config.slo,
+                        percentiles=config.percentiles,
                     )
                 )
                 report.harness_ceiling_note = ceiling_note(report.cells)
@@ -198,6 +295,17 @@ async def run_benchmark(
     report.finished_at = _now_iso()
     report.harness_ceiling_note = ceiling_note(report.cells)
     return report
+
+
+async def _probe(config: BenchmarkConfig, stop: asyncio.Event) -> AgreementProbe | None:
+    """The agreement probe (harness.agreement_probe), before any load; None if stopped."""
+    result: list[AgreementProbe] = []
+
+    async def probe() -> None:
+        result.append(await run_probe(config.url, config.model, timeout_s=config.request_timeout_s))
+
+    await cancel_on(stop, asyncio.ensure_future(probe()))
+    return result[0] if result else None
 
 
 async def _run_cell_here(
@@ -230,12 +338,15 @@ def _shares(
     index: int,
     concurrency: int | None,
     rate: float | None,
-    bodies: list[bytes],
+    planned: Planned,
     origin: float,
     first_id: int,
+    headers: Mapping[str, str] | None = None,
 ) -> list[Share]:
     """Divide one cell among the worker processes, to start together half a second on."""
+    bodies = planned.bodies
     common: dict[str, Any] = {
+        "headers": dict(headers or {}),
         "url": config.url,
         "endpoint": config.endpoint,
         "request_timeout_s": config.request_timeout_s,
@@ -243,8 +354,6 @@ def _shares(
         "origin": origin,
         "start_at": time.perf_counter() - origin + 0.5,
         "cell": index,
-        "input_len": config.input_len,
-        "output_len": config.output_len,
     }
     shares: list[Share] = []
     if concurrency is not None:
@@ -253,9 +362,16 @@ def _shares(
         taken = 0
         for streams_w, count in zip(streams, counts, strict=True):
             if streams_w and count:
-                part = bodies[taken : taken + count]
+                span = slice(taken, taken + count)
                 shares.append(
-                    Share(**common, first_id=first_id + taken, bodies=part, concurrency=streams_w)
+                    Share(
+                        **common,
+                        first_id=first_id + taken,
+                        bodies=bodies[span],
+                        input_lens=planned.input_lens[span],
+                        output_lens=planned.output_lens[span],
+                        concurrency=streams_w,
+                    )
                 )
                 taken += count
         return shares
@@ -271,6 +387,8 @@ def _shares(
                     **common,
                     first_id=first_id + taken,
                     bodies=part,
+                    input_lens=planned.input_lens[w :: config.workers],
+                    output_lens=planned.output_lens[w :: config.workers],
                     arrivals=arrivals[w :: config.workers],
                     max_concurrency=max(caps[w], 1) if caps else None,
                 )

@@ -8,17 +8,21 @@ the run's start, so records from several worker processes share one time base.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.agreement import AgreementProbe
 
 Endpoint = Literal["completions", "chat"]
 # How a cell's tokens reached the client: one chunk at a time ("streamed"), or in groups
 # written back to back ("burst", e.g. a server that emits several tokens per device call).
 Delivery = Literal["streamed", "burst"]
 PromptKind = Literal["token_ids", "text"]
+BunchingCause = Literal["client", "server_or_network"]
 
-# Failure reasons a request can end with. "interrupted" (Ctrl-C) is kept in the records but is
+# Failure reasons a request can end with ("not_streamed": the server answered one JSON body,
+# ignoring `stream: true`). "interrupted" (Ctrl-C) is kept in the records but is
 # not a server failure, so it is not counted in `requests_failed`.
 FailureReason = Literal[
     "connect_error",
@@ -29,12 +33,22 @@ FailureReason = Literal[
     "error_event",
     "missing_done",
     "empty_output",
+    "not_streamed",
     "interrupted",
 ]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class SLO(_Model):
+    """Service-level objectives: a request meets them when every figure given is at or under
+    its target (vLLM's `--goodput`, after DistServe)."""
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
 
 
 class BenchmarkConfig(_Model):
@@ -49,7 +63,7 @@ class BenchmarkConfig(_Model):
     concurrency: list[int] | None = Field(
         default=None, description="Fixed-concurrency cells, in order (closed loop)."
     )
-    rate: list[float] | None = Field(
+    rate: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = Field(
         default=None, description="Poisson request-rate cells in requests/s, in order."
     )
     input_len: int = Field(default=128, ge=1, description="Prompt length in tokens.")
@@ -65,6 +79,11 @@ class BenchmarkConfig(_Model):
         default=None, ge=1, description="Cap on in-flight requests in rate cells (None: no cap)."
     )
     seed: int = 0
+    agreement_probe: bool = Field(
+        default=False,
+        description="Before the cells, answer the agreement probe (harness/agreement_probe.py): "
+        "fixed prompts, greedy, with logprobs; every sweep boot does.",
+    )
     workers: int = Field(
         default=1,
         ge=1,
@@ -73,6 +92,25 @@ class BenchmarkConfig(_Model):
     )
     request_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    dataset: str | None = Field(
+        default=None,
+        description="JSONL file the prompts came from (harness.dataset), in place of "
+        "generated prompts of input_len tokens; output_len is the default output length.",
+    )
+    slo: SLO | None = Field(
+        default=None, description="Latency targets; each cell then reports its goodput."
+    )
+    percentiles: list[float] = Field(
+        default_factory=list,
+        description="Percentiles reported beside p50, p90 and p99 (MetricSummary.percentiles).",
+    )
+    max_failed_share: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Share of failed requests in a cell above which the run counts as failed "
+        "(`rigbench bench` exits 1); a cell with no successful request always does.",
+    )
 
     @model_validator(mode="after")
     def _one_load_kind(self) -> BenchmarkConfig:
@@ -88,6 +126,8 @@ class BenchmarkConfig(_Model):
             raise ValueError("rate values must be > 0 requests/s")
         if self.endpoint == "chat" and self.prompt_kind == "token_ids":
             raise ValueError("the chat endpoint takes text prompts only")
+        if any(not 0 < p < 100 for p in self.percentiles):
+            raise ValueError("percentiles must be within (0, 100)")
         return self
 
     @property
@@ -103,7 +143,9 @@ class RequestRecord(_Model):
     request_id: int
     cell: int = Field(description="Index of the cell; -1 for warm-up requests.")
     warmup: bool = False
-    input_len: int = Field(description="Requested prompt length in tokens.")
+    input_len: int | None = Field(
+        description="Requested prompt length in tokens; None for a dataset's text prompt."
+    )
     output_len: int = Field(description="Requested output length in tokens.")
     ready_time: float = Field(
         description="When the request was due: its Poisson arrival, or when its concurrency "
@@ -160,28 +202,53 @@ class MetricSummary(_Model):
     p90: float | None = None
     p99: float | None = None
     count: int = Field(default=0, description="Number of samples summarised.")
+    percentiles: dict[str, float] = Field(
+        default_factory=dict,
+        description="The percentiles asked for beside p50, p90 and p99, keyed p95, p99.9, ...",
+    )
 
 
 class MetricValidity(_Model):
-    """Which figures of one metric the harness measured within its tolerance.
+    """Which figures of one metric the harness measured within its tolerance, and who is to
+    answer for tokens that reached the client together.
 
-    A figure is invalid when the error the harness predicts for it from its own records
-    (chunks it read late, together with a later one: see `harness.metrics.validity`)
-    exceeds the tolerance: 2 ms for TTFT, 0.5 ms for ITL. Invalid figures are kept in the
-    summary for the record but are never shown as clean numbers.
+    Chunks that reached the client in one socket read share one arrival stamp. Each figure
+    is computed again with every such group spread evenly over the gap that ends in its
+    stamp (see `harness.metrics.validity`); the difference is `predicted_error_ms`. Who
+    bunched the chunks decides what that difference means (`cause`):
+    - "client": the client's own event loop stalled long enough, often enough, to have read
+      them late. The figure is the client's error: a figure whose predicted error exceeds
+      the tolerance (2 ms for TTFT, 0.5 ms for ITL) is invalid, kept here for the record
+      but never shown as a clean number.
+    - "server_or_network": the client's loop was not stalled enough to explain them, so the
+      server or the network delivered them together (e.g. Nagle's algorithm, or a server
+      that flushes several tokens per write). The figure is what the server's users see and
+      stays valid as measured; `predicted_error_ms` is then the bunching's effect on it.
     """
 
     mean: bool = True
     p50: bool = True
     p90: bool = True
     p99: bool = True
+    percentiles: dict[str, bool] = Field(
+        default_factory=dict, description="Validity of MetricSummary.percentiles, by key."
+    )
     predicted_error_ms: MetricSummary = Field(
         default_factory=MetricSummary,
-        description="The predicted error of each figure (measured minus true), in ms.",
+        description="Each figure as measured minus the same figure with bunched chunks spread "
+        "out, in ms: the client's error when cause is client.",
     )
-    reason: str | None = Field(default=None, description="Why a figure is invalid, in words.")
+    cause: BunchingCause | None = Field(
+        default=None,
+        description="Who bunched the chunks, when bunching moved a figure past the tolerance.",
+    )
+    reason: str | None = Field(
+        default=None, description="In words: how many chunks were bunched, and by whom."
+    )
 
     def valid(self, figure: str) -> bool:
+        if figure in self.percentiles:
+            return self.percentiles[figure]
         return bool(getattr(self, figure, True))
 
 
@@ -203,6 +270,19 @@ class CellReport(_Model):
         description="Time a request waited for a slot before it was sent; not in any latency."
     )
     failure_reasons: dict[str, int] = Field(default_factory=dict)
+    first_failure: str | None = Field(
+        default=None,
+        description="The first failed request's reason and message, e.g. the server's own "
+        "words in an HTTP error.",
+    )
+    goodput_req_s: float | None = Field(
+        default=None,
+        description="Requests per second that met every SLO in config.slo (successful "
+        "requests only, over duration_s); None without an SLO.",
+    )
+    slo_met: int | None = Field(
+        default=None, description="Requests that met every SLO; None without an SLO."
+    )
     length_mismatches: int = Field(
         default=0, description="Successful requests whose output token count != output_len."
     )
@@ -272,6 +352,11 @@ class BenchmarkReport(_Model):
     endpoint: Endpoint
     config: BenchmarkConfig
     cells: list[CellReport]
+    agreement: AgreementProbe | None = Field(
+        default=None,
+        description="The agreement probe's answers (when the config asked for it), which the "
+        "comparison checks across rigs (harness/agreement.py).",
+    )
     interrupted: bool = False
     harness_ceiling_note: str = Field(
         description="How close the client came to its own ceiling during the run."

@@ -33,6 +33,9 @@ from harness.load import LoopLagMonitor, run_concurrency, run_rate
 from harness.schemas import Endpoint, RequestRecord
 
 _stop: multiprocessing.synchronize.Event | None = None
+_started: multiprocessing.synchronize.Barrier | None = None
+# How long a started worker waits for the others to import (a loaded box can take minutes).
+_START_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,10 @@ class Share:
     start_at: float
     cell: int
     first_id: int
-    input_len: int
-    output_len: int
     bodies: list[bytes]
+    input_lens: list[int | None]
+    output_lens: list[int]
+    headers: dict[str, str]
     concurrency: int | None = None
     arrivals: list[float] | None = None  # offsets from start_at
     max_concurrency: int | None = None
@@ -74,15 +78,28 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _init(stop: multiprocessing.synchronize.Event, parent: int) -> None:
-    global _stop
+def _init(
+    stop: multiprocessing.synchronize.Event,
+    started: multiprocessing.synchronize.Barrier,
+    parent: int,
+) -> None:
+    global _stop, _started
     _stop = stop
+    _started = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
 
 
 def _ready() -> None:
-    """A no-op that makes a worker import everything before the first cell is timed."""
+    """Wait until every worker has imported everything, before the first cell is timed.
+
+    Each call holds its process at the barrier until all have arrived, so every process of
+    the pool takes exactly one call: the pool is whole when `start` returns, and a cell's
+    shares then run at once, one per process (a process still importing would otherwise take
+    its share late, after the others had finished theirs).
+    """
+    assert _started is not None
+    _started.wait(_START_TIMEOUT_S)
 
 
 def run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
@@ -94,12 +111,12 @@ async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
     records: list[RequestRecord] = []
     ids = iter(range(share.first_id, share.first_id + len(share.bodies)))
 
-    def make(_: int, ready: float) -> RequestRecord:
+    def make(index: int, ready: float) -> RequestRecord:
         return RequestRecord(
             request_id=next(ids),
             cell=share.cell,
-            input_len=share.input_len,
-            output_len=share.output_len,
+            input_len=share.input_lens[index],
+            output_len=share.output_lens[index],
             ready_time=ready,
             send_time=ready,
         )
@@ -110,6 +127,7 @@ async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
         request_timeout_s=share.request_timeout_s,
         connect_timeout_s=share.connect_timeout_s,
         clock_origin=share.origin,
+        headers=share.headers,
     ) as backend:
         delay = share.start_at - backend.now()
         if delay > 0:
@@ -144,7 +162,7 @@ class WorkerPool:
             max_workers=processes,
             mp_context=context,
             initializer=_init,
-            initargs=(self.stop, os.getpid()),
+            initargs=(self.stop, context.Barrier(processes), os.getpid()),
         )
 
     async def start(self) -> None:

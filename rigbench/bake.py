@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rigbench.cloud import DEFAULT_STACK, StackOption
+
 if TYPE_CHECKING:
     from functions.bake_steps import BakePlan
 
@@ -47,7 +49,7 @@ def bake_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="run the bake on the local emulation")
     ] = False,
-    stack_name: Annotated[str, typer.Option(help="the deployed stack")] = "rigbench",
+    stack_name: StackOption = DEFAULT_STACK,
 ) -> None:
     """Build RIG's install on a builder, verify its GPU code, keep it as an AMI (the builder
     is always terminated)."""
@@ -74,9 +76,10 @@ def bake_command(
             f"still running: {', '.join(run.builders_alive) or 'none'}"
         )
         raise typer.Exit(0 if run.status == "SUCCEEDED" and not run.builders_alive else 1)
-    from rigbench.cloud import fail, open_stack
+    from rigbench.cloud import fail, open_stack, require_aws_credentials
     from rigbench.stack import StackError
 
+    require_aws_credentials("bake", "nothing started (--dry-run bakes on the local emulation)")
     with open_stack(False, stack_name) as stack:
         client = stack.client  # type: ignore[attr-defined]
         described = client("cloudformation").describe_stacks(StackName=stack_name)

@@ -1,16 +1,64 @@
 """The `rigbench` command: each subcommand lives with the part of the project it drives."""
 
+import os
+from typing import Annotated
+
 import typer
 
 from rigs.cli import app as rig_app
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help: paragraphs reflow, flags carry no type tag
+)
 app.add_typer(rig_app, name="rig")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from rigbench import version
+
+        typer.echo(f"rigbench {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
-    """Benchmark LLM serving runtimes with one shared client-side harness."""
+def main(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version (package + harness code hash) and exit",
+        ),
+    ] = False,
+) -> None:
+    """Benchmark LLM serving runtimes with one shared client-side harness. Start with
+    `rigbench demo`: a local sweep, no AWS account needed."""
+    problem = aws_profile_problem(os.environ.get("AWS_PROFILE"))
+    if problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
+
+
+def aws_profile_problem(profile: str | None) -> str | None:
+    """An AWS_PROFILE that names no profile fails deep in an import (botocore's
+    ProfileNotFound from the X-Ray SDK): say so in one line first."""
+    if profile is None:
+        return None
+    if not profile.strip():
+        return "AWS_PROFILE is set but empty: unset it, or name a profile of ~/.aws/config"
+    import botocore.session
+
+    known = botocore.session.Session(profile=None).available_profiles
+    if profile not in known:
+        return (
+            f"AWS_PROFILE names the profile {profile!r}, which the AWS config does not have "
+            f"(it has: {', '.join(sorted(known)) or 'none'})"
+        )
+    return None
 
 
 from harness.cli import BenchCommand, bench  # noqa: E402
@@ -26,9 +74,10 @@ from rigbench.local.cli import demo_command  # noqa: E402
 cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)
 
-from rigbench.report.cli import report_command  # noqa: E402
+from rigbench.report.cli import compare_command, report_command  # noqa: E402
 
 app.command("report")(report_command)
+app.command("compare")(compare_command)
 
 from rigbench.bake import bake_command  # noqa: E402
 

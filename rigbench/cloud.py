@@ -24,11 +24,14 @@ from typing import Annotated, Any, Literal, NoReturn
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
+from functions.errors import InvalidInput
+from functions.execution_input import read_input_file
 from rigbench.bundle import REPO_ROOT
 from rigbench.local import cli as local_cli
-from rigbench.progress import explain_failure, status_table
+from rigbench.progress import PhaseLines, explain_failure, status_table
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError
 from rigbench.stack.client import validate_sweep_input
 
@@ -40,7 +43,8 @@ MAX_SINCE_DAYS = 3 * 365
 
 
 def fail(error: Exception, code: int = 2) -> NoReturn:
-    Console(stderr=True, soft_wrap=True).print(f"[red]{error}[/]")
+    # One line, and the message as it is: Rich markup would eat a pattern's [a-z0-9].
+    Console(stderr=True, soft_wrap=True).print(f"[red]{escape(str(error))}[/]")
     raise typer.Exit(code) from error
 
 
@@ -61,6 +65,20 @@ def use_local(local: bool) -> bool:
         return False
     Console(stderr=True).print(local_cli.LOCAL_FALLBACK_NOTICE)
     return True
+
+
+def require_aws_credentials(command: str, consequence: str) -> None:
+    """Commands that only make sense on an AWS account end here without credentials, rather
+    than falling back to the emulation as the sweep commands do."""
+    from rigbench.stack.aws import has_aws_credentials
+
+    if not has_aws_credentials():
+        fail(
+            CloudError(
+                f"{command} needs AWS credentials and none were found (aws configure, or "
+                f"AWS_PROFILE): {consequence}"
+            )
+        )
 
 
 @contextmanager
@@ -88,21 +106,36 @@ def sweep_body(input_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]
     body: dict[str, Any] = {}
     if input_file is not None:
         try:
-            loaded = json.loads(input_file.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CloudError(f"{input_file}: not a readable JSON file ({exc})") from exc
-        if not isinstance(loaded, dict):
-            raise CloudError(f"{input_file}: the sweep input must be a JSON object")
-        body.update(loaded)
+            body.update(read_input_file(input_file))
+        except InvalidInput as exc:
+            raise CloudError(str(exc)) from exc
     body.update({k: v for k, v in flags.items() if v is not None})
     validate_sweep_input(body)
     return body
 
 
 def follow(stack: StackClient, execution_arn: str, console: Console) -> Any:
-    """A live table per rig and boot until the execution ends; returns the last progress."""
+    """A live table per rig and boot until the execution ends (on a terminal; in a log, a line
+    per change and the table at the end); returns the last progress."""
+    if not console.is_terminal:
+        progress = stack.follow_sweep(execution_arn, on_update=PhaseLines(console))
+        console.print(status_table(progress))
+        return progress
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         return stack.follow_sweep(execution_arn, on_update=lambda p: live.update(status_table(p)))
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """--concurrency 1,8 as cells; a CloudError naming the flag and the bad part."""
+    cells = []
+    for part in text.split(","):
+        try:
+            cells.append(int(part.strip()))
+        except ValueError:
+            raise CloudError(
+                f"--concurrency: {part.strip()!r} is not a whole number (give e.g. 1,8)"
+            ) from None
+    return cells
 
 
 def run_command(
@@ -135,8 +168,8 @@ def run_command(
             "rigs": rig or None, "model": model, "instance_type": instance_type,
             "boots_per_rig": boots, "budget_usd": budget, "market": market,
         }  # fmt: skip
-        if concurrency:
-            flags["cells"] = {"concurrency": [int(c) for c in concurrency.split(",")]}
+        if concurrency is not None:
+            flags["cells"] = {"concurrency": parse_concurrency(concurrency)}
         if dry_run or use_local(local):
             given = input_file is not None or any(v is not None for v in flags.values())
             code = local_cli.run_local(
@@ -197,10 +230,14 @@ def status_command(
 
 
 def executions_table(client: StackClient, limit: int = 20) -> Table:
+    """Recent sweeps; their ids whole on any width (they are what the other commands take)."""
+    sweeps = client.list_sweeps(limit)
     table = Table(title=f"sweeps on {client.refs.stack_name}")
-    for column in ("name", "status", "started", "stopped"):
+    longest = max((len(e.sweep_id) for e in sweeps), default=4)
+    table.add_column("sweep id", no_wrap=True, min_width=longest)
+    for column in ("status", "started (UTC)", "stopped (UTC)"):
         table.add_column(column)
-    for e in client.list_sweeps(limit):
+    for e in sweeps:
         stopped = e.stopped_at
         table.add_row(
             e.sweep_id, e.status, f"{e.started_at:%Y-%m-%d %H:%M:%S}",
@@ -214,10 +251,11 @@ def executions_table(client: StackClient, limit: int = 20) -> Table:
 Format = Literal["table", "json", "csv"]
 RESULT_COLUMNS = ("sweep_id", "rig", "boot", "model", "instance_type", "cell", "started_at")
 METRIC_COLUMNS = ("output_tok_s", "ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50")
+# The terminal table: the comparison's words and cell labels (c=1), units in the headers.
 TABLE_COLUMNS = (
-    ("sweep", "sweep_id"), ("rig", "rig"), ("boot", "boot"), ("cell", "cell"),
-    ("tok/s", "output_tok_s"), ("ttft p50", "ttft_ms.p50"), ("itl p50", "itl_ms.p50"),
-    ("e2e p50", "e2e_ms.p50"),
+    ("sweep", "sweep_id"), ("rig", "rig"), ("boot", "boot"), ("cell", "load"),
+    ("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_ms.p50"),
+    ("ITL p50 ms", "itl_ms.p50"), ("TPOT p50 ms", "tpot_ms.p50"), ("E2E p50 ms", "e2e_ms.p50"),
 )  # fmt: skip
 
 
@@ -254,16 +292,36 @@ def render_results(results: list[ResultRow], fmt: Format) -> str | Table:
         writer.writerows(flat)
         return out.getvalue()
     table = Table(title=f"{len(rows)} result rows (--format csv or json for every field)")
-    for header, _ in TABLE_COLUMNS:
-        table.add_column(header, overflow="fold")
-    for row in flat:
-        table.add_row(*[_fmt(row[key]) for _, key in TABLE_COLUMNS])
+    for header, key in TABLE_COLUMNS:
+        numeric = key in METRIC_COLUMNS
+        table.add_column(header, overflow="fold", justify="right" if numeric else "left")
+    for row, raw in zip(flat, rows, strict=True):
+        row["load"] = _load(raw)
+        table.add_row(
+            *[
+                _metric_text(row[k]) if k in METRIC_COLUMNS else _text(row[k])
+                for _, k in TABLE_COLUMNS
+            ]
+        )
     return table
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.1f}"
+def _load(row: dict[str, Any]) -> str:
+    """The cell as the comparison labels it (c=1, rate=2.5/s), else its stored key."""
+    from harness.compare import cell_label
+
+    try:
+        return cell_label(row.get("metrics") or {})
+    except ValueError:
+        return str(row.get("cell") or "")
+
+
+def _metric_text(value: Any) -> str:
+    """Every figure with one decimal (0.0, never a bare 0); none recorded: a dash."""
+    return "-" if value is None else f"{float(value):.1f}"
+
+
+def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
@@ -334,10 +392,13 @@ def reap_command(
             console.print(f"{len(overdue)} instance(s) past their deadline")
             return
         reaped = client.reap()
-    console.print(
-        f"terminated {len(reaped.instances)} instance(s) past their deadline or orphaned by "
-        f"their sweep: {' '.join(reaped.instances)}"
-    )
+    if reaped.instances:
+        console.print(
+            f"terminated {len(reaped.instances)} instance(s) past their deadline or orphaned "
+            f"by their sweep: {' '.join(reaped.instances)}"
+        )
+    else:
+        console.print("nothing to terminate: no instance past its deadline or orphaned")
     if reaped.released_sweeps:
         console.print(
             f"released the reservations of ended sweeps: {' '.join(reaped.released_sweeps)}"
@@ -359,8 +420,10 @@ def deploy_command(
     ] = False,
     stack: StackOption = DEFAULT_STACK,
 ) -> None:
-    """`sam build` and `sam deploy` the stack, then upload the rig + harness bundle."""
+    """`sam build` and `sam deploy` the stack, then upload the rig + harness bundle (needs
+    AWS credentials; local sweeps need no deploy)."""
     console = Console()
+    require_aws_credentials("deploy", "nothing deployed or uploaded; local sweeps need no deploy")
     if not bundle_only:
         deploy = ["sam", "deploy", "--stack-name", stack, "--capabilities", "CAPABILITY_IAM",
                   "--resolve-s3", "--no-fail-on-empty-changeset"]  # fmt: skip

@@ -3,6 +3,7 @@
 
 from datetime import UTC, datetime
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -29,9 +30,35 @@ def status_table(progress: SweepProgress) -> Table:
     return table
 
 
-def sweep_table(progress: SweepProgress, title: str = "", now: datetime | None = None) -> Table:
-    """One row per rig and boot with how long it has been in its phase; the sweep's own state
-    in the caption."""
+def queued_and_eta(
+    progress: SweepProgress, expected_boots: int, started_at: datetime, now: datetime
+) -> str:
+    """How many boots wait for a slot, and an estimate of the time left: the time so far per
+    finished boot, times the boots not finished (said to be an estimate, from how many)."""
+    begun = [b for b in progress.boots if b.phase != Phase.QUEUED]
+    queued = max(0, expected_boots - len(begun))
+    finished = sum(1 for b in progress.boots if b.finished)
+    parts = [f"{queued} of {expected_boots} boots queued"] if queued else []
+    if finished and finished < expected_boots:
+        per_boot = (now - started_at).total_seconds() / finished
+        left_min = per_boot * (expected_boots - finished) / 60
+        parts.append(
+            f"about {left_min:.0f} min left (estimate from {finished} finished "
+            f"boot{'s' if finished > 1 else ''})"
+        )
+    return "; ".join(parts)
+
+
+def sweep_table(
+    progress: SweepProgress,
+    title: str = "",
+    now: datetime | None = None,
+    *,
+    expected_boots: int | None = None,
+    started_at: datetime | None = None,
+) -> Table:
+    """One row per rig and boot with how long it has been in its phase; the sweep's own state,
+    the boots still queued and an estimate of the time left in the caption."""
     now = now or datetime.now(UTC)
     table = Table(title=title or None, title_justify="left", expand=False)
     for column in ("rig", "boot", "instance", "phase", "for", "state / detail"):
@@ -53,6 +80,9 @@ def sweep_table(progress: SweepProgress, title: str = "", now: datetime | None =
     caption = f"sweep: {progress.state} ({progress.status.lower()})"
     if progress.error:
         caption += f": {progress.cause or progress.error}"
+    if expected_boots and started_at and not progress.done:
+        outlook = queued_and_eta(progress, expected_boots, started_at, now)
+        caption += f"; {outlook}" if outlook else ""
     table.caption = caption
     table.caption_justify = "left"
     return table
@@ -61,3 +91,30 @@ def sweep_table(progress: SweepProgress, title: str = "", now: datetime | None =
 def explain_failure(progress: SweepProgress) -> str:
     """The execution's error and its readable cause."""
     return f"{progress.error or 'failed'}: {progress.cause}"
+
+
+class PhaseLines:
+    """Progress for a log (output that is not a terminal): one plain line each time the sweep
+    or a boot changes phase, instead of a live table that would print only at the end."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._seen: dict[int | None, str] = {}
+
+    def __call__(self, progress: SweepProgress) -> None:
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
+        sweep = f"{progress.state} ({progress.status.lower()})"
+        if self._seen.get(None) != sweep:
+            self._seen[None] = sweep
+            self.console.print(f"{stamp} sweep {progress.sweep_id}: {sweep}", highlight=False)
+        for boot in sorted(progress.boots, key=_order):
+            phase = str(boot.phase)
+            if self._seen.get(boot.index) == phase:
+                continue
+            self._seen[boot.index] = phase
+            where = f" on {boot.instance_id}" if boot.instance_id else ""
+            why = f": {boot.error}: {boot.cause}" if boot.error else ""
+            number = "?" if boot.boot is None else boot.boot
+            self.console.print(
+                f"{stamp} {boot.rig} boot {number}: {phase}{where}{why}", highlight=False
+            )

@@ -13,9 +13,13 @@ from rigs.contract import RigDefinitionError, Scalar
 from rigs.coverage import DEFAULT_WHEEL_CACHE, check_rig
 from rigs.launch import compute_capability, exec_rig, launch_plan
 from rigs.registry import discover, get_rig
-from rigs.sources import ModelSourceError
+from rigs.sources import ModelSourceError, check_spec
 
-app = typer.Typer(no_args_is_help=True, help="Serving runtimes (rigs) and how to run them.")
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: paragraphs reflow, flags carry no type tag
+    help="Serving runtimes (rigs) and how to run them.",
+)
 
 
 def _parse_settings(pairs: list[str]) -> dict[str, Scalar]:
@@ -39,8 +43,14 @@ def list_rigs() -> None:
 def serve(
     name: Annotated[str, typer.Argument(help="the rig, e.g. torch or vllm")],
     model: Annotated[str, typer.Option(help="random:tiny, random:e2b, a directory or a hub id")],
-    port: Annotated[int, typer.Option()] = 8000,
-    host: Annotated[str, typer.Option()] = "0.0.0.0",
+    port: Annotated[int, typer.Option(help="TCP port to serve on")] = 8000,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="address to listen on: 0.0.0.0 (every interface, as on an instance) or "
+            "127.0.0.1 (this machine only)"
+        ),
+    ] = "0.0.0.0",
     dtype: Annotated[str | None, typer.Option(help="default: the rig's, or the GPU's")] = None,
     setting: Annotated[
         list[str] | None, typer.Option("--set", help="rig setting KEY=VALUE (repeatable)")
@@ -51,6 +61,7 @@ def serve(
     """Serve MODEL with rig NAME on this machine, exactly as an instance does."""
     try:
         rig = get_rig(name)
+        check_spec(model)  # before the rig starts: its own error would be a traceback
         argv, env = launch_plan(
             rig,
             model=model,

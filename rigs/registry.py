@@ -7,6 +7,12 @@ from pathlib import Path
 from rigs.contract import RigDefinition, RigDefinitionError, load_definition
 
 RIGS_DIR = Path(__file__).parent
+LABEL_SEP = "@"  # a sweep may list a rig twice, `jax` and `jax@b`: one definition, two labels
+
+
+def definition_name(entry: str) -> str:
+    """The rig a sweep entry runs: `jax@b` runs `jax` (its rows are labelled `jax@b`)."""
+    return entry.split(LABEL_SEP, 1)[0]
 
 
 def rig_folders(root: Path = RIGS_DIR) -> list[Path]:
@@ -18,7 +24,8 @@ def discover(root: Path = RIGS_DIR) -> dict[str, RigDefinition]:
 
 
 def get_rig(name: str, root: Path = RIGS_DIR) -> RigDefinition:
-    folder = root / name
+    """The definition of a rig, by its name or a sweep entry naming it (`jax@b`)."""
+    folder = root / definition_name(name)
     if not (folder / "rig.toml").is_file():
         known = ", ".join(p.name for p in rig_folders(root)) or "none"
         raise RigDefinitionError(f"unknown rig {name!r}; known rigs: {known}")

@@ -108,6 +108,27 @@ def resolve_model(
     return _hub_source(spec, match["repo"], match["rev"], cache_dir=cache_dir, token=token)
 
 
+def check_spec(spec: str) -> None:
+    """What resolve_model would refuse, found without materialising or downloading anything:
+    a ModelSourceError naming the problem (an unknown random config, a missing directory, a
+    malformed hub id)."""
+    spec = spec.strip()
+    if not spec:
+        raise ModelSourceError("empty model spec")
+    if spec.startswith(RANDOM_PREFIX):
+        random_config(spec.removeprefix(RANDOM_PREFIX))
+        return
+    local = Path(spec).expanduser()
+    if local.exists() or spec.startswith((".", "/", "~")):
+        _local_source(spec, local)
+        return
+    if _HF_ID.match(spec) is None:
+        raise ModelSourceError(
+            f"model spec {spec!r} is neither random:<name>, an existing directory, "
+            "nor a Hugging Face id like google/gemma-4-E2B-it[@revision]"
+        )
+
+
 def _local_source(spec: str, path: Path) -> ModelSource:
     if not path.is_dir():
         raise ModelSourceError(f"model directory {spec!r} does not exist")

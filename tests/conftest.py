@@ -6,17 +6,68 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_sweep import SHARED_SWEEP_GROUP, FinishedSweep, run_once
+
+REPO = Path(__file__).resolve().parents[1]
+# Kept between runs, inside the checkout and never the user's own ~/.cache/rigbench: random
+# weights (named by their config's digest) and the JAX rig's persistent compilation cache
+# (keyed by each program's HLO, so changed code compiles anew).
+TEST_CACHE = Path(os.environ.get("RIGBENCH_TEST_CACHE", REPO / ".cache" / "tests"))
+
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_rig_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One RIGBENCH_CACHE for the whole run, shared by pytest-xdist's workers (their base
-    temporary folders share a parent) and every rig process they start: random weights are
-    materialised once and the JAX rig's persistent compilation cache is warm after its first
-    start. Never the user's own ~/.cache/rigbench."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path = root / "rigbench-cache"
-    path.mkdir(exist_ok=True)
+def shared_rig_cache() -> Iterator[Path]:
+    """One RIGBENCH_CACHE for every test, pytest-xdist worker and rig process they start:
+    random weights are materialised once (under a file lock) and the JAX rig's compilation
+    cache is warm after its first start."""
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RIGBENCH_CACHE", str(path))
-        yield path
+        mp.setenv("RIGBENCH_CACHE", str(TEST_CACHE))
+        yield TEST_CACHE
+
+
+def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder shared by every pytest-xdist worker of this run (their base temporary folders
+    share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def finished_sweep(
+    tmp_path_factory: pytest.TempPathFactory, shared_rig_cache: Path
+) -> FinishedSweep:
+    """The run's one real local sweep (tests/shared_sweep.py), finished; read it, or copy it
+    (`FinishedSweep.copy_to`) before writing into it."""
+    root = run_root(tmp_path_factory) / "shared-sweep"
+    root.mkdir(exist_ok=True)
+    return run_once(root)
+
+
+# pytest-xdist's work units (`--dist loadgroup`): a module is one unit, so its module-scoped
+# fixtures (an emulation, a rig) are built once, unless it is marked into a group spanning
+# modules (the shared sweep, the JAX rig). Units are handed out longest first, so neither
+# worker is left with a long one at the end (`pytest --durations`, README "Tests").
+LONGEST_FIRST = (
+    SHARED_SWEEP_GROUP,
+    "jax-rig",
+    "tests/mcp/test_stdio.py",
+    "tests/mcp/test_server.py",
+    "tests/orchestrator/test_fault_matrix.py",
+    "tests/orchestrator/test_faults.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups: dict[str, str] = {}
+    for item in items:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None:
+            name = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(name))
+        else:
+            name = str(marker.args[0])
+        groups[item.nodeid] = name
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))

@@ -8,7 +8,7 @@ from rigbench.emulation.fleet import (
     LaunchedInstance,
     LaunchRequest,
 )
-from rigbench.emulation.seams import Faults
+from rigbench.emulation.seams import Faults, LaunchHold
 from rigbench.emulation.stack import Emulation
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "EnvironOverride",
     "Faults",
     "Fleet",
+    "LaunchHold",
     "LaunchRequest",
     "LaunchedInstance",
 ]

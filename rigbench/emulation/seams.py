@@ -26,6 +26,11 @@ Lambda faults (`Faults.fail_lambda`), each taken by one invocation of the functi
                Sandbox.Timedout: a response lost after the side effect
     duplicate  a second invocation of the same event runs while the first is in flight
     stop       the handler runs, then the execution named in its event is stopped
+
+EC2: `vanish` (an instance's record disappears) and `reclaim` (a spot reclaim, as EC2 ends it);
+`Faults.hold_launch` holds RunInstances (after Launch anchored the boot) until the test lets it
+go: the execution can end (a stop, a timeout) while Launch is in flight, as on AWS, where the
+Lambda runs on after its execution ended. `Seams.idle` waits for handlers still running.
 """
 
 import importlib
@@ -48,13 +53,14 @@ from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.responses import DynamoHandler
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
-from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.models.instances import InstanceBackend, StateReason
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.servicequotas.models import ServiceQuotasBackend
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
 
@@ -77,6 +83,7 @@ class Faults:
         self._lock = threading.Lock()
 
     protect_on_launch: bool = False  # launched instances come up protected from termination
+    hold_launch: "LaunchHold | None" = None  # RunInstances waits for the test to let it go
     unterminable: set[str] = field(default_factory=set)  # TerminateInstances always refused
 
     def fail_lambda(self, logical_id: str, kind: LambdaFault, times: int = 1) -> None:
@@ -100,6 +107,15 @@ class Faults:
                 return False
             self.throttles[table_name] = left - 1
             return True
+
+
+@dataclass
+class LaunchHold:
+    """RunInstances enters (`entered`), then waits for `release` before launching."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    timeout_s: float = 120.0
 
 
 @dataclass
@@ -178,6 +194,15 @@ class Seams:
     _originals: list[tuple[type, str, Any]] = field(default_factory=list)
     _client_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
     _launch_lock: threading.Lock = field(default_factory=threading.Lock)
+    _ended: set[str] = field(default_factory=set)  # executions whose end was reflected
+    _in_flight: int = 0
+    _in_flight_changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def idle(self, timeout_s: float = 60.0) -> None:
+        """Wait until no handler runs (one may outlive its execution, as on AWS)."""
+        with self._in_flight_changed:
+            if not self._in_flight_changed.wait_for(lambda: self._in_flight == 0, timeout_s):
+                raise TimeoutError(f"{self._in_flight} handlers still running after {timeout_s} s")
 
     # ------------------------------------------------------------------ install
     def install(self) -> None:
@@ -202,6 +227,7 @@ class Seams:
         original_dynamodb_action = DynamoHandler.call_action
         dynamodb_request = threading.Lock()
         original_terminated = BaseExecutionWorkerCommunication.terminated
+        original_stop = ExecutionWorker.stop
 
         def send_command(backend: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
             # Copied first: moto's Command extends the list it is given with every instance
@@ -303,6 +329,10 @@ class Seams:
         ) -> Any:
             token = kwargs.get("client_token") or ""
             text = user_data.decode() if hasattr(user_data, "decode") else str(user_data or "")
+            hold = seams.faults.hold_launch
+            if hold is not None:
+                hold.entered.set()
+                hold.release.wait(hold.timeout_s)
             with seams._launch_lock:  # EC2 checks and records a token atomically
                 return launch(backend, image_id, count, user_data, security_group_names,
                               token, text, **kwargs)  # fmt: skip
@@ -375,8 +405,12 @@ class Seams:
             return result
 
         def terminated(comm: BaseExecutionWorkerCommunication) -> None:
-            original_terminated(comm)
             execution = comm.execution
+            with seams._launch_lock:
+                if execution.exec_arn in seams._ended:
+                    return  # ended at its stop; its worker has now wound down
+                seams._ended.add(execution.exec_arn)
+            original_terminated(comm)
             if execution.exec_status in ENDS_WITHOUT_FINISH and not seams.closing:
                 threading.Thread(
                     target=seams.deliver_status_change,
@@ -384,6 +418,12 @@ class Seams:
                     name="eventbridge-status-change",
                     daemon=True,
                 ).start()
+
+        def stop(worker: ExecutionWorker, *args: Any, **kwargs: Any) -> None:
+            # AWS ends a stopped execution at once, whatever its Task is waiting for; moto's
+            # worker would end only once an in-flight Lambda returned.
+            original_stop(worker, *args, **kwargs)
+            worker._execution_communication.terminated()
 
         def put_item(backend: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
             if seams.faults.take_throttle(table_name):
@@ -413,6 +453,7 @@ class Seams:
             (DynamoDBBackend, "put_item", put_item),
             (DynamoHandler, "call_action", dynamodb_action),
             (BaseExecutionWorkerCommunication, "terminated", terminated),
+            (ExecutionWorker, "stop", stop),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))
@@ -450,6 +491,19 @@ class Seams:
                     reservation.instances.remove(instance)
         self.times.ended.setdefault(instance_id, time.time())
         self.fleet.terminated(instance_id)
+
+    def reclaim(self, instance_id: str, region: str = "us-east-1") -> None:
+        """EC2 reclaims a spot instance: it ends (the fleet's process with it) and stays
+        described as terminated by the service, with the reclaim's reason and time."""
+        backend = self._ec2(region)
+        backend.terminate_instances([instance_id])  # the patched call: times, fleet
+        instance = backend.get_instance(instance_id)
+        when = datetime.fromtimestamp(self.times.ended[instance_id], UTC)
+        instance._reason = f"Service initiated ({when:%Y-%m-%d %H:%M:%S} GMT)"
+        instance.state_reason = StateReason(
+            "Server.SpotInstanceTermination: Spot instance termination",
+            "Server.SpotInstanceTermination",
+        )
 
     @staticmethod
     def _ec2(region: str) -> Any:
@@ -531,9 +585,15 @@ class Seams:
             except Exception as exc:
                 outcome["error"] = exc
                 outcome["trace"] = traceback.format_exception(exc)
+            finally:
+                with self._in_flight_changed:
+                    self._in_flight -= 1
+                    self._in_flight_changed.notify_all()
 
         worker = threading.Thread(target=run, args=(outcome,), name=f"lambda-{logical_id}")
         worker.daemon = True
+        with self._in_flight_changed:
+            self._in_flight += 1 + (fault == "duplicate")
         worker.start()
         if fault == "duplicate":  # a second invocation of the same event, while in flight
             twin = threading.Thread(target=run, args=({},), name=f"lambda-{logical_id}-twin")

@@ -25,14 +25,13 @@ import boto3
 import httpx
 from moto.server import ThreadedMotoServer
 
+from functions.settings import EMULATED_AMI_PARAMETER
 from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
 from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import ACCOUNT_ID, Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
 from rigbench.stack.models import StackRefs
-
-EMULATED_AMI_PARAMETER = "/rigbench/emulated/ami-id"
 
 
 def baked_image_parameters() -> list[str]:
@@ -172,14 +171,34 @@ class Emulation:
             if Emulation._running is self:
                 Emulation._running = None
 
-    def _stop_executions(self) -> None:
+    def _stop_executions(self) -> list[str]:
+        """StopExecution on every running execution; the ARNs it stopped."""
         if not self.state_machine_arn:
-            return
+            return []
         sfn = self.client("stepfunctions")
-        for execution in sfn.list_executions(
-            stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
-        )["executions"]:
-            sfn.stop_execution(executionArn=execution["executionArn"], error="EmulationStopped")
+        running = [
+            e["executionArn"]
+            for e in sfn.list_executions(
+                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+            )["executions"]
+        ]
+        for arn in running:
+            sfn.stop_execution(executionArn=arn, error="EmulationStopped")
+        return running
+
+    def stop_executions(self, settle_s: float = 10.0) -> list[str]:
+        """Stop every running execution and wait (at most `settle_s`) until each has ended, so
+        its history is complete; the ARNs it stopped."""
+        stopped = self._stop_executions()
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + settle_s
+        for arn in stopped:
+            while (
+                sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
+        return stopped
 
     # ------------------------------------------------------------------ clients
     def session(self) -> boto3.session.Session:
@@ -478,6 +497,10 @@ class Emulation:
             "aws.ec2",
             {"instance-id": instance_id, "instance-action": "terminate"},
         )
+
+    def reclaim_spot(self, instance_id: str) -> None:
+        """EC2 reclaims the spot instance (its process, in local mode, ends with it)."""
+        self.seams.reclaim(instance_id, self.region)
 
     def run_scheduled(self, logical_id: str) -> Any:
         response = self.client("lambda").invoke(

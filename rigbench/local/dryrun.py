@@ -12,10 +12,12 @@ import json
 from typing import Any
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 
 from functions.errors import error_message
 from functions.events import Quota, Reservation
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG
 from rigbench.emulation.fleet import LaunchRequest
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.stack.models import PlannedBoot, SweepPlan
@@ -77,7 +79,7 @@ def plan_from(events: list[dict[str, Any]], requests: list[LaunchRequest]) -> Sw
 def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]) -> Group:
     parts: list[Any] = []
     if not plan.valid:
-        parts.append(f"[red]a cloud run of this input would fail:[/] {plan.error}")
+        parts.append(f"[red]a cloud run of this input would fail:[/] {escape(plan.error)}")
         return Group(*parts)
     sweep = plan.sweep
     deadline_h = (sweep.get("deadlines") or {}).get("instance_s", 0) / 3600
@@ -86,6 +88,13 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
         f"[green]valid[/]: sweep {sweep.get('sweep_id')}: {rigs} x {sweep.get('boots_per_rig')} "
         f"boots of {sweep.get('model')} on {sweep.get('instance_type')} ({sweep.get('market')})"
     )
+    boots = int(sweep.get("boots_per_rig") or 0)
+    if boots == 1:
+        parts.append(
+            "[yellow]1 boot per rig: the comparison can give no verdict (it needs 2 or more; "
+            f"{DEFAULT_BOOTS_PER_RIG}, the default, tells one 1.5x difference at 10% spread about "
+            "9 times in 10)[/]"
+        )
     if plan.quota is not None:
         q = plan.quota
         parts.append(

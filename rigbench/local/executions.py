@@ -56,3 +56,25 @@ def _iso(value: Any) -> str:
 def plain(value: Any) -> Any:
     """boto3's answer (datetimes inside) as JSON values."""
     return json.loads(json.dumps(value, default=_iso))
+
+
+STOPPED_ERROR = "SessionStopped"
+
+
+def as_stopped(saved: SavedExecution, cause: str) -> SavedExecution:
+    """The record of an execution this session stopped as it ended: ABORTED with the session's
+    reason. moto's parser, stopped inside a Map, ends the execution FAILED with its own
+    AttributeError (a parser bug); what happened is that we stopped it, and the record says so."""
+    events = [
+        e for e in saved.events if e.get("type") not in ("ExecutionFailed", "ExecutionAborted")
+    ]
+    last = events[-1] if events else {}
+    aborted = {
+        "type": "ExecutionAborted",
+        "id": int(last.get("id") or 0) + 1,
+        "previousEventId": int(last.get("id") or 0),
+        "timestamp": saved.described.get("stopDate") or last.get("timestamp"),
+        "executionAbortedEventDetails": {"error": STOPPED_ERROR, "cause": cause},
+    }
+    described = {**saved.described, "status": "ABORTED", "error": STOPPED_ERROR, "cause": cause}
+    return SavedExecution(described=described, events=[*events, aborted])

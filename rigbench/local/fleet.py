@@ -161,22 +161,31 @@ def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
 
     A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
     each extra length bucket or slot width is minutes of compilation for nothing this sweep
-    uses. Only settings the rig declares are passed, the same values to every rig.
+    uses. Only settings the rig declares are passed, the same values to every rig (its
+    concurrency setting too, as the cloud plan sets it), then the sweep's `rig_settings` for
+    this entry (`rig` may be labelled: `jax@b`).
     """
+    from harness.agreement import PROBE_CONTEXT_TOKENS
     from rigs.registry import get_rig
 
     cells = sweep_input.get("cells") or {}
     need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
+    need = max(need, PROBE_CONTEXT_TOKENS)  # every boot answers the agreement probe too
     wanted = {
         "max_model_len": max(64, 1 << (need - 1).bit_length()),
         "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
     }
-    declared = get_rig(rig).serve.settings
-    return {
+    definition = get_rig(rig)
+    if definition.serve.concurrency_setting is not None:  # as the cloud plan sets it
+        wanted[definition.serve.concurrency_setting] = wanted["max_slots"]
+    declared = definition.serve.settings
+    sized = {
         key: str(min(int(value), int(declared[key])))
         for key, value in wanted.items()
         if key in declared and isinstance(declared[key], int)
     }
+    chosen = (sweep_input.get("rig_settings") or {}).get(rig) or {}
+    return {**sized, **{key: str(value) for key, value in chosen.items()}}
 
 
 class LocalFleet:
@@ -239,7 +248,7 @@ class LocalFleet:
         model = sweep.get("model") if isinstance(sweep.get("model"), str) else None
         self.launch(
             instance.instance_id, rig, model or self.default_model, host_settings(rig, sweep)
-        )
+        )  # `rig` may be a labelled entry (jax@b): the label is for its rows, not the process
 
     def _sweep_input(self, sweep_id: str) -> dict[str, Any]:
         """The execution input of the sweep (its name is the sweep id) on the emulation."""
@@ -289,7 +298,9 @@ class LocalFleet:
         if not bundle.exists():
             bundle.symlink_to(REPO_ROOT, target_is_directory=True)
         port = free_port()
-        argv = self._rig_command(rig, model, port, settings or {})
+        from rigs.registry import definition_name
+
+        argv = self._rig_command(definition_name(rig), model, port, settings or {})
         write_status(workspace, "starting")
         proc = self._groups.spawn(
             argv,

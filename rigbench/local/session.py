@@ -41,6 +41,10 @@ QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
 NOT_SAVED_PREFIXES = ("bundle/", SWEEP_REPORTS_PREFIX)
 # Transient tables: idempotency records only guard retries within one execution.
 NOT_RESTORED_TABLE_SUFFIXES = ("IdempotencyTable",)
+STOP_CAUSE = (
+    "the local session ended while the sweep ran (interrupted, or its process stopped): the "
+    "sweep was stopped, its local instances terminated and the rows it stored kept"
+)
 
 
 def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
@@ -60,8 +64,11 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def interrupts_as_keyboard_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through every `finally`."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through every `finally`. So does
+    SIGINT itself, also when this process was started with it ignored (an ignored signal stays
+    ignored across exec, as in a pytest-xdist worker's children)."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
     for sig in previous:
         signal.signal(sig, _raise_interrupt)
     try:
@@ -89,6 +96,8 @@ class LocalSession:
         self.restore = keep_results if restore is None else restore
         self.rig_command = rig_command
         self.stale: list[PidRecord] = []
+        # Why a sweep still running when the session ends was stopped (its saved record).
+        self.stop_cause = STOP_CAUSE
         self.restored: persist.SnapshotSummary | None = None
         self._groups: ProcessGroups | None = None
         self._fleet: LocalFleet | None = None
@@ -138,11 +147,12 @@ class LocalSession:
         """Stop executions, save results, end every local process; safe to call twice."""
         try:
             if self.emulation is not None and self.emulation.port:
+                stopped: list[str] = []
                 with contextlib.suppress(Exception):
-                    self.emulation._stop_executions()
+                    stopped = self.emulation.stop_executions()
                 if self.keep_results:
                     self.save()
-                    self.save_executions()
+                    self.save_executions(stopped)
         finally:
             try:
                 if self._fleet is not None:
@@ -212,19 +222,22 @@ class LocalSession:
             skip_prefixes=NOT_SAVED_PREFIXES,
         )
 
-    def save_executions(self) -> None:
-        """Each execution's description and history, for `rigbench status --local` later."""
+    def save_executions(self, stopped: list[str] | None = None) -> None:
+        """Each execution's description and history, for `rigbench status --local` later;
+        those the session `stopped` as it ended, as stopped for its `stop_cause`."""
         emu = self.emu
         sfn = emu.client("stepfunctions")
         pages = sfn.get_paginator("list_executions")
         for page in pages.paginate(stateMachineArn=emu.state_machine_arn):
             for listed in page["executions"]:
                 arn = listed["executionArn"]
-                executions.save(
-                    self.home.root,
-                    executions.plain(sfn.describe_execution(executionArn=arn)),
-                    executions.plain(self.history(arn)),
+                saved = executions.SavedExecution(
+                    described=executions.plain(sfn.describe_execution(executionArn=arn)),
+                    events=executions.plain(self.history(arn)),
                 )
+                if arn in (stopped or []):
+                    saved = executions.as_stopped(saved, self.stop_cause)
+                executions.save(self.home.root, saved.described, saved.events)
 
     # -- executions --------------------------------------------------------------------------
 

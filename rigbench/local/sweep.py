@@ -1,17 +1,21 @@
 """The local sweep: which rigs can run here, the demo input, and the run itself."""
 
-import json
 import platform
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
 
-from harness.compare import cell_label, compare, render, values_from_reports
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG, read_input_file
+from harness.compare import cell_label, print_comparison
+from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
-from rigbench.progress import sweep_table
+from rigbench.progress import PhaseLines, sweep_table
 from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack
@@ -19,8 +23,8 @@ from rigs.launch import compute_capability
 from rigs.registry import discover
 
 DEMO_MODEL = "random:tiny"
-# Small enough that two rigs x two boots, one boot at a time, fit in a few minutes on two
-# busy cores; the comparison's confidence intervals come from the boots.
+# Small enough that two rigs x three boots (DEFAULT_BOOTS_PER_RIG: the fewest at which the test
+# can decide), one boot at a time, fit in a few minutes on two busy cores.
 DEMO_CELLS: dict[str, Any] = {
     "concurrency": [1, 4],
     "requests_per_cell": 6,
@@ -47,7 +51,7 @@ def demo_input(rigs: list[str]) -> dict[str, Any]:
     return {
         "rigs": rigs,
         "model": DEMO_MODEL,
-        "boots_per_rig": 2,
+        "boots_per_rig": DEFAULT_BOOTS_PER_RIG,
         "budget_usd": 2.0,
         "cells": DEMO_CELLS,
         "deadlines": DEMO_DEADLINES,
@@ -56,15 +60,8 @@ def demo_input(rigs: list[str]) -> dict[str, Any]:
 
 
 def read_input(path: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} must hold a JSON object (the sweep input)")
-    return raw
+    """The file as the API would take it (size limit, JSON object): InvalidInput if not."""
+    return read_input_file(path)
 
 
 def run_sweep(
@@ -84,27 +81,38 @@ def run_sweep(
         try:
             started = stack.start_sweep(sweep_input)
         except StackError as exc:
-            console.print(f"[red]error:[/] {exc}")
+            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
         sweep_id = started.sweep_id
         rigs = ", ".join(sweep_input.get("rigs", []))
-        boots = sweep_input.get("boots_per_rig", 2)
+        boots = sweep_input.get("boots_per_rig", DEFAULT_BOOTS_PER_RIG)
         title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
-        waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
-        with Live(
-            sweep_table(waiting, title),
-            console=console, refresh_per_second=4, transient=False, auto_refresh=live,
-        ) as view:  # fmt: skip
-            progress = stack.follow_sweep(
-                started.execution_arn, on_update=lambda p: view.update(sweep_table(p, title))
-            )
+        if console.is_terminal:
+            began = datetime.now(UTC)
+            expected = len(sweep_input.get("rigs", [])) * int(boots)
+
+            def table(p: SweepProgress) -> Table:
+                return sweep_table(p, title, expected_boots=expected, started_at=began)
+
+            waiting = SweepProgress(sweep_id=sweep_id, execution_arn=started.execution_arn)
+            with Live(
+                table(waiting),
+                console=console, refresh_per_second=4, transient=False, auto_refresh=live,
+            ) as view:  # fmt: skip
+                progress = stack.follow_sweep(
+                    started.execution_arn, on_update=lambda p: view.update(table(p))
+                )
+        else:  # a log: a line per change as it happens, the table once at the end
+            console.print(title)
+            progress = stack.follow_sweep(started.execution_arn, on_update=PhaseLines(console))
+            console.print(sweep_table(progress, title))
         reports = stack.session.reports(sweep_id)
-        report_line = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
+        report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
     status = progress.status
     console.print()
     if reports:
-        comparison = compare(values_from_reports(reports))
-        console.print(render(comparison))
+        comparison = comparison_of(gathered, local=True) if gathered is not None else None
+        print_comparison(console, comparison or sweep_comparison(reports, {}, local=True))
         for note in failure_notes(reports):
             console.print(f"[red]{note}[/]")
     else:
@@ -137,7 +145,9 @@ def failure_notes(reports: dict[str, list[dict[str, Any]]]) -> list[str]:
                     f"{reason}: {count}"
                     for reason, count in (cell.get("failure_reasons") or {}).items()
                 )
+                first = cell.get("first_failure")
                 notes.append(
                     f"{rig} boot {boot} {label}: {failed} of {total} requests failed ({reasons})"
+                    + (f"; first: {first}" if first else "")
                 )
     return notes

@@ -12,6 +12,11 @@ from rigbench.cloud import DEFAULT_STACK, StackOption, connect_aws, use_local
 from rigbench.local import cli as local_cli
 from rigbench.stack import StackError
 
+MCP_STOP_CAUSE = (
+    "the MCP server stopped while the sweep ran (its client went away, or it was signalled): "
+    "the sweep was stopped, its local instances terminated and the rows it stored kept; "
+    "start it again to finish it"
+)
 DEFAULT_CEILING_USD = 5.0  # a few timed boots of a g5g.2xlarge; the seed's three sweeps: < $3
 
 
@@ -36,6 +41,7 @@ def mcp_command(
     deployed stack or, with --local (or no AWS credentials), on the embedded emulation."""
     from rigbench.local.session import interrupts_as_keyboard_interrupt
     from rigbench.mcp.server import build_server
+    from rigbench.stack.local import LocalStack
 
     # Stdout is the stdio transport: whatever opening the stack prints goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
@@ -44,6 +50,8 @@ def mcp_command(
                 local_cli.local_stack(home, save=True) if use_local(local) else connect_aws(stack)
             )
             opened = client.__enter__()
+            if isinstance(opened, LocalStack):  # its sweeps live in this process
+                opened.session.stop_cause = MCP_STOP_CAUSE
         except StackError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from exc

@@ -4,6 +4,7 @@ answers with structured content. Tool inputs are typed by the models they alread
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.agreement import PairAgreement
 from harness.compare import Comparison
 from rigbench.stack.models import (
     QuotaCheck,
@@ -69,13 +70,44 @@ class ResultsPage(_Out):
 
 
 class SweepComparison(_Out):
-    """Every rig of a sweep against the baseline: median of boot medians with a bootstrap
-    interval per cell and metric, a verdict only where the intervals separate."""
+    """Every rig of a sweep against the baseline, per cell and metric: the geometric mean of
+    its boots with an interval that says what it is and its n, and a verdict from Welch's
+    t-test on log boot values, Holm-corrected across the sweep (5% family-wise); the same
+    comparison, in the same words, as the terminal table and the report. Compact by default
+    (the verdict lines); `comparison` holds every cell and metric with detail=true."""
 
     sweep_id: str
-    comparison: Comparison
-    verdicts: list[str] = Field(description="the decisive differences, one line each")
+    baseline: str
+    rigs: list[str]
+    verdicts: list[str] = Field(
+        description="each difference shown, and each comparison where no verdict is "
+        "possible, one line each in the table's words; then each rig pair's output agreement"
+    )
+    summary: list[str] = Field(
+        default=[], description="the sweep-level ranking: per rig pair, the verdicts each way"
+    )
     flipped: bool = Field(description="a ranking flipped between boots somewhere")
+    output_agreement: list[PairAgreement] = Field(
+        default=[],
+        description="per rig pair, whether the agreement probe's greedy outputs agree "
+        "(harness/agreement.py says what the verdict rests on)",
+    )
+    comparison: Comparison | None = Field(
+        None, description="every cell, metric and rig with its interval (only with detail=true)"
+    )
+
+
+class ReportSummary(_Out):
+    """What a sweep's report page holds, without the page itself (read `html` for it)."""
+
+    sweep_id: str
+    html: str = Field(description="the resource URI of the page (self-contained HTML)")
+    size_bytes: int = Field(description="the page's size in bytes")
+    title: str
+    status: str = Field(description="the page's status badge, e.g. 'succeeded'")
+    sections: list[str] = Field(description="the page's section headings, in order")
+    verdicts: list[str] = Field(description="the comparison's decisive differences (first 20)")
+    verdicts_total: int
 
 
 class InstanceList(_Out):

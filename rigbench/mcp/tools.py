@@ -6,21 +6,26 @@ The spend ceiling is fixed when the server starts: `start_sweep` refuses any swe
 budget is above it before anything reaches the stack, so nothing is launched or reserved.
 """
 
+import html
+import re
 import threading
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from functions.execution_input import SweepInput
-from harness.compare import Comparison, compare, values_from_reports
+from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
+from harness.agreement_view import agreement_line
+from harness.compare import Comparison
 from harness.stats import Verdict
+from rigbench.comparison import setups_of, sweep_comparison
 from rigbench.mcp.models import (
     InstanceList,
     PlanReport,
     Quotas,
     Reaped,
+    ReportSummary,
     ResultsPage,
     RigInfo,
     RigList,
@@ -31,6 +36,7 @@ from rigbench.mcp.models import (
     Terminated,
 )
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, SweepProgress
+from rigbench.stack.models import SweepPlan
 
 T = TypeVar("T")
 
@@ -74,23 +80,33 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def probes_from_rows(rows: list[ResultRow]) -> dict[str, list[tuple[int, AgreementProbe | None]]]:
+    """Per rig, each stored boot's agreement probe (every row of a boot carries it)."""
+    boots: dict[str, dict[int, Any]] = defaultdict(dict)
+    for row in rows:
+        boots[row.rig].setdefault(row.boot, (row.model_extra or {}).get("agreement"))
+    return probes_from_reports(
+        {
+            rig: [{"boot": boot, "agreement": by_boot[boot]} for boot in sorted(by_boot)]
+            for rig, by_boot in boots.items()
+        }
+    )
+
+
 def verdict_lines(comparison: Comparison) -> list[str]:
-    """The decisive differences of a `harness.compare.Comparison`, one line each."""
+    """Every rig's verdict against the baseline that is not "within noise", one line each,
+    in the comparison's own words (the table's and the report's): the differences shown, and
+    where no verdict was possible."""
     lines = []
     for cell in comparison.cells:
         for metric in cell.metrics:
             for result in metric.results:
                 if result.verdict in (None, Verdict.INDISTINGUISHABLE):
                     continue
-                change = (
-                    f" ({result.change_vs_baseline:+.1%})"
-                    if result.change_vs_baseline is not None
-                    else ""
-                )
                 spec = metric.metric
                 lines.append(
-                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} {result.verdict} "
-                    f"than {comparison.baseline}{change}"
+                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} against "
+                    f"{comparison.baseline}: {result.words}"
                 )
     return lines
 
@@ -129,13 +145,38 @@ class SweepTools:
             f"--max-sweep-usd; a tool cannot raise it): lower budget_usd"
         )
 
+    def runnable_rigs(self) -> list[str]:
+        """The rigs a sweep on this stack can boot: on the embedded emulation, those this
+        machine can serve; on the deployed stack, every rig of the repository."""
+        from rigbench.local.sweep import local_rigs
+        from rigs.registry import discover
+
+        return local_rigs() if self.stack.kind == "local" else sorted(discover())
+
+    def allowed_instance_types(self) -> list[str]:
+        return self._call(self.stack.allowed_instance_types)
+
+    def _rig_refusal(self, sweep: SweepInput) -> str:
+        runnable = self.runnable_rigs()
+        cannot = [r for r in sweep.rigs if r not in runnable]
+        if not cannot:
+            return ""
+        where = "this machine" if self.stack.kind == "local" else "this stack"
+        return (
+            f"rigs: {', '.join(cannot)} cannot run on {where} (it runs: "
+            f"{', '.join(runnable) or 'none'}; see list_rigs)"
+        )
+
     def plan_sweep(self, sweep: SweepInput) -> PlanReport:
-        # The local stack rehearses on an execution named after the input's sweep id; a
-        # rehearsal name of its own leaves that id free for the start that follows the plan.
-        rehearsal = {**sweep_body(sweep), "sweep_id": f"plan-{uuid.uuid4().hex[:12]}"}
-        plan = self._call(lambda: self.stack.plan(rehearsal))
-        if plan.sweep:
-            plan = plan.model_copy(update={"sweep": {**plan.sweep, "sweep_id": sweep.sweep_id}})
+        """Read-only: the stack's own checks against its settings and account; nothing is
+        started, reserved or written (not even an execution or a report)."""
+        rigs = self._rig_refusal(sweep)
+        if rigs:
+            plan = SweepPlan(valid=False, error=rigs)
+        else:
+            plan = self._call(lambda: self.stack.check_plan(sweep_body(sweep)))
+            if plan.sweep and sweep.sweep_id is None:  # named by the start that follows
+                plan = plan.model_copy(update={"sweep": {**plan.sweep, "sweep_id": None}})
         reasons = [r for r in (plan.error, self._ceiling_refusal(sweep)) if r]
         return PlanReport(
             plan=plan,
@@ -148,7 +189,7 @@ class SweepTools:
 
     # -- sweeps ------------------------------------------------------------------------------
     def start_sweep(self, sweep: SweepInput) -> SweepStart:
-        refusal = self._ceiling_refusal(sweep)
+        refusal = self._ceiling_refusal(sweep) or self._rig_refusal(sweep)
         if refusal:
             raise Refused(f"sweep not started, nothing launched: {refusal}")
         started = self._call(lambda: self.stack.start_sweep(sweep_body(sweep)))
@@ -182,21 +223,50 @@ class SweepTools:
             raise Refused(f"{sweep_id!r} is not a sweep id (an execution name or ARN)")
         return self._call(lambda: self.stack.sweep_report(name))
 
-    def compare(self, sweep_id: str, baseline: str | None) -> SweepComparison:
+    def compare(self, sweep_id: str, baseline: str | None, detail: bool = False) -> SweepComparison:
         rows = self._call(lambda: self.stack.results(ResultsQuery(sweep=sweep_id)))
         if not rows:
             raise Refused(
                 f"sweep {sweep_id!r} has no results rows (yet): see sweep_status({sweep_id!r})"
             )
+        setups = setups_of((row.rig, row.provenance) for row in rows)
+        local = getattr(self.stack, "kind", "") == "local"
+        agreement = output_agreement(probes_from_rows(rows))
         try:
-            comparison = compare(values_from_reports(reports_from_rows(rows)), baseline=baseline)
+            comparison = sweep_comparison(
+                reports_from_rows(rows), setups, local=local, baseline=baseline,
+                agreement=agreement,
+            )  # fmt: skip
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
         return SweepComparison(
             sweep_id=sweep_id,
-            comparison=comparison,
-            verdicts=verdict_lines(comparison),
+            baseline=comparison.baseline,
+            rigs=list(comparison.rigs),
+            verdicts=verdict_lines(comparison) + [agreement_line(p) for p in agreement],
+            summary=comparison.summary,
             flipped=comparison.any_flip,
+            output_agreement=agreement,
+            comparison=comparison if detail else None,
+        )
+
+    def report_summary(self, sweep_id: str, html_uri: str) -> ReportSummary:
+        page = self.report(sweep_id)
+        title = re.search(r"<title>(.*?)</title>", page, re.S)
+        status = re.search(r'<span class="badge [a-z]+">(.*?)</span>', page, re.S)
+        try:
+            verdicts = self.compare(sweep_id, None).verdicts
+        except Refused:  # a sweep without results rows: its page says why
+            verdicts = []
+        return ReportSummary(
+            sweep_id=sweep_id,
+            html=html_uri,
+            size_bytes=len(page.encode()),
+            title=html.unescape(title.group(1)) if title else "",
+            status=html.unescape(status.group(1)) if status else "",
+            sections=[html.unescape(h) for h in re.findall(r"<h2>(.*?)</h2>", page, re.S)],
+            verdicts=verdicts[:20],
+            verdicts_total=len(verdicts),
         )
 
     # -- instances ---------------------------------------------------------------------------

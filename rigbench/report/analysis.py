@@ -1,5 +1,6 @@
 """The figures a report plots, computed from a sweep's boots: per-boot values per rig and cell,
-their medians with bootstrap intervals, cost per million output tokens, request latencies."""
+their geometric means with intervals (harness.stats), cost per million output tokens, request
+latencies."""
 
 import math
 from collections.abc import Iterable, Sequence
@@ -11,12 +12,9 @@ from harness.compare import cell_label
 from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
 
-# Fewer resamples than the comparison table: a plot band needs no fourth digit.
-PLOT_RESAMPLES = 1999
-
 
 class Point(BaseModel):
-    """One rig at one cell: every boot's value and their median with its interval."""
+    """One rig at one cell: every boot's value and their geometric mean with its interval."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -71,7 +69,7 @@ def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
     for rig in data.rigs:
         points = []
         for label, (x, boots) in sorted(found.get(rig, {}).items(), key=lambda kv: kv[1][0]):
-            agg = aggregate_boots([v for _, v in boots], n_resamples=PLOT_RESAMPLES)
+            agg = aggregate_boots([v for _, v in boots])
             points.append(Point(cell=label, x=x, boots=boots, aggregate=agg))
         if points:
             out[rig] = points

@@ -3,6 +3,7 @@
 import contextlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -69,6 +70,8 @@ def report_command(
 
     err = Console(stderr=True, soft_wrap=True)
     try:
+        if out is not None and not out.parent.is_dir():
+            raise ReportError(f"--out {out}: no directory {out.parent} (create it first)")
         if trend:
             if sweep_id is not None:
                 raise ReportError("--trend takes no SWEEP_ID: give --rig and --model instead")
@@ -94,3 +97,46 @@ def report_command(
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     Console(soft_wrap=True).print(f"report: {path.resolve()} (open it in a browser)")
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def compare_command(
+    sweep_id: Annotated[str, typer.Argument(help="The sweep (its id, the execution name)")],
+    output: Annotated[
+        Format, typer.Option("--format", help="table, or the comparison model as JSON")
+    ] = Format.TABLE,
+    stack: Annotated[str, typer.Option("--stack", help="CloudFormation stack name")] = "rigbench",
+    local: Annotated[
+        bool, typer.Option("--local", help="The results local sweeps saved on this machine")
+    ] = False,
+    home: Annotated[
+        Path | None, typer.Option("--home", help="Local state directory (default ./.rigbench)")
+    ] = None,
+) -> None:
+    """Print a finished sweep's comparison: the object the report draws and MCP `compare`
+    returns (JSON: per cell, metric and rig its value, interval, n and verdict, the rigs'
+    setups and the sweep-level ranking)."""
+    from harness.compare import print_comparison
+    from rigbench.cloud import CloudError
+    from rigbench.comparison import comparison_of
+    from rigbench.report.data import gather
+
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        with _store(local, home, stack) as store:
+            data = gather(store, sweep_id)
+    except (ReportError, CloudError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    comparison = comparison_of(data, local=local)
+    if comparison is None:
+        err.print(f"[red]error:[/] sweep {sweep_id!r} stored no harness report: nothing to compare")
+        raise typer.Exit(1)
+    if output is Format.JSON:
+        print(comparison.model_dump_json(indent=2))
+    else:
+        print_comparison(Console(), comparison)

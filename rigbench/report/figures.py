@@ -1,8 +1,10 @@
-"""The report's plots, as plotly figures in one style: one colour per rig, the median as a
-line, its bootstrap interval as a band, every boot as a faint point."""
+"""The report's plots, as plotly figures in one style: one colour per rig, the geometric mean of
+the boots as a line, its interval (harness.stats) as a band, every boot as a faint point."""
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -44,6 +46,30 @@ def _log_if_wide(xs: Sequence[float], spread: float = 8) -> str:
     return "log" if positive and max(positive) / min(positive) >= spread else "linear"
 
 
+def log_ticks(values: Sequence[float]) -> list[float]:
+    """Labelled ticks of a log axis: the decades the values span (at least two of them), or
+    1-2-5 steps where they span less than two decades; never plotly's bare minor digits."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return []
+    low = math.floor(math.log10(min(positive)))
+    high = math.ceil(math.log10(max(positive)))
+    decades = [10.0**e for e in range(low, high + 1)]
+    if sum(1 for t in decades if min(positive) <= t <= max(positive)) >= 2:
+        return decades
+    return [m * 10.0**e for e in range(low, high + 1) for m in (1, 2, 5)]
+
+
+def _log_axis(values: Sequence[float]) -> dict[str, Any]:
+    ticks = log_ticks(values)
+    return {
+        "type": "log",
+        "tickvals": ticks,
+        "ticktext": [f"{t:,.10g}" for t in ticks],
+        "minor": {"showgrid": False},
+    }
+
+
 def _band(
     fig: go.Figure,
     points: Sequence[Point],
@@ -57,7 +83,7 @@ def _band(
     boots: bool = True,
     show_legend: bool = True,
 ) -> None:
-    """Median line, interval band and per-boot points of one rig's series."""
+    """Geometric-mean line, interval band and per-boot points of one rig's series."""
     where = {"row": row, "col": col} if row is not None else {}
     xs = [p.x for p in points]
     if any(p.aggregate.has_interval for p in points):
@@ -68,6 +94,7 @@ def _band(
                 + [p.aggregate.ci_low for p in reversed(points)],
                 fill="toself",
                 fillcolor=_rgba(colour, 0.18),
+                mode="lines",  # the band's corners are no data: no markers of their own
                 line={"width": 0},
                 hoverinfo="skip",
                 name=f"{name} interval",
@@ -91,7 +118,7 @@ def _band(
                 for p in points
             ],
             hovertemplate=(
-                f"{name}<br>%{{customdata[0]}}: median %{{y:.4g}} "
+                f"{name}<br>%{{customdata[0]}}: geometric mean %{{y:.4g}} "
                 "[%{customdata[1]:.4g}, %{customdata[2]:.4g}] of %{customdata[3]} boots"
                 "<extra></extra>"
             ),
@@ -104,15 +131,24 @@ def _band(
                 x=[p.x for p in points for _ in p.boots],
                 y=[v for p in points for _, v in p.boots],
                 mode="markers",
-                marker={"color": colour, "size": 6, "opacity": 0.45, "symbol": "circle-open"},
-                name=f"{name} per boot",
+                marker={
+                    "color": colour,
+                    "size": 8,
+                    "symbol": "circle-open",
+                    "line": {"color": colour, "width": 1.5},
+                },
+                name=f"{name}: each boot",
                 legendgroup=group,
-                showlegend=False,
+                showlegend=show_legend,
                 customdata=[[b] for p in points for b, _ in p.boots],
                 hovertemplate=f"{name} boot %{{customdata[0]}}: %{{y:.4g}}<extra></extra>",
             ),
             **where,
         )
+
+
+def _boot_values(point: Point) -> list[float]:
+    return [v for _, v in point.boots]
 
 
 def throughput_figure(
@@ -123,12 +159,14 @@ def throughput_figure(
         _band(fig, points, rig, colours[rig], group=rig)
     xs = [p.x for ps in by_rig.values() for p in ps]
     fig.update_xaxes(title=x_title, type=_log_if_wide(xs), tickvals=sorted(set(xs)))
-    ys = [p.aggregate.value for ps in by_rig.values() for p in ps]
-    if _log_if_wide(ys, 20) == "log":  # rigs far apart: a linear axis would flatten the slow one
-        fig.update_yaxes(title="output tokens/s (log scale)", type="log")
+    ys = [v for ps in by_rig.values() for p in ps for v in (p.aggregate.value, *_boot_values(p))]
+    if _log_if_wide(ys, 8) == "log":  # rigs far apart: a linear axis would flatten the slow one
+        fig.update_yaxes(title="output tokens/s (log scale)", **_log_axis(ys))
     else:
         fig.update_yaxes(title="output tokens/s", rangemode="tozero")
-    return _style(fig, "Output throughput vs load (median of boots, band: interval, o: boots)")
+    return _style(
+        fig, "Output throughput vs load (geometric mean of boots, band: interval, o: boots)"
+    )
 
 
 def latency_figure(
@@ -140,9 +178,11 @@ def latency_figure(
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT (ms)"))
     xs: list[float] = []
     for col, field in ((1, "ttft_ms"), (2, "tpot_ms")):
+        ys: list[float] = []
         for stat, dash in (("p50", "solid"), ("p99", "dot")):
             for rig, points in series.get(f"{field}.{stat}", {}).items():
                 xs += [p.x for p in points]
+                ys += [v for p in points for v in (p.aggregate.value, *_boot_values(p))]
                 _band(
                     fig,
                     points,
@@ -155,10 +195,15 @@ def latency_figure(
                     boots=stat == "p50",
                     show_legend=col == 1,
                 )
+        # Rigs far apart (a CPU port beside a GPU server): a log scale keeps the fast one
+        # readable instead of flat on zero under the slow one.
+        if _log_if_wide(ys) == "log":
+            fig.update_yaxes(title="ms (log scale)", row=1, col=col, **_log_axis(ys))
+        else:
+            fig.update_yaxes(title="ms", rangemode="tozero", row=1, col=col)
     ticks = sorted(set(xs))
     fig.update_xaxes(title=x_title, type=_log_if_wide(xs), tickvals=ticks)
-    fig.update_yaxes(rangemode="tozero")
-    return _style(fig, "TTFT and TPOT vs load: p50 (solid) and p99 (dotted)", height=420)
+    return _style(fig, "TTFT and TPOT vs load: p50 (solid) and p99 (dotted)", height=460)
 
 
 def _cdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -169,6 +214,10 @@ def _cdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
 
 def cdf_figure(by_rig: Mapping[str, Latencies], colours: Mapping[str, str], cell: str) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (ms)", "TPOT per request (ms)"))
+    for col, field in ((1, "ttft_ms"), (2, "tpot_ms")):
+        every = [v for lat in by_rig.values() for v in getattr(lat, field)]
+        if _log_if_wide(every) == "log":  # one rig far faster: keep its curve readable
+            fig.update_xaxes(title="ms (log scale)", row=1, col=col, **_log_axis(every))
     for rig, lat in by_rig.items():
         for col, values in ((1, lat.ttft_ms), (2, lat.tpot_ms)):
             if not values:
@@ -225,7 +274,8 @@ def tradeoff_figure(
                 },
                 mode="lines+markers+text",
                 text=[tp.cell for _, tp in both],
-                textposition="top center",
+                textposition="top right",
+                cliponaxis=False,  # a label at the plot's edge is drawn whole
                 line={"color": colours[rig], "width": 2.5},
                 marker={"size": 8},
                 name=rig,
@@ -233,9 +283,19 @@ def tradeoff_figure(
                 "<extra></extra>",
             )
         )
-    fig.update_xaxes(title="TPOT p50 (ms per output token, per request)", rangemode="tozero")
-    fig.update_yaxes(title="output tokens/s", rangemode="tozero")
-    return _style(fig, "Throughput vs latency: each point a load cell (up and left is better)")
+    tpots = [p.aggregate.value for ps in tpot.values() for p in ps]
+    tok_s = [p.aggregate.value for ps in throughput.values() for p in ps]
+    x_title = "TPOT p50 (ms per output token, per request)"
+    if _log_if_wide(tpots) == "log":  # rigs far apart: keep the fast one off the axis
+        fig.update_xaxes(title=f"{x_title}, log scale", **_log_axis(tpots))
+    else:
+        fig.update_xaxes(title=x_title, rangemode="tozero")
+    if _log_if_wide(tok_s) == "log":
+        fig.update_yaxes(title="output tokens/s (log scale)", **_log_axis(tok_s))
+    else:
+        fig.update_yaxes(title="output tokens/s", rangemode="tozero")
+    styled = _style(fig, "Throughput vs latency: each point a load cell (up and left is better)")
+    return styled.update_layout(margin={"t": 70, "r": 40})  # room for the cells' labels
 
 
 def cost_figure(by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str]) -> go.Figure:
@@ -258,7 +318,11 @@ def cost_figure(by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str
         )
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="load cell", type="category")
-    fig.update_yaxes(title="USD per million output tokens", rangemode="tozero")
+    costs = [p.aggregate.value for ps in by_rig.values() for p in ps]
+    if _log_if_wide(costs) == "log":  # a cheap rig's bar would be a sliver on a linear axis
+        fig.update_yaxes(title="USD per million output tokens (log scale)", **_log_axis(costs))
+    else:
+        fig.update_yaxes(title="USD per million output tokens", rangemode="tozero")
     return _style(fig, "Cost per million output tokens, at the price each boot paid")
 
 

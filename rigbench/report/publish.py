@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.events import ReportWritten, SummarizeEvent
 from functions.execution_input import SweepInput
 from functions.observability import instrumented
-from functions.settings import Clients, Settings, sweep_report_key
+from functions.settings import EMULATED_AMI_PARAMETER, Clients, Settings, sweep_report_key
 from rigbench.report.data import BootData, Store, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
@@ -52,8 +52,11 @@ def sweep_data(store: Store, event: SummarizeEvent, now: datetime) -> SweepData:
     )
 
 
-def publish(store: Store, event: SummarizeEvent, now: datetime | None = None) -> ReportWritten:
-    page = sweep_page(sweep_data(store, event, now or datetime.now(UTC)))
+def publish(
+    store: Store, event: SummarizeEvent, now: datetime | None = None, *, local: bool = False
+) -> ReportWritten:
+    """`local`: the stack is the embedded emulation (the page's rerun command says --local)."""
+    page = sweep_page(sweep_data(store, event, now or datetime.now(UTC)), local=local)
     body = render_page(page).encode()
     key = sweep_report_key(event.sweep.sweep_id)
     store.s3.put_object(
@@ -75,4 +78,5 @@ def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
         bucket=settings.bucket,
         state_machine_arn=None,
     )
-    return publish(store, event).model_dump(mode="json")
+    local = settings.ami_parameter == EMULATED_AMI_PARAMETER
+    return publish(store, event, local=local).model_dump(mode="json")

@@ -4,33 +4,29 @@ the plots, cost per million output tokens, provenance, and what is missing."""
 import json
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from markupsafe import Markup, escape
 
 from harness.compare import (
-    CAPTION,
     Comparison,
     MetricComparison,
     RigResult,
-    compare,
-    fmt_value,
-    max_boots,
-    values_from_reports,
+    caption,
+    footnotes,
+    rig_heading,
+    value_words,
 )
 from harness.stats import BootAggregate, Verdict
+from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report import analysis, figures
+from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
 from rigbench.report.data import BootData, SweepData
-from rigbench.report.html import Page, Section, figure_html, render_table
+from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 
 _VERSION = re.compile(r"^v?\d+\.\d+\.\d+\S*$")  # 2.11.0, 0.10.2+cpu: a version, not a setting
 _VERDICT_CLASS = {Verdict.FASTER: "better", Verdict.SLOWER: "worse"}
-
-
-def comparison_of(data: SweepData) -> Comparison | None:
-    """The comparison the terminal table prints, from the same reports."""
-    reports = data.reports_by_rig()
-    return compare(values_from_reports(reports)) if reports else None
 
 
 def _span(css: str, text: str) -> Markup:
@@ -41,21 +37,14 @@ def _join(parts: Iterable[Markup | str]) -> Markup:
     return Markup("<br>").join(parts)
 
 
-def _value(agg: BootAggregate | None, most: int) -> Markup:
+def _value(agg: BootAggregate | None) -> Markup:
     if agg is None:
         return _span("dim", "no data")
-    text = (
-        _span("v", fmt_value(agg.value))
-        + " "
-        + _span("ci", f"[{fmt_value(agg.ci_low)}, {fmt_value(agg.ci_high)}]")
-    )
-    if agg.n_boots < most:
-        text += " " + _span("n", f"n={agg.n_boots}")
-    return text
+    return _span("v", value_words(agg)) + Markup("<br>") + _span("iv", agg.interval_words)
 
 
-def _rig_cell(result: RigResult, baseline: str, most: int) -> Markup:
-    parts = [_value(result.aggregate, most)]
+def _rig_cell(result: RigResult, baseline: str) -> Markup:
+    parts = [_value(result.aggregate)]
     if result.rig == baseline:
         parts.append(_span("dim", "baseline"))
     elif result.words:
@@ -74,7 +63,6 @@ def _ranking_cell(metric: MetricComparison) -> Markup:
 
 
 def comparison_table(comparison: Comparison) -> str:
-    most = max_boots(comparison)
     rows: list[list[Any]] = []
     for cell in comparison.cells:
         for metric in cell.metrics:
@@ -83,17 +71,27 @@ def comparison_table(comparison: Comparison) -> str:
                 [
                     cell.cell,
                     f"{metric.metric.label} ({metric.metric.unit})",
-                    *(_rig_cell(by_rig[rig], comparison.baseline, most) for rig in comparison.rigs),
+                    *(_rig_cell(by_rig[rig], comparison.baseline) for rig in comparison.rigs),
                     _ranking_cell(metric),
                 ]
             )
-    level = f"{comparison.confidence:.0%}"
-    return render_table(
-        ["cell", "metric", *comparison.rigs, "ranking"],
+    headings = [
+        _join(escape(part) for part in rig_heading(comparison, rig).split("\n"))
+        for rig in comparison.rigs
+    ]
+    table = render_table(
+        ["cell", "metric", *headings, "ranking"],
         rows,
-        caption=f"baseline {comparison.baseline}; " + CAPTION.format(boots=most, level=level),
+        caption=f"baseline {comparison.baseline}; {caption(comparison)}",
         css="comparison",
     )
+    notes = "".join(
+        Markup('<p class="{}">{}</p>').format(
+            "warn" if line.startswith(("not like for like", LOCAL_EMULATION)) else "summary", line
+        )
+        for line in footnotes(comparison)
+    )
+    return table + notes
 
 
 def notes(data: SweepData) -> list[str]:
@@ -137,8 +135,8 @@ def notes(data: SweepData) -> list[str]:
     boots_per_rig = [sum(1 for b in reported if b.rig == r) for r in rigs_with_reports]
     if boots_per_rig and max(boots_per_rig) == 1:
         out.append(
-            "One boot per rig: no confidence intervals, so no difference is called real "
-            "(run more boots: boots_per_rig)."
+            "One boot per rig: no interval and no verdict is possible (the comparison's test "
+            "needs 2 boots or more; run more boots: boots_per_rig)."
         )
     no_records = [b for b in reported if b.records is None]
     if no_records:
@@ -163,6 +161,10 @@ def _hours(seconds: float | None) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def _when(moment: datetime | None) -> str:
+    return "unknown" if moment is None else moment.astimezone(UTC).strftime(TIME_FORMAT)
 
 
 def _usd(value: float | None) -> str:
@@ -190,7 +192,7 @@ def _cells_from_reports(data: SweepData) -> dict[str, Any]:
     return {}
 
 
-def summary_blocks(data: SweepData) -> list[str]:
+def summary_blocks(data: SweepData, local: bool = False) -> list[str]:
     cells = (data.sweep_input or {}).get("cells") or _cells_from_reports(data)
     facts = [
         ["sweep", data.sweep_id],
@@ -198,7 +200,7 @@ def summary_blocks(data: SweepData) -> list[str]:
         ["model", data.model or "unknown"],
         ["rigs", ", ".join(data.rigs)],
         ["instance type", data.instance_type or "unknown"],
-        ["started", f"{data.started_at:%Y-%m-%d %H:%M:%S %Z}" if data.started_at else "unknown"],
+        ["started", _when(data.started_at)],
         ["wall time", _hours(data.wall_s)],
         [
             "instance-hours",
@@ -208,6 +210,8 @@ def summary_blocks(data: SweepData) -> list[str]:
         ["budget", "unknown" if data.budget_usd is None else f"${data.budget_usd:,.2f}"],
         ["load cells", _kv(cells) if cells else "unknown"],
     ]
+    if local:
+        facts.insert(0, ["what ran", LOCAL_EMULATION])
     if data.reserved_usd:
         facts.append(["still reserved", _usd(data.reserved_usd)])
     per_rig = []
@@ -245,6 +249,7 @@ def summary_blocks(data: SweepData) -> list[str]:
                 "cost",
             ],
             per_rig,
+            caption=LOCAL_EMULATION if local else "",
         ),
     ]
 
@@ -260,7 +265,7 @@ def failures_block(data: SweepData) -> str | None:
     return render_table(["rig", "boot", "outcome", "why"], rows, css="failures")
 
 
-def cost_table(by_rig: Mapping[str, list[analysis.Point]]) -> str:
+def cost_table(by_rig: Mapping[str, list[analysis.Point]], local: bool = False) -> str:
     cells = sorted({(p.x, p.cell) for ps in by_rig.values() for p in ps})
     rows = []
     for rig, points in by_rig.items():
@@ -269,7 +274,7 @@ def cost_table(by_rig: Mapping[str, list[analysis.Point]]) -> str:
             [
                 rig,
                 *(
-                    _value(at[c].aggregate, 0) if c in at else _span("dim", "no data")
+                    _value(at[c].aggregate) if c in at else _span("dim", "no data")
                     for _, c in cells
                 ),
             ]
@@ -277,9 +282,10 @@ def cost_table(by_rig: Mapping[str, list[analysis.Point]]) -> str:
     return render_table(
         ["rig", *(c for _, c in cells)],
         rows,
-        caption="USD per million output tokens = price paid per hour / (output tokens/s x 3600)"
-        " x 10^6, per boot; median of boots [interval]. It prices the instance's time at that "
-        "load, not the time it spent booting.",
+        caption=(f"{LOCAL_EMULATION}. " if local else "")
+        + "USD per million output tokens = price paid per hour / (output tokens/s x 3600)"
+        " x 10^6, per boot; geometric mean of boots [interval]. It prices the instance's time "
+        "at that load, not the time it spent booting.",
     )
 
 
@@ -383,8 +389,8 @@ def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
 
 
 def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False) -> Page:
-    comparison = comparison_of(data)
-    found_notes = notes(data)
+    comparison = comparison_of(data, local=local)
+    found_notes = ([f"What ran: {LOCAL_EMULATION}."] if local else []) + notes(data)
     failed = any(b.outcome == "failed" for b in data.boots)
     if data.status == "RUNNING":
         badge, text = "warn", "still running"
@@ -394,7 +400,7 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
         badge, text = "warn", "execution not available"
     else:
         badge, text = "ok", data.status.lower()
-    sections = [Section("Sweep", "sweep", blocks=summary_blocks(data))]
+    sections = [Section("Sweep", "sweep", blocks=summary_blocks(data, local))]
     failures = failures_block(data)
     if failures:
         sections.append(Section("Failed boots", "failures", blocks=[failures]))
@@ -403,19 +409,23 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
             Section(
                 "Comparison",
                 "comparison",
-                intro="Per cell and metric: each rig's median over its boots with a bootstrap "
-                "confidence interval, and how it stands against the baseline. The same table, "
-                "in the same words, ends `rigbench demo` in the terminal.",
+                intro="Per cell and metric: each rig's geometric mean over its boots with an "
+                "interval that says what it is and its n, and how it stands against the "
+                "baseline (Welch's t-test on log boot values, Holm-corrected across the "
+                "sweep). The same comparison, in the same words, ends `rigbench demo` in the "
+                "terminal and is what `rigbench compare` and MCP `compare` return.",
                 blocks=[comparison_table(comparison)],
             )
         )
+    if pairs := agreement_of(data):
+        sections.append(agreement_section(pairs, probe_cost(data)))
     plots = plot_blocks(data, cell)
     if plots:
         sections.append(
             Section(
                 "Plots",
                 "plots",
-                intro="Lines: the median over boots; bands: its confidence interval; open "
+                intro="Lines: the geometric mean over boots; bands: its interval; open "
                 "circles: each boot, so boot-to-boot spread is visible. Hover for values.",
                 blocks=plots,
             )
@@ -427,16 +437,30 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
             Section(
                 "Cost per million output tokens",
                 "cost",
+                intro=f"Priced as {LOCAL_EMULATION}: no real instance ran or was paid for."
+                if local
+                else "",
                 blocks=[
-                    cost_table(cost),
+                    cost_table(cost, local),
                     figure_html(figures.cost_figure(cost, colours), "plot-cost"),
                 ],
             )
         )
-    sections.append(Section("Provenance", "provenance", blocks=provenance_blocks(data, local)))
+    sections.append(
+        Section(
+            "Provenance",
+            "provenance",
+            intro=f"{LOCAL_EMULATION}: instance ids, zones, AMIs and prices below are the "
+            "emulation's, not AWS's."
+            if local
+            else "",
+            blocks=provenance_blocks(data, local),
+        )
+    )
     subtitle = (
         f"{', '.join(data.rigs)} serving {data.model or 'unknown model'} on "
         f"{data.instance_type or 'unknown instance type'}"
+        + (f" ({LOCAL_EMULATION})" if local else "")
     )
     return Page(
         title=f"rigbench sweep {data.sweep_id}",

@@ -2,14 +2,14 @@
 instance type), by Query on the table's `by_config` index (or `by_month` without a type)."""
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.compare import METRICS, cell_label
 from harness.stats import aggregate_boots
 from rigbench.report import analysis, figures
 from rigbench.report.errors import ReportError
-from rigbench.report.html import Page, Section, figure_html, render_table
+from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 
 TREND_METRICS = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")
 TITLES = {
@@ -55,7 +55,7 @@ def trend_points(rows: list[dict[str, Any]]) -> Trend:
         for label in sorted(grouped.get(key, {}), key=lambda s: (xs[s], s)):
             points = []
             for sweep, boots in grouped[key][label].items():
-                agg = aggregate_boots([v for _, v in boots], n_resamples=analysis.PLOT_RESAMPLES)
+                agg = aggregate_boots([v for _, v in boots])
                 points.append(
                     (
                         started[sweep],
@@ -89,7 +89,7 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
     if len(sweeps) == 1:
         notes.append(f"Only one sweep ({sweeps[0]}) so far: no trend yet, one point per cell.")
     fig = figures.trend_figure(
-        points, TITLES, f"{where}: median over boots per sweep (o: each boot)"
+        points, TITLES, f"{where}: geometric mean over boots per sweep (o: each boot)"
     )
     if len(sweeps) == 1:  # one instant: a day either side, not an axis of microseconds
         when = min(_when(r["started_at"]) for r in rows)
@@ -104,7 +104,7 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
         table_rows.append(
             [
                 sweep,
-                min(r["started_at"] for r in own),
+                min(_when(r["started_at"]) for r in own).astimezone(UTC).strftime(TIME_FORMAT),
                 str(len({r["boot"] for r in own})),
                 ", ".join(sorted({str(r.get("instance_type")) for r in own})),
                 "; ".join(tok_s),
@@ -120,7 +120,7 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
             Section(
                 "Over time",
                 "trend",
-                intro=f"Each point: one sweep's median over its boots of "
+                intro=f"Each point: one sweep's geometric mean over its boots of "
                 f"{', '.join(METRICS[k].label for k in TREND_METRICS)}, with its interval.",
                 blocks=[figure_html(fig, "plot-trend")],
             ),

@@ -11,7 +11,7 @@ from rigbench.report.errors import ReportError
 # boto3/botocore, plotly and jinja2 load only when a report is made: `import rigbench.cli`
 # stays light on GPU machines that run only `bench` and `rig serve`.
 if TYPE_CHECKING:
-    from rigbench.report.data import Store
+    from rigbench.report.data import Store, SweepData
 
 
 def store_from(client: Callable[[str], Any], refs: Any) -> "Store":
@@ -34,10 +34,16 @@ def write_sweep_report(
 ) -> Path:
     """Gather the sweep and write its page; ReportError when there is no such sweep."""
     from rigbench.report.data import gather
+
+    return write_gathered(gather(store, sweep_id), out, cell=cell, local=local)
+
+
+def write_gathered(
+    data: "SweepData", out: Path, *, cell: str | None = None, local: bool = False
+) -> Path:
     from rigbench.report.html import write
     from rigbench.report.sweep import sweep_page
 
-    data = gather(store, sweep_id)
     try:
         page = sweep_page(data, cell=cell, local=local)
     except ValueError as exc:  # a --cell the sweep does not have
@@ -70,13 +76,16 @@ def write_trend_report(
     return write(trend_page(rows, rig, model, instance_type), out)
 
 
-def report_after_run(emulation: Any, sweep_id: str, out: Path) -> str:
-    """Write a just-finished local sweep's report while its execution still exists; the line
-    to print: where the report is, or why it could not be written."""
+def report_after_run(emulation: Any, sweep_id: str, out: Path) -> tuple[str, "SweepData | None"]:
+    """Write a just-finished local sweep's report while its execution still exists: the line
+    to print (where the report is, or why it could not be written) and what was gathered for
+    it (None when gathering failed), so that the terminal shows the report's comparison."""
+    from rigbench.report.data import gather
+
+    data = None
     try:
-        path = write_sweep_report(
-            store_from(emulation.client, emulation.stack_refs()), sweep_id, out, local=True
-        )
+        data = gather(store_from(emulation.client, emulation.stack_refs()), sweep_id)
+        path = write_gathered(data, out, local=True)
     except Exception as exc:  # the sweep's own outcome matters more than its report
-        return f"[red]report not written:[/] {exc}"
-    return f"report: {path} (open it in a browser)"
+        return f"[red]report not written:[/] {exc}", data
+    return f"report: {path} (open it in a browser)", data

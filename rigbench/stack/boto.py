@@ -30,7 +30,7 @@ from functions.tables import results as results_table
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
 from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
-from rigbench.stack.deployed_plan import plan_deployed
+from rigbench.stack.deployed_plan import VALIDATE_STATE, deployed_settings, plan_deployed
 from rigbench.stack.history import fold
 from rigbench.stack.models import (
     BundleManifest,
@@ -195,12 +195,23 @@ class BotoStack:
 
     def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
         """A dry run against the deployed stack, read-only (`rigbench.stack.deployed_plan`)."""
+        return self.check_plan(sweep_input)
+
+    def check_plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
         validate_sweep_input(sweep_input)
         with aws_errors(f"planning against stack {self.refs.stack_name!r}"):
             return plan_deployed(
                 self._handler_clients(), self.client("lambda"), self.refs, sweep_input,
                 datetime.now(UTC),
             )  # fmt: skip
+
+    def allowed_instance_types(self) -> list[str]:
+        region = self.client("ec2").meta.region_name
+        with aws_errors(f"reading stack {self.refs.stack_name!r}'s settings"):
+            settings = deployed_settings(
+                self._handler_clients(), self.client("lambda"), self.refs, region
+            )
+        return list(settings[VALIDATE_STATE].allowed_instance_types)
 
     # -- results -----------------------------------------------------------------------------
     def results(self, query: ResultsQuery) -> list[ResultRow]:

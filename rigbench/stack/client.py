@@ -107,6 +107,16 @@ class StackClient(Protocol):
         nothing spent); `valid` is False with the reason when a run would fail."""
         ...
 
+    def check_plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+        """A read-only plan: the sweep's validation, quota and budget checks evaluated against
+        the stack's settings and the account as they are; writes nothing anywhere (no
+        execution, no ledger item, no object, no local state)."""
+        ...
+
+    def allowed_instance_types(self) -> list[str]:
+        """The instance types the stack's ValidateInput function allows."""
+        ...
+
     # -- results -----------------------------------------------------------------------------
     def results(self, query: ResultsQuery) -> list[ResultRow]:
         """Results rows by Query (never Scan), sorted by start time."""

@@ -29,7 +29,10 @@ STATE_PHASES: dict[str, Phase] = {
     "PollHarness": Phase.BENCHMARKING,
     "HarnessDone?": Phase.BENCHMARKING,
     "StoreResults": Phase.STORING,
+    "Relaunch?": Phase.LAUNCHING,
+    "PrepareRelaunch": Phase.LAUNCHING,
     "Finish": Phase.TERMINATING,
+    "MarkFinishFailed": Phase.TERMINATING,
     "FinishFailed": Phase.TERMINATING,
 }
 # The sweep-level states (outside the Map): shown as the sweep's state, no boot phase.

@@ -127,11 +127,18 @@ class LocalStack(BotoStack):
             events = self.history(started.execution_arn)
         finally:
             fleet.rehearse(False)
-        against = (
+        return plan_from(events, requests).model_copy(update={"planned_against": self._against()})
+
+    def check_plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+        """The read-only plan of the deployed stack, against the emulated account."""
+        plan = super().check_plan(sweep_input)
+        return plan.model_copy(update={"planned_against": self._against()})
+
+    def _against(self) -> str:
+        return (
             f"the embedded emulation (emulated quota {self.account.quota_vcpus:g} vCPU, spot "
             f"price ${self.account.spot_price_usd_per_hour:.4f}/h)"
         )
-        return plan_from(events, requests).model_copy(update={"planned_against": against})
 
     def sweep_report(self, sweep_id: str) -> str:
         """What WriteReport stored in this session, else the home's report file."""

@@ -34,9 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from rigs.jax import compiles, model, steps
-from rigs.serving.engine import SamplingParams
+from rigs.serving.engine import SamplingParams, ScoredToken
 
-Item = list[int] | BaseException | None  # tokens, a failure, or the end
+# tokens (scored for a request that asked for logprobs), a failure, or the end
+Item = list[int] | list[ScoredToken] | BaseException | None
 
 
 def ladder(top: int, start: int, factor: int) -> tuple[int, ...]:
@@ -136,6 +137,11 @@ class _Request:
     finished: bool = False
     budget: int = 0  # decode steps still needed at most (EOS may end it sooner)
     next_pos: int = 0  # position of the next decode step's input (an upper bound)
+    top_n: int | None = None  # logprobs wanted, with this many alternatives
+
+    def tokens(self, ids: list[int], scored: list[ScoredToken] | None) -> None:
+        """Hand over ids, with their scores if this request asked for logprobs."""
+        self.send(ids if self.top_n is None or scored is None else scored)
 
     def send(self, item: Item) -> None:
         if item is None or isinstance(item, BaseException):
@@ -149,6 +155,7 @@ class _Prefilled:
     tokens: jax.Array  # [B]
     emitted: jax.Array  # [B]
     active: jax.Array  # [B]
+    scores: steps.Scores  # [B, ...]
 
 
 @dataclass
@@ -156,6 +163,7 @@ class _Chunk:
     tokens: jax.Array  # [steps, width]
     emitted: jax.Array  # [steps, width]
     active: jax.Array  # [width]
+    scores: steps.Scores  # [steps, width, ...]
     owners: list[_Request | None]
 
 
@@ -237,13 +245,31 @@ class JaxEngine:
             "warm_up_seconds": str(self.stats.warm_up_seconds),
         }
 
+    max_top_logprobs = steps.TOP_LOGPROBS
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
+        async for item in self._stream(prompt_ids, params, None):
+            assert isinstance(item, int)
+            yield item
+
+    async def generate_scored(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int
+    ) -> AsyncIterator[ScoredToken]:
+        if not 0 <= top_n <= self.max_top_logprobs:
+            raise ValueError(f"top_n must be in [0, {self.max_top_logprobs}], got {top_n}")
+        async for item in self._stream(prompt_ids, params, top_n):
+            assert isinstance(item, ScoredToken)
+            yield item
+
+    async def _stream(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int | None
+    ) -> AsyncIterator[int | ScoredToken]:
         self.check(prompt_ids, params)
         if self.failure is not None:
             raise RuntimeError(f"JAX engine failed: {self.failure!r}")
         seed = secrets.randbits(32) if params.seed is None else params.seed % 2**32
         request = _Request(
-            list(prompt_ids), params, seed, asyncio.get_running_loop(), asyncio.Queue()
+            list(prompt_ids), params, seed, asyncio.get_running_loop(), asyncio.Queue(), top_n=top_n
         )
         with self._wake:
             self._pending.append(request)
@@ -431,7 +457,7 @@ class JaxEngine:
         prompts: list[list[int]],
         rows: list[tuple[SamplingParams, int]],
         slot_ids: list[int],
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    ) -> tuple[jax.Array, jax.Array, jax.Array, steps.Scores]:
         """One prefill call: prompts (all in `bucket`, as many as a compiled batch size)
         into slot_ids; a slot id of max_slots marks a padding row."""
         size = len(prompts)
@@ -439,7 +465,7 @@ class JaxEngine:
         for row, prompt in enumerate(prompts):
             tokens[row, : len(prompt)] = prompt
         program = self._prefill_programs[(bucket, size)]
-        token, emitted, active, self._cache, self._slots = program(
+        token, emitted, active, scored, self._cache, self._slots = program(
             self.params,
             cache=self._cache,
             slots=self._slots,
@@ -450,7 +476,7 @@ class JaxEngine:
             eos_ids=self._eos,
         )
         self.stats.prefills += 1
-        return token, emitted, active
+        return token, emitted, active, scored
 
     def _admit(self) -> list[_Prefilled]:
         """Prefill every waiting request that a free slot can take (lowest slots first,
@@ -511,12 +537,19 @@ class JaxEngine:
 
     def _deliver(self, calls: list[_Prefilled]) -> None:
         firsts = jax.device_get([(c.tokens, c.emitted, c.active) for c in calls])  # one wait
-        for call, (tokens, emitted, active) in zip(calls, firsts, strict=True):
+        wanted = [any(r.top_n is not None for r, _ in c.rows) for c in calls]
+        scores = iter(jax.device_get([c.scores for c, w in zip(calls, wanted, strict=True) if w]))
+        for call, want, (tokens, emitted, active) in zip(calls, wanted, firsts, strict=True):
+            scored = next(scores) if want else None  # only when asked for
             for row, (r, slot) in enumerate(call.rows):
                 if r.finished:  # cancelled meanwhile
                     continue
                 if emitted[row]:
-                    r.send([int(tokens[row])])
+                    token = int(tokens[row])
+                    r.tokens(
+                        [token],
+                        None if scored is None else [_scored(token, scored, row, r.top_n or 0)],
+                    )
                     self.stats.tokens += 1
                 if not active[row]:  # ended by its first token: a chunk may hold it, idle
                     r.send(None)
@@ -554,23 +587,45 @@ class JaxEngine:
     def _chunk(self, width: int, greedy: bool, context: int) -> _Chunk:
         k = self.options.steps_per_call
         program = self._decode_programs[(width, context, greedy)]
-        tokens, emitted, active, self._cache, self._slots = program(
+        tokens, emitted, active, scored, self._cache, self._slots = program(
             self.params, cache=self._cache, slots=self._slots, eos_ids=self._eos
         )
         self.stats.chunks += 1
         self.stats.decode_steps += k
-        return _Chunk(tokens, emitted, active, list(self._owners[:width]))
+        return _Chunk(tokens, emitted, active, scored, list(self._owners[:width]))
 
     def _collect(self, chunk: _Chunk) -> None:
         tokens, emitted, active = jax.device_get((chunk.tokens, chunk.emitted, chunk.active))
+        wanted = any(r is not None and r.top_n is not None for r in chunk.owners)
+        scored = jax.device_get(chunk.scores) if wanted else None  # only when asked for
         for slot, r in enumerate(chunk.owners):
             if r is None or r.finished:
                 continue
-            out = tokens[emitted[:, slot], slot].tolist()
+            rows = np.flatnonzero(emitted[:, slot])
+            out = tokens[rows, slot].tolist()
             if out:
-                r.send(out)
+                r.tokens(
+                    out,
+                    None
+                    if scored is None
+                    else [
+                        _scored(t, scored, (step, slot), r.top_n or 0)
+                        for t, step in zip(out, rows.tolist(), strict=True)
+                    ],
+                )
                 self.stats.tokens += len(out)
             if not active[slot]:
                 r.send(None)
                 if self._owners[slot] is r:
                     self._owners[slot] = None
+
+
+def _scored(token: int, scored: steps.Scores, at: Any, top_n: int) -> ScoredToken:
+    """`token` with its Scores at index `at` (a prefill row, or (step, slot) of a chunk),
+    read from host arrays."""
+    ids, values = scored.top_ids[at][:top_n], scored.top[at][:top_n]
+    return ScoredToken(
+        token=token,
+        logprob=float(scored.chosen[at]),
+        top=tuple(zip(ids.tolist(), values.tolist(), strict=True)),
+    )

@@ -127,6 +127,9 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     if args.compile_cache:
         os.makedirs(args.compile_cache, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+        # Every program, not only those over a second: a small model's many quick compiles
+        # add up to most of a CPU start.
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     source = resolve_model(args.model, seed=args.seed)
     device = jax.devices()[0]
     capability = getattr(device, "compute_capability", None)

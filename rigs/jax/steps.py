@@ -19,6 +19,8 @@ from jax.typing import ArrayLike
 from rigs.jax import model
 from rigs.jax.sampling import sample
 
+TOP_LOGPROBS = 5  # alternatives every program returns per token (static: one compilation)
+
 
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
@@ -62,14 +64,34 @@ def empty_slots(count: int) -> Slots:
     )
 
 
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Scores:
+    """Log-probabilities of the raw next-token distribution (before EOS masking)."""
+
+    chosen: Array  # [..., B] float32: of the token chosen
+    top_ids: Array  # [..., B, TOP_LOGPROBS] int32: the most likely tokens, best first
+    top: Array  # [..., B, TOP_LOGPROBS] float32: their log-probabilities
+
+
+def scores(logits: Array, token: Array) -> Scores:
+    """logits [B, V], tokens chosen [B] -> their Scores."""
+    logits = logits.astype(jnp.float32)
+    norm = jax.nn.logsumexp(logits, axis=-1)  # [B]
+    top, top_ids = jax.lax.top_k(logits, TOP_LOGPROBS)  # [B, K]
+    chosen = jnp.take_along_axis(logits, token[:, None], axis=-1)[:, 0]
+    return Scores(chosen=chosen - norm, top_ids=top_ids, top=top - norm[:, None])
+
+
 def advance(
     slots: Slots, logits: Array, eos_ids: Array, mode: str = "auto"
-) -> tuple[Array, Array, Slots]:
+) -> tuple[Array, Array, Slots, Scores]:
     """Choose each active slot's next token from logits [B, V] after `slots.token`.
 
     Returns tokens [B], emitted [B] (a token the client gets: active and not a stopping
-    EOS) and the slots advanced; a slot stops at max_tokens or at EOS. `mode`: see
-    `sampling.sample`."""
+    EOS), the slots advanced (a slot stops at max_tokens or at EOS) and the tokens'
+    Scores. `mode`: see `sampling.sample`."""
+    raw = logits
     is_eos_id = jnp.zeros(logits.shape[-1], bool).at[eos_ids].set(True, mode="drop")  # [V]
     too_early = slots.generated < slots.min_tokens
     logits = jnp.where(too_early[:, None] & is_eos_id[None, :], -jnp.inf, logits)
@@ -88,6 +110,7 @@ def advance(
             generated=generated,
             active=slots.active & ~done,
         ),
+        scores(raw, token),
     )
 
 
@@ -116,12 +139,12 @@ def prefill_slots(
     slot_ids: Array,
     request: Request,
     eos_ids: Array,
-) -> tuple[Array, Array, Array, model.KVCache, Slots]:
+) -> tuple[Array, Array, Array, Scores, model.KVCache, Slots]:
     """Prompts tokens [B, T] (lengths [B] real ones, right-padded) into slots slot_ids [B];
     choose each one's first token. `request` holds [B] arrays.
 
     A row whose slot id is past the last slot is padding: its cache and slot writes are
-    dropped. Returns (token [B], emitted [B], still active [B], cache, slots)."""
+    dropped. Returns (token [B], emitted [B], still active [B], their Scores, cache, slots)."""
     logits, cache = model.prefill(params, cfg, tokens, lengths, slot_ids, cache)
     b = tokens.shape[0]
     fresh = Slots(
@@ -136,9 +159,9 @@ def prefill_slots(
         top_p=jnp.asarray(request.top_p, jnp.float32),
         seed=jnp.asarray(request.seed, jnp.uint32),
     )
-    token, emitted, fresh = advance(fresh, logits, eos_ids)
+    token, emitted, fresh, scored = advance(fresh, logits, eos_ids)
     slots = jax.tree.map(lambda a, f: a.at[slot_ids].set(f, mode="drop"), slots, fresh)
-    return token, emitted, fresh.active, cache, slots
+    return token, emitted, fresh.active, scored, cache, slots
 
 
 @partial(
@@ -156,25 +179,34 @@ def decode_chunk(
     steps: int,
     greedy: bool,
     context: int | None = None,
-) -> tuple[Array, Array, Array, model.KVCache, Slots]:
+) -> tuple[Array, Array, Array, Scores, model.KVCache, Slots]:
     """`steps` decode steps over slots 0..width-1 in one device program.
 
     `greedy`: every slot in it is greedy, so the program has no sampling code and no
     branch. `context`: every active slot's positions in the chunk are below it (attention
     reads that many cache rows; None: all). Returns tokens [steps, width], emitted
-    [steps, width], active [width] after the chunk, the cache and the slots."""
+    [steps, width], active [width] after the chunk, the tokens' Scores ([steps, width,
+    ...]), the cache and the slots."""
     part = slots.take(width)
 
     def step(i: Array, carry: tuple) -> tuple:
-        cache, part, tokens, emitted = carry
+        cache, part, tokens, emitted, scored = carry
         logits, cache = model.decode_step(params, cfg, part.token, part.pos, cache, context)
-        token, emit, part = advance(part, logits, eos_ids, "greedy" if greedy else "sample")
-        return cache, part, tokens.at[i].set(token), emitted.at[i].set(emit)
+        token, emit, part, now = advance(part, logits, eos_ids, "greedy" if greedy else "sample")
+        scored = jax.tree.map(lambda all_, one: all_.at[i].set(one), scored, now)
+        return cache, part, tokens.at[i].set(token), emitted.at[i].set(emit), scored
 
     tokens = jnp.zeros((steps, width), jnp.int32)
     emitted = jnp.zeros((steps, width), bool)
-    cache, part, tokens, emitted = jax.lax.fori_loop(0, steps, step, (cache, part, tokens, emitted))
-    return tokens, emitted, part.active, cache, slots.put(width, part)
+    scored = Scores(
+        chosen=jnp.zeros((steps, width), jnp.float32),
+        top_ids=jnp.zeros((steps, width, TOP_LOGPROBS), jnp.int32),
+        top=jnp.zeros((steps, width, TOP_LOGPROBS), jnp.float32),
+    )
+    cache, part, tokens, emitted, scored = jax.lax.fori_loop(
+        0, steps, step, (cache, part, tokens, emitted, scored)
+    )
+    return tokens, emitted, part.active, scored, cache, slots.put(width, part)
 
 
 @partial(jax.jit, donate_argnames=("slots",))

@@ -30,8 +30,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rigs.serving import sse
-from rigs.serving.engine import Engine, SamplingParams
+from rigs.serving.engine import Engine, SamplingParams, ScoredToken, ScoringEngine
 from rigs.serving.errors import APIError, ErrorResponse, bad_request, from_validation_error
+from rigs.serving.logprobs import chat_logprobs, completion_logprobs
 from rigs.serving.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -89,6 +90,7 @@ class _Job:
     params: SamplingParams
     model: str
     include_usage: bool
+    top_logprobs: int | None = None  # logprobs asked for, with this many alternatives
 
 
 def build_app(
@@ -336,7 +338,29 @@ def _plan(
         top_p=request.top_p,
         seed=request.seed,
     )
-    return _Job(prompt_ids, params, model, request.include_usage)
+    return _Job(prompt_ids, params, model, request.include_usage, _top_logprobs(engine, request))
+
+
+def _top_logprobs(engine: Engine, request: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """The alternatives per token the request asks for, refused where this rig cannot."""
+    wanted = request.top_logprobs_wanted
+    if wanted is None:
+        return None
+    param = "logprobs" if isinstance(request, CompletionRequest) else "top_logprobs"
+    if not isinstance(engine, ScoringEngine):
+        raise bad_request("logprobs are not supported by this rig's engine", param=param)
+    if request.stream:
+        raise bad_request(
+            "logprobs are returned without streaming only on this rig: send stream: false",
+            param="stream",
+        )
+    if wanted > engine.max_top_logprobs:
+        raise bad_request(
+            f"this rig returns at most {engine.max_top_logprobs} alternatives per token, "
+            f"not {wanted}",
+            param=param,
+        )
+    return wanted
 
 
 def _check_model(state: ServerState, request: CompletionRequest | ChatCompletionRequest) -> str:
@@ -387,9 +411,16 @@ async def completions(state: ServerState, request: Request) -> Response:
     job = _plan(state, req, ids, DEFAULT_COMPLETION_MAX_TOKENS)
     if req.stream:
         return sse.response(_stream_completion(state, job))
-    ids_out = await _generate_unless_abandoned(state, job, request)
+    if job.top_logprobs is None:
+        ids_out = await _unless_abandoned(_generate_all(state, job), request)
+        logprobs = None
+    else:
+        scored = await _unless_abandoned(_generate_scored(state, job), request)
+        ids_out = [s.token for s in scored]
+        logprobs = completion_logprobs(tokenizer, scored)
     choice = CompletionChoice(
         text=tokenizer.decode(ids_out),
+        logprobs=logprobs,
         finish_reason=_finish(job, len(ids_out)),
         token_ids=ids_out if req.return_token_ids else None,
     )
@@ -419,9 +450,16 @@ async def chat_completions(state: ServerState, request: Request) -> Response:
     job = _plan(state, req, ids, None)
     if req.stream:
         return sse.response(_stream_chat(state, job))
-    ids_out = await _generate_unless_abandoned(state, job, request)
+    if job.top_logprobs is None:
+        ids_out = await _unless_abandoned(_generate_all(state, job), request)
+        chat_lp = None
+    else:
+        scored = await _unless_abandoned(_generate_scored(state, job), request)
+        ids_out = [s.token for s in scored]
+        chat_lp = chat_logprobs(tokenizer, scored)
     choice = ChatChoice(
         message=ChatMessageOut(content=tokenizer.decode(ids_out)),
+        logprobs=chat_lp,
         finish_reason=_finish(job, len(ids_out)),
         token_ids=ids_out if req.return_token_ids else None,
     )
@@ -449,10 +487,14 @@ def _finish(job: _Job, count: int) -> FinishReason:
     return "length" if count >= job.params.max_tokens else "stop"
 
 
-async def _tokens(state: ServerState, job: _Job) -> AsyncIterator[int]:
+def _tokens(state: ServerState, job: _Job) -> AsyncIterator[int]:
     """The engine's tokens, recording whether generation works (for /health)."""
     assert state.engine is not None
-    stream = state.engine.generate(job.prompt_ids, job.params)
+    return _recorded(state, state.engine.generate(job.prompt_ids, job.params))
+
+
+async def _recorded(state: ServerState, stream: AsyncIterator[_T]) -> AsyncIterator[_T]:
+    """`stream`'s items, recording whether generation works (for /health)."""
     try:
         async for token in stream:
             yield token
@@ -474,16 +516,27 @@ async def _generate_all(state: ServerState, job: _Job) -> list[int]:
         raise APIError(500, f"generation failed: {err}", type="internal_error") from err
 
 
+async def _generate_scored(state: ServerState, job: _Job) -> list[ScoredToken]:
+    engine = state.engine
+    assert isinstance(engine, ScoringEngine)
+    assert job.top_logprobs is not None
+    stream = engine.generate_scored(job.prompt_ids, job.params, job.top_logprobs)
+    try:
+        return [t async for t in _recorded(state, stream)]
+    except Exception as err:
+        raise APIError(500, f"generation failed: {err}", type="internal_error") from err
+
+
 async def _disconnected(request: Request) -> None:
     """Returns once the client has gone away (the body has been read by then)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
 
-async def _generate_unless_abandoned(state: ServerState, job: _Job, request: Request) -> list[int]:
-    """All generated ids; if the client disconnects first, cancel the generation (which
-    stops the engine's work for it) and answer 499 to nobody."""
-    generation = asyncio.ensure_future(_generate_all(state, job))
+async def _unless_abandoned(work: Awaitable[_T], request: Request) -> _T:
+    """`work`'s result (all generated tokens); if the client disconnects first, cancel the
+    generation (which stops the engine's work for it) and answer 499 to nobody."""
+    generation = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({generation, watch}, return_when=asyncio.FIRST_COMPLETED)

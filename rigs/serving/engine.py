@@ -6,7 +6,7 @@ turning prompt token ids into generated token ids.
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,18 @@ class SamplingParams:
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
     seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ScoredToken:
+    """A generated token with its log-probability and the most likely tokens at its place.
+
+    Log-probabilities are of the model's raw next-token distribution (before any EOS
+    masking for `min_tokens`), as vLLM returns them by default."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob), most likely first
 
 
 class Engine(Protocol):
@@ -43,4 +55,17 @@ class Engine(Protocol):
         closes the iterator (or cancels the task awaiting it) when the client goes away: the
         engine must then stop generating for the request.
         """
+        ...
+
+
+@runtime_checkable
+class ScoringEngine(Engine, Protocol):
+    """An engine that can also return log-probabilities (OpenAI `logprobs`)."""
+
+    max_top_logprobs: int  # the most alternatives `generate_scored` returns per token
+
+    def generate_scored(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int
+    ) -> AsyncIterator[ScoredToken]:
+        """As `generate`, each token with its logprob and the `top_n` most likely tokens."""
         ...

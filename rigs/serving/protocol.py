@@ -44,7 +44,7 @@ UNHONOURED: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none", "auto"),
     "functions": (None, []),
     "function_call": (None, "none", "auto"),
-    "top_logprobs": (None, 0),
+    "top_logprobs": (None, 0),  # on completions; chat declares it
     "prompt_logprobs": (None, 0),
     "stop_token_ids": (None, []),
     "bad_words": (None, []),
@@ -129,10 +129,18 @@ class _Sampling(_Request):
         return self
 
 
+MAX_TOP_LOGPROBS = 20  # as OpenAI's chat API and vLLM
+
+
 class CompletionRequest(_Sampling):
     prompt: str | TokenIds
     echo: Literal[False] = False
-    logprobs: None = None
+    logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        """Alternatives per token when logprobs are asked for, else None."""
+        return self.logprobs
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -165,13 +173,25 @@ class ChatMessage(_Request):
 class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    logprobs: Literal[False] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
     @model_validator(mode="after")
     def _completion_tokens_alias(self) -> ChatCompletionRequest:
         if self.max_tokens is None and self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
         return self
+
+    @model_validator(mode="after")
+    def _top_logprobs_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs: true")
+        return self
+
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        """Alternatives per token when logprobs are asked for, else None."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 FinishReason = Literal["stop", "length"]
@@ -191,10 +211,33 @@ def now() -> int:
     return int(time.time())
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: parallel lists, one entry per generated token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None
     token_ids: list[int] | None = None
 
@@ -216,7 +259,7 @@ class ChatMessageOut(BaseModel):
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatMessageOut
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None
     token_ids: list[int] | None = None
 

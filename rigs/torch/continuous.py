@@ -212,6 +212,7 @@ class ContinuousEngine:
                     break
                 if isinstance(item, BaseException):
                     raise item
+                assert isinstance(item, int)  # this engine never scores (no logprobs)
                 yield item
         finally:
             request.cancel.set()  # frees its slot at the next step if the client went away

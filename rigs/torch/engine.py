@@ -33,12 +33,14 @@ from transformers import (
 )
 from transformers.generation.streamers import BaseStreamer
 
-from rigs.serving.engine import SamplingParams
+from rigs.serving.engine import SamplingParams, ScoredToken
 from rigs.sources import ModelSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_MAX_MODEL_LEN = 8192
 Batching = Literal["serial", "batched"]
+MAX_TOP_LOGPROBS = 20
+Item = int | ScoredToken | BaseException | None
 
 
 @dataclass(eq=False)
@@ -46,10 +48,11 @@ class _Request:
     prompt_ids: list[int]
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
-    out: asyncio.Queue[int | BaseException | None] = field(default_factory=asyncio.Queue)
+    top_n: int | None = None  # logprobs wanted, with this many alternatives
+    out: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
 
-    def send(self, item: int | BaseException | None) -> None:
+    def send(self, item: Item) -> None:
         """From the worker thread to the request's event loop (gone if the caller is)."""
         try:
             self.loop.call_soon_threadsafe(self.out.put_nowait, item)
@@ -70,6 +73,8 @@ class _Rows:
     def __init__(self, batch: list[_Request], prompt_len: int, eos: frozenset[int]) -> None:
         self.batch, self.prompt_len, self.eos = batch, prompt_len, eos
         self.finished = [False] * len(batch)
+        # this step's log-probabilities, for the rows that asked for logprobs
+        self.logprobs: list[torch.Tensor | None] = [None] * len(batch)
 
     def produced(self, input_ids: torch.Tensor) -> int:
         return int(input_ids.shape[1]) - self.prompt_len
@@ -115,6 +120,44 @@ class _MinTokens(LogitsProcessor):
         return scores
 
 
+class _Perturb(LogitsProcessor):
+    """Adds a fixed random vector to the logits: makes a rig wrong on purpose, for tests of
+    the agreement check only (`--test-logit-perturbation`)."""
+
+    def __init__(self, scale: float, vocab_size: int) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.bias = scale * torch.randn(vocab_size, generator=generator)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores + self.bias[: scores.shape[-1]].to(scores.device, scores.dtype)
+
+
+class _Logprobs(LogitsProcessor):
+    """Keeps this step's log-softmax for the rows that asked for logprobs (the raw
+    distribution: it runs before `_MinTokens` masks EOS)."""
+
+    def __init__(self, rows: _Rows) -> None:
+        self.rows = rows
+        self.wanted = [i for i, r in enumerate(rows.batch) if r.top_n is not None]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.wanted:
+            logprobs = torch.log_softmax(scores[self.wanted].float(), dim=-1)
+            for j, i in enumerate(self.wanted):
+                self.rows.logprobs[i] = logprobs[j]
+        return scores
+
+
+def scored(token: int, logprobs: torch.Tensor, top_n: int) -> ScoredToken:
+    """`token` with its log-probability and the `top_n` most likely tokens, from a [V] row."""
+    values, ids = torch.topk(logprobs, top_n) if top_n else (logprobs[:0], logprobs[:0])
+    return ScoredToken(
+        token=token,
+        logprob=float(logprobs[token]),
+        top=tuple(zip(ids.tolist(), values.tolist(), strict=True)),
+    )
+
+
 class _BatchStreamer(BaseStreamer):
     """Hands each row's new token to its request, up to the row's own stop.
 
@@ -136,7 +179,11 @@ class _BatchStreamer(BaseStreamer):
             request = self.rows.batch[i]
             if self._done[i]:
                 continue
-            request.send(int(token))
+            logprobs = self.rows.logprobs[i]
+            if request.top_n is not None and logprobs is not None:
+                request.send(scored(int(token), logprobs, request.top_n))
+            else:
+                request.send(int(token))
             self._sent[i] += 1
             self._done[i] = self._sent[i] >= request.params.max_tokens or (
                 not request.params.ignore_eos and int(token) in self.rows.eos
@@ -161,6 +208,7 @@ class TorchEngine:
         max_batch: int = 32,
         batch_gap_s: float = 0.01,
         batch_wait_s: float = 0.25,
+        logit_perturbation: float = 0.0,
     ) -> None:
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, not {dtype!r}")
@@ -192,6 +240,11 @@ class TorchEngine:
         self.model_name = source.spec
         self.pad_token_id = int(text_config.pad_token_id or 0)
         self.batch_sizes: list[int] = []  # rows per generate() call, most recent last
+        self.max_top_logprobs = MAX_TOP_LOGPROBS
+        self.logit_perturbation = logit_perturbation
+        self._perturb = (
+            _Perturb(logit_perturbation, self.vocab_size) if logit_perturbation else None
+        )
         self._pending: queue.Queue[_Request] = queue.Queue()
         self._worker = threading.Thread(target=self._serve_forever, daemon=True, name="generate")
         self._worker.start()
@@ -203,10 +256,25 @@ class TorchEngine:
             "batching": self.batching,
             "max_batch": str(self.max_batch),
             "recent_batches": ",".join(map(str, self.batch_sizes[-64:])),
+            **perturbation_provenance(self.logit_perturbation),
         }
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        request = _Request(list(prompt_ids), params, asyncio.get_running_loop())
+        async for item in self._stream(prompt_ids, params, None):
+            assert isinstance(item, int)
+            yield item
+
+    async def generate_scored(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int
+    ) -> AsyncIterator[ScoredToken]:
+        async for item in self._stream(prompt_ids, params, top_n):
+            assert isinstance(item, ScoredToken)
+            yield item
+
+    async def _stream(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int | None
+    ) -> AsyncIterator[int | ScoredToken]:
+        request = _Request(list(prompt_ids), params, asyncio.get_running_loop(), top_n)
         self._pending.put(request)
         produced = 0
         try:
@@ -216,7 +284,8 @@ class TorchEngine:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                if item in self.eos_token_ids and not params.ignore_eos:
+                token = item.token if isinstance(item, ScoredToken) else item
+                if token in self.eos_token_ids and not params.ignore_eos:
                     break
                 produced += 1
                 yield item
@@ -279,7 +348,9 @@ class TorchEngine:
                 input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
                 generation_config=config,
-                logits_processor=LogitsProcessorList([_MinTokens(rows)]),
+                logits_processor=LogitsProcessorList(
+                    [*([self._perturb] if self._perturb else []), _Logprobs(rows), _MinTokens(rows)]
+                ),
                 stopping_criteria=StoppingCriteriaList([_BatchStop(rows)]),
                 streamer=_BatchStreamer(rows),
             )
@@ -302,6 +373,11 @@ def base_provenance(
         "max_model_len": str(max_model_len),
         "python": platform.python_version(),
     }
+
+
+def perturbation_provenance(scale: float) -> dict[str, str]:
+    """Says so in provenance when a rig was made wrong on purpose (tests only)."""
+    return {"test_logit_perturbation": f"{scale:g}"} if scale else {}
 
 
 def gather_wave(

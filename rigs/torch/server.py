@@ -44,8 +44,17 @@ def main(argv: list[str] | None = None) -> None:
         help="continuous: inductor = torch.compile + a CUDA graph per width at start-up; "
         "graphs = CUDA graphs of the eager step; auto = inductor on CUDA, off on CPUs",
     )
+    parser.add_argument(
+        "--test-logit-perturbation",
+        type=float,
+        default=0.0,
+        help="tests only: add a fixed random vector of this scale to the logits (serial and "
+        "batched), so that the agreement check has a wrong rig to find",
+    )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
+    if args.test_logit_perturbation and args.batching == "continuous":
+        parser.error("--test-logit-perturbation works with serial or batched batching only")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def load() -> tuple[Engine, ServingTokenizer]:
@@ -76,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             max_batch=args.max_batch,
             batch_gap_s=args.batch_gap_ms / 1000,
             batch_wait_s=args.batch_wait_ms / 1000,
+            logit_perturbation=args.test_logit_perturbation,
         )
         return engine, tokenizer
 

@@ -13,16 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.schemas import CellReport
+
 ROOT = Path(__file__).resolve().parents[2]
 
 StartServer = Callable[..., str]
-
-
-def _raise_priority() -> None:
-    # The reference server is the yardstick: on a busy shared box, let it keep its schedule
-    # (it needs little CPU). Without the privilege to do so it runs at normal priority.
-    with contextlib.suppress(OSError):
-        os.nice(-10)
 
 
 def start_reference_server(*args: str) -> tuple[subprocess.Popen[str], str]:
@@ -33,8 +28,13 @@ def start_reference_server(*args: str) -> tuple[subprocess.Popen[str], str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_raise_priority,
     )
+    # The reference server is the yardstick: on a busy shared box, let it keep its schedule
+    # (it needs little CPU). Set from here, not in a preexec_fn: a fork hook in a process
+    # that has imported JAX warns of deadlocks. Without the privilege it runs at normal
+    # priority; the interpreter starts its threads after this, so they inherit it.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, proc.pid, -10)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "listening on" not in line:
@@ -78,3 +78,19 @@ def assert_ttft_matches_server(harness_p50_ms: float | None, url: str, itl_ms: f
     server_ttft = float(server_stats(url)["observed_ttft_ms"]["p50"])
     assert harness_p50_ms == pytest.approx(server_ttft, abs=itl_ms / 2)
     return server_ttft
+
+
+def assert_itl_matches_server(
+    cell: CellReport, url: str, itl_ms: float, tokens_per_chunk: int = 1
+) -> None:
+    """The harness's per-token gaps agree with the gaps between the server's own writes
+    (divided among the tokens a write carried) within a quarter of a gap: a chunk's gap
+    counted as one token's would be off by a whole multiple, a token counted twice by half.
+
+    Not against the schedule: on a loaded box the server itself writes late, and a late write
+    lengthens one gap and shortens the next, moving both records' p50 alike.
+    """
+    gaps = server_stats(url)["observed_chunk_gap_ms"]
+    tolerance = itl_ms / 4
+    assert cell.itl_ms.mean == pytest.approx(gaps["mean"] / tokens_per_chunk, abs=tolerance)
+    assert cell.itl_ms.p50 == pytest.approx(gaps["p50"] / tokens_per_chunk, abs=tolerance)

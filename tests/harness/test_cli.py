@@ -10,13 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from harness.runner import failed_cells
+from harness.schemas import BenchmarkReport
 from tests.harness.conftest import ROOT, StartServer
 
 
-def rigbench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def rigbench(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rigbench", "bench", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
     )  # fmt: skip
 
 
@@ -27,15 +31,19 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_run_with_failures_exits_0_and_writes_report_and_records(
+def test_failed_requests_past_the_share_exit_1_after_the_report_is_written(
     reference_server: StartServer, tmp_path: Path
 ) -> None:
+    # Seed 0: the pre-flight request (the server's first) is not one of the injected 500s.
     url = reference_server("--ttft-ms", "20", "--itl-ms", "5", "--error-rate", "0.5")
     out = tmp_path / "run" / "report.json"
-    result = rigbench("--url", url, "--model", "reference", "--concurrency", "1,4",
-                      "--requests", "6", "--warmup", "2", "--output-len", "5",
-                      "--out", str(out))  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    args = ["--url", url, "--model", "reference", "--concurrency", "1,4", "--requests", "6",
+            "--warmup", "2", "--output-len", "5", "--out", str(out)]  # fmt: skip
+    result = rigbench(*args)
+    assert result.returncode == 1, result.stderr
+    error = one_error_line(result)
+    assert "cells failed" in error
+    assert "(first: http_error: HTTP 500: injected failure)" in error  # the server's words
     report = json.loads(out.read_text())
     assert {"cells", "harness_version", "url", "model", "started_at"} <= report.keys()
     assert report["url"] == url
@@ -44,10 +52,29 @@ def test_run_with_failures_exits_0_and_writes_report_and_records(
     for cell in report["cells"]:
         assert cell["requests_ok"] + cell["requests_failed"] == 6
         assert set(cell["ttft_ms"]) >= {"mean", "p50", "p90", "p99"}
-    assert sum(c["requests_failed"] for c in report["cells"]) > 0
+    failed = [c for c in report["cells"] if c["requests_failed"]]
+    assert failed
+    for cell in failed:
+        assert cell["first_failure"] == "http_error: HTTP 500: injected failure"
     records = (tmp_path / "run" / "report.requests.jsonl").read_text().splitlines()
     assert len(records) == 2 + 6 + 6
     assert "TTFT p50" in result.stdout  # the results table
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    failed_rows = [row for row in rows if "│      0 │" not in row]  # the "failed" column
+    assert failed_rows
+    for row in failed_rows:  # each failed cell's row shows the server's message
+        assert "first failure: http_error: HTTP 500: injected failure" in row
+    # A line per cell as it completed, before the table (piped: plain lines).
+    progress = [line for line in result.stdout.splitlines() if line.startswith("cell ")]
+    assert [line.split(":")[0] for line in progress] == ["cell 1/2 c=1", "cell 2/2 c=4"]
+    assert result.stdout.index("cell 2/2") < result.stdout.index("rigbench bench: reference")
+
+    # The share is the run's to set: with every failure tolerated, only an all-failed cell
+    # would fail the run.
+    assert report["config"]["max_failed_share"] == 0.01
+    tolerant = BenchmarkReport.model_validate(report)
+    tolerant.config.max_failed_share = 1.0
+    assert failed_cells(tolerant) == []
 
 
 def test_unreachable_url_fails_fast_with_one_line() -> None:
@@ -95,6 +122,15 @@ def test_server_that_never_answers_fails_within_10_s() -> None:
         (["--input-len", "abc"], "--input-len"),
         (["--endpoint", "embeddings"], "--endpoint"),
         (["--frobnicate"], "No such option"),
+        (["--slo", "x"], "--slo 'x': give NAME=MS pairs"),
+        (["--slo", "ttft_ms=-5"], "--slo 'ttft_ms=-5'"),
+        (["--header", "nocolon"], "--header 'nocolon': give NAME:VALUE"),
+        (["--percentiles", "50,100"], "percentiles must be within (0, 100)"),
+        (["--max-failed-share", "2"], "--max-failed-share"),
+        (
+            ["--dataset", "/nonexistent/prompts.jsonl"],
+            "--dataset /nonexistent/prompts.jsonl: cannot read",
+        ),
     ],
 )
 def test_invalid_arguments_exit_2_with_one_line(args: list[str], expected: str) -> None:

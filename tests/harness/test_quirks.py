@@ -4,9 +4,14 @@ import asyncio
 
 import pytest
 
-from harness.runner import run_benchmark
+from harness.runner import PreflightError, run_benchmark
 from harness.schemas import BenchmarkConfig, CellReport, Endpoint
-from tests.harness.conftest import StartServer, assert_ttft_matches_server, server_stats
+from tests.harness.conftest import (
+    StartServer,
+    assert_itl_matches_server,
+    assert_ttft_matches_server,
+    server_stats,
+)
 
 TTFT_MS, ITL_MS = 60.0, 20.0
 SCHEDULE = ("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
@@ -23,18 +28,11 @@ def bench(
 
 
 def assert_on_schedule(cell: CellReport, url: str, tokens_per_chunk: int = 1) -> None:
-    """The harness agrees with what the server saw itself do, which is near the schedule.
-
-    The tight tolerances against the schedule itself are test_accuracy's; here other
-    processes on a shared box may delay the server, so the server's own record is the truth.
-    Gaps are compared by their means: a late write lengthens one gap and shortens the next,
-    which moves a p50 of a few dozen gaps but cancels in the mean.
-    """
-    server_ttft = assert_ttft_matches_server(cell.ttft_ms.p50, url, ITL_MS)
-    assert server_ttft == pytest.approx(TTFT_MS, abs=10.0)
-    server_itl = server_stats(url)["observed_chunk_gap_ms"]["mean"] / tokens_per_chunk
-    assert cell.itl_ms.mean == pytest.approx(server_itl, abs=0.5)
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    """The harness agrees with what the server saw itself do (the tight tolerances against the
+    schedule itself are measured by benchmarks/harness_ceiling.py, not asserted here: on a
+    shared box other processes may delay the server)."""
+    assert_ttft_matches_server(cell.ttft_ms.p50, url, ITL_MS)
+    assert_itl_matches_server(cell, url, ITL_MS, tokens_per_chunk)
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
@@ -82,7 +80,7 @@ def test_several_tokens_per_chunk_are_counted_exactly(reference_server: StartSer
     assert cell.length_mismatches == 0
     assert_on_schedule(cell, url, tokens_per_chunk=3)  # per-token ITL, not 60 ms per chunk
     assert cell.itl_ms.count == 8 * 9
-    assert cell.tpot_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    assert cell.tpot_ms.p50 == pytest.approx(cell.itl_ms.mean, abs=ITL_MS / 4)
 
 
 def test_multi_token_chunks_without_usage_are_flagged(reference_server: StartServer) -> None:
@@ -93,7 +91,8 @@ def test_multi_token_chunks_without_usage_are_flagged(reference_server: StartSer
 
 
 def test_http_500s_are_failures_with_reason_and_kept_out(reference_server: StartServer) -> None:
-    url = reference_server(*SCHEDULE, "--error-rate", "0.3", "--seed", "3")
+    # Seed 5: the pre-flight request (the first) is not one of the failures.
+    url = reference_server(*SCHEDULE, "--error-rate", "0.3", "--seed", "5")
     cell = bench(url, requests=40, warmup=0)  # so every injected failure is in the cell
     injected = server_stats(url)["errors_500"]
     assert 0 < injected < 40
@@ -102,31 +101,34 @@ def test_http_500s_are_failures_with_reason_and_kept_out(reference_server: Start
     assert cell.requests_ok == 40 - injected
     assert cell.ttft_ms.count == cell.requests_ok
     assert cell.output_tokens == cell.requests_ok * 10
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    assert_itl_matches_server(cell, url, ITL_MS)
 
 
 def test_cut_streams_are_failures(reference_server: StartServer) -> None:
-    url = reference_server(*SCHEDULE, "--cut-rate", "0.25", "--seed", "1")
+    url = reference_server(*SCHEDULE, "--cut-rate", "0.25", "--seed", "2")  # pre-flight kept
     cell = bench(url, requests=24, warmup=0)
     cut = server_stats(url)["cut"]
     assert 0 < cut < 24
     assert cell.failure_reasons == {"stream_dropped": cut}
     assert cell.requests_ok == 24 - cut
     assert cell.output_tokens == cell.requests_ok * 10
-    assert cell.itl_ms.p50 == pytest.approx(ITL_MS, abs=1.0)
+    assert_itl_matches_server(cell, url, ITL_MS)
 
 
-def test_malformed_sse_is_a_failure(reference_server: StartServer) -> None:
-    cell = bench(reference_server(*SCHEDULE, "--quirk", "malformed"), requests=4, warmup=0)
-    assert cell.requests_ok == 0
-    assert cell.failure_reasons == {"malformed_sse": 4}
-    assert cell.ttft_ms.p50 is None
+def test_malformed_sse_stops_the_run_at_the_pre_flight(reference_server: StartServer) -> None:
+    with pytest.raises(PreflightError, match=r"\(malformed_sse\): not JSON: '\{not json'"):
+        bench(reference_server(*SCHEDULE, "--quirk", "malformed"), requests=4, warmup=0)
 
 
-def test_unknown_model_is_an_http_error(reference_server: StartServer) -> None:
+def test_unknown_model_stops_the_run_naming_the_served_one(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE, "--model", "other")
-    cell = bench(url, requests=2, warmup=0)
-    assert cell.failure_reasons == {"http_error": 2}
+    with pytest.raises(PreflightError) as caught:
+        bench(url, requests=2, warmup=0)
+    assert "HTTP 404: model 'reference' does not exist; this server serves 'other'" in str(
+        caught.value
+    )
+    assert "--model 'reference' is not one the server lists ('other')" in str(caught.value)
+    assert server_stats(url)["requests"] == 1  # the pre-flight, and nothing after it
 
 
 def test_chunks_read_together_are_counted(reference_server: StartServer) -> None:

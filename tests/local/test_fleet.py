@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rigbench.emulation.fleet import CommandNotDelivered
-from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError
+from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError, host_settings
 from rigbench.local.procs import group_alive
 from tests.local.conftest import wait_for
 
@@ -142,3 +142,19 @@ def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalF
     assert _done(fleet, "once", "i-0111") == "Success"
     time.sleep(0.3)
     assert (fleet.get("i-0111").workspace / "runs.txt").read_text() == "run\n"
+
+
+def test_host_settings_size_every_rig_alike_and_apply_an_entrys_own() -> None:
+    sweep = {
+        "cells": {"concurrency": [1, 4], "prompt_tokens": 8, "output_tokens": 8},
+        "rig_settings": {"torch@serial": {"batching": "serial"}},
+    }
+    # The concurrency setting is the highest cell for every rig, as the cloud plan sets it;
+    # the context holds at least the agreement probe's prompts (256 tokens).
+    assert host_settings("jax", sweep) == {"max_model_len": "256", "max_slots": "4"}
+    assert host_settings("torch", sweep) == {"max_model_len": "256", "max_batch": "4"}
+    assert host_settings("torch@serial", sweep) == {
+        "max_model_len": "256",
+        "max_batch": "4",
+        "batching": "serial",
+    }

@@ -17,14 +17,23 @@ from typing import Any
 import psutil
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner, Result
 
+from rigbench.cli import app
 from rigbench.local import persist
-from rigbench.local.cli import run_local
+from rigbench.local.cli import local_stack, run_local
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import processes_under, wait_for
+from tests.shared_sweep import (
+    SHARED_SWEEP_GROUP,
+    SHARED_SWEEP_ID,
+    SHARED_SWEEP_TIMEOUT_S,
+    FinishedSweep,
+)
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.xdist_group(SHARED_SWEEP_GROUP)
 TINY_CELLS = {
     "concurrency": [1, 2],
     "requests_per_cell": 2,
@@ -69,90 +78,117 @@ def _env(home: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sweep_stores_results_a_new_process_reads(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    console = Console(record=True, width=160)
-    code = run_local(
-        _input(tmp_path, sweep_id="e2e-one"), home=home, console=console, quota_vcpus=8
-    )
-    out = console.export_text()
-    assert code == 0, out
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+def test_sweep_stores_results_a_new_process_reads(
+    finished_sweep: FinishedSweep, tmp_path: Path
+) -> None:
+    out = finished_sweep.terminal
+    assert finished_sweep.code == 0, out
     assert "rigbench comparison" in out
     assert "c=1" in out
     assert "c=2" in out
-    assert "sweep e2e-one succeeded" in out
+    assert f"sweep {SHARED_SWEEP_ID} succeeded" in out
+    # The labelled entry names its own rows; every figure says what ran it.
+    assert "jax vs jax@b" in out
+    assert "local emulation on this machine's CPU; prices and AMIs are emulated" in out
     # Nothing left running, no pidfile left behind.
-    assert processes_under(tmp_path) == []
-    assert read_records(LocalHome(home)) == []
+    assert processes_under(finished_sweep.home) == []
+    assert read_records(LocalHome(finished_sweep.home)) == []
+    sweep = finished_sweep.copy_to(tmp_path / "home")
+    home = sweep.home
     saved = persist.describe(home / "data")
     assert saved is not None
-    assert saved.tables["rigbench-ResultsTable"] == 2  # one row per cell
+    assert saved.tables["rigbench-ResultsTable"] == 16  # 4 rig entries x 2 boots x 2 cells
     assert any(n.startswith("rigbench-") for n in saved.objects)
-    # The harness measured the real rig: every request of every cell succeeded.
+    # The harness measured the real rigs: every request of every cell succeeded.
     reports = list((home / "data" / "s3").glob("*/reports*report.json"))
-    assert len(reports) == 1
-    cells = json.loads(reports[0].read_text())["cells"]
-    assert [c["concurrency"] for c in cells] == [1, 2]
-    assert all(c["requests_ok"] == 2 and c["requests_failed"] == 0 for c in cells), cells
-    assert all(c["output_tok_s"] > 0 for c in cells)
+    assert len(reports) == 8
+    for report in reports:
+        cells = json.loads(report.read_text())["cells"]
+        assert [c["concurrency"] for c in cells] == [1, 2]
+        assert all(c["requests_ok"] == 3 and c["requests_failed"] == 0 for c in cells), cells
+        assert all(c["output_tok_s"] > 0 for c in cells)
 
     # A new process restores the tables; `rigbench results` queries them as on AWS.
     read = subprocess.run(
-        [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", "e2e-one",
+        [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", SHARED_SWEEP_ID,
          "--format", "json"],
         cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert read.returncode == 0, read.stderr[-2000:]
     rows = json.loads(read.stdout)
-    assert [(r["sweep_id"], r["rig"], r["model"]) for r in rows] == [
-        ("e2e-one", "torch", "random:tiny")
-    ] * 2
+    assert sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows) == sorted(
+        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "jax@b", "torch", "torch@wrong")]
+        * 4
+    )
+
+    # The other commands in-process (the same code a new process runs).
+    runner = CliRunner()
+    env = {**_env(home), **{k: None for k in os.environ if k.startswith("AWS_")}}
+
+    def cli(*args: str) -> Result:
+        return runner.invoke(app, list(args), env=env, catch_exceptions=False)
+
     # Without AWS credentials `rigbench results` falls back to local, saying so in one line.
-    table = subprocess.run(
-        [sys.executable, "-m", "rigbench", "results", "--rig", "torch"],
-        cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert table.returncode == 0, table.stderr[-2000:]
+    table = cli("results", "--rig", "torch")
+    assert table.exit_code == 0, table.stderr[-2000:]
     assert "no AWS credentials found" in table.stderr
     assert len(table.stderr.strip().splitlines()) == 1
-    assert "2 result rows" in table.stdout
+    assert "4 result rows" in table.stdout
 
     # `status` and `reap` work on the local stack too: the sweep's boots from its saved history.
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "rigbench", *args], cwd=REPO, env=_env(home),
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-
-    status = cli("status", "--local", "e2e-one")
-    assert status.returncode == 0, status.stderr[-2000:]
+    status = cli("status", "--local", SHARED_SWEEP_ID)
+    assert status.exit_code == 0, status.stderr[-2000:]
     assert "SUCCEEDED" in status.stdout
     assert "torch" in status.stdout
     assert "terminated" in status.stdout
     assert "succeeded" in status.stdout
     listing = cli("status", "--local")
-    assert listing.returncode == 0, listing.stderr[-2000:]
-    assert "e2e-one" in listing.stdout
+    assert listing.exit_code == 0, listing.stderr[-2000:]
+    assert SHARED_SWEEP_ID in listing.stdout
     missing = cli("status", "--local", "no-such-sweep")
-    assert missing.returncode == 2
+    assert missing.exit_code == 2
     assert "no local sweep 'no-such-sweep'" in missing.stderr
     reaped = cli("reap", "--local")
-    assert reaped.returncode == 0, reaped.stderr[-2000:]
-    assert "terminated 0 instance(s)" in reaped.stdout
+    assert reaped.exit_code == 0, reaped.stderr[-2000:]
+    assert "nothing to terminate" in reaped.stdout
     assert processes_under(tmp_path) == []
 
 
-def _default_sigint() -> None:
-    # A pytest-xdist worker ignores SIGINT, and an ignored signal stays ignored across exec:
-    # the CLI gets Ctrl-C as a terminal would deliver it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@pytest.mark.slow
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+def test_a_rig_made_wrong_on_purpose_is_flagged_outputs_diverge(
+    finished_sweep: FinishedSweep, tmp_path: Path
+) -> None:
+    """torch@wrong, the torch rig with its logits perturbed (a test-only rig setting), against
+    the JAX rig: the table names the pair and the first diverging prompt; MCP compare says so."""
+    from rigbench.mcp.tools import SweepTools
+
+    out = finished_sweep.terminal
+    with local_stack(finished_sweep.copy_to(tmp_path / "home").home) as stack:
+        found = SweepTools(stack, ceiling_usd=1).compare(SHARED_SWEEP_ID, None)
+    pairs = {p.rigs: p for p in found.output_agreement}
+    pair = pairs[("jax", "torch@wrong")]
+    assert pair.verdict == "diverge"
+    assert pair.diverged > 0
+    assert pair.first_diverging is not None
+    assert pair.first_diverging.outcome == "diverged"
+    assert pairs[("jax", "torch")].verdict == "agree"
+    # the terminal table names the pair and its first confidently diverging prompt
+    table = out[out.index("output agreement") :]
+    row = next(line for line in table.splitlines() if "jax vs torch@wrong" in line)
+    assert "outputs diverge" in row
+    assert f"first at prompt {pair.first_diverging.prompt_id}," in row
+    assert any(v.startswith("jax vs torch@wrong: outputs diverge") for v in found.verdicts)
+    dumped = found.model_dump(mode="json")["output_agreement"][0]
+    assert {"rigs", "prompts", "identical", "near_tie", "diverged"} <= set(dumped)
+    assert {"mean_first_divergence", "verdict"} <= set(dumped)
 
 
 def _start_cli(args: list[str], home: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rigbench", *args],
         cwd=REPO, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_default_sigint,
     )  # fmt: skip
 
 
@@ -240,14 +276,23 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_dry_run_says_why_a_cloud_run_would_fail(tmp_path: Path) -> None:
+def test_dry_run_says_why_a_cloud_run_would_fail(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A refusal is bad input like any other: one line, exit 2, no warning printed before it.
     code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=64, spot_price=1.0)
-    assert code == 1
-    assert "would fail" in out
-    assert "budget" in out  # 6 boots x $2.00 > $5.00
+    assert code == 2
+    assert out.strip().splitlines() == [
+        "error: a cloud run of this input would fail: estimate $12.00 (6 boots x $1.0000/h x "
+        "2 h deadline) is over the sweep budget $5.00 by $7.00; lower boots or "
+        "deadlines.instance_s, or raise budget_usd"
+    ]
     code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=0)
-    assert code == 1
+    assert code == 2
+    assert len(out.strip().splitlines()) == 1, out
     assert "quota" in out.lower()
+    assert not [w for w in recwarn if "metrics" in str(w.message)]
+    assert "Warning" not in capfd.readouterr().err
 
 
 def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ async def use(url: str) -> None:
         assert {t.name for t in (await client.list_tools()).tools} == TOOLS
         assert (await ok(client, "list_sweeps"))["sweeps"] == []
         message = await refused(
-            client, "start_sweep", {"input": {"rigs": ["torch"], "model": "m", "budget_usd": 9}}
+            client, "start_sweep", {"rigs": ["torch"], "model": "m", "budget_usd": 9}
         )
         assert "ceiling of 1.5 USD" in message
         assert (await ok(client, "check_quotas", {}))["spot"]["quota_vcpus"] == 8

@@ -14,10 +14,20 @@ import pytest
 from mcp import Client, MCPError
 from mcp.types import TextResourceContents
 
-from functions.execution_input import SCHEMA_PATH
+from functions.execution_input import SCHEMA_PATH, SweepInput
 from functions.settings import PROJECT_TAG
-from rigbench.mcp.server import COMPARISON_URI, REPORT_URI, SCHEMA_URI, build_server
+from harness.version import harness_version
+from rigbench.local.sweep import local_rigs
+from rigbench.mcp.server import (
+    COMPARISON_URI,
+    REPORT_HTML_URI,
+    REPORT_URI,
+    SCHEMA_URI,
+    build_server,
+)
+from rigbench.mcp.tools import Refused, SweepTools
 from rigbench.stack.local import LocalStack
+from rigs.registry import discover
 from tests.mcp.conftest import (
     CEILING_USD,
     DESTRUCTIVE,
@@ -58,13 +68,84 @@ def test_tools_have_typed_schemas_and_annotations(stack: LocalStack) -> None:
                 assert tool.annotations.destructive_hint is False
             else:
                 assert tool.annotations.read_only_hint is True, name
-        # The sweep input is the pydantic model's schema, budget required.
-        sweep = json.dumps(listed["start_sweep"].input_schema)
-        assert "budget_usd" in sweep
-        assert "boots_per_rig" in sweep
+            # Descriptions read as prose: no docstring indentation, no hard breaks.
+            assert tool.description
+            assert "\n" not in tool.description, (name, tool.description)
+            assert "  " not in tool.description, (name, tool.description)
+            assert '"title"' not in json.dumps(tool.input_schema), name  # no generated "Budget Usd"
+            assert tool.input_schema.get("additionalProperties") is False, name
+            for arg, prop in tool.input_schema.get("properties", {}).items():
+                assert prop.get("description"), f"{name}.{arg} has no description"
+        # The sweep input's fields, flat, each described; what this stack runs as enums.
+        for name in ("plan_sweep", "start_sweep"):
+            schema = listed[name].input_schema
+            assert set(schema["properties"]) == set(SweepInput.model_fields), name
+            assert set(schema["required"]) == {"rigs", "model", "budget_usd"}
+            props = schema["properties"]
+            assert props["rigs"]["items"]["enum"] == local_rigs()
+            assert "vllm" not in props["rigs"]["items"]["enum"]  # no GPU here
+            assert props["instance_type"]["enum"] == stack.allowed_instance_types()
+            assert "USD" in props["budget_usd"]["description"]
+            assert props["cells"]["examples"]
+            for model in ("LoadCells", "Deadlines", "Waits"):
+                for field, prop in schema["$defs"][model]["properties"].items():
+                    assert prop.get("description"), f"{model}.{field} has no description"
         assert listed["terminate"].input_schema["properties"]["instance_id"]["pattern"]
+        assert client.server_info is not None
+        assert client.server_info.version == harness_version()
 
     with_client(stack, body)
+
+
+def account_state(stack: LocalStack) -> dict[str, Any]:
+    """Everything a plan could write: sweeps, table items, objects, instances, local files."""
+    ddb, s3 = stack.client("dynamodb"), stack.client("s3")
+    return {
+        "sweeps": stack.list_sweeps(1000),
+        "tables": {
+            name: ddb.scan(TableName=name)["Items"] for name in ddb.list_tables()["TableNames"]
+        },
+        "objects": [
+            o["Key"] for o in s3.list_objects_v2(Bucket=stack.refs.bucket).get("Contents", [])
+        ],
+        "instances": stack.session.emu.running_instances(),
+        "home": sorted(
+            (str(p.relative_to(stack.home.root)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in stack.home.root.rglob("*")
+            if p.is_file()
+        ),
+    }
+
+
+def test_five_plans_write_nothing(stack: LocalStack) -> None:
+    before = account_state(stack)
+
+    async def body(client: Client) -> None:
+        for boots in (1, 2, 3, 4, 2):  # five plans (5 boots would pass the history limit)
+            planned = await ok(client, "plan_sweep", sweep_input(boots_per_rig=boots))
+            assert planned["can_start"] is True, planned["reasons"]
+            assert len(planned["plan"]["boots"]) == boots
+            assert planned["plan"]["reservation"]["total_usd"] > 0
+            assert "emulation" in planned["plan"]["planned_against"]
+
+    with_client(stack, body)
+    assert account_state(stack) == before
+
+
+def test_a_plan_refuses_a_rig_this_machine_cannot_serve(stack: LocalStack) -> None:
+    cannot = [r for r in discover() if r not in local_rigs()]
+    assert cannot, "every rig runs here: nothing to refuse"
+    tools = SweepTools(stack, CEILING_USD)
+    sweep = SweepInput.model_validate(sweep_input(rigs=["torch", cannot[0]]))
+    planned = tools.plan_sweep(sweep)
+    assert planned.can_start is False
+    assert planned.plan.valid is False
+    assert planned.reasons == [
+        f"rigs: {cannot[0]} cannot run on this machine (it runs: {', '.join(local_rigs())}; "
+        "see list_rigs)"
+    ]
+    with pytest.raises(Refused, match=f"nothing launched: rigs: {cannot[0]} cannot run"):
+        tools.start_sweep(sweep)
 
 
 def test_resources_hold_the_input_schema(stack: LocalStack) -> None:
@@ -76,6 +157,7 @@ def test_resources_hold_the_input_schema(stack: LocalStack) -> None:
         }
         assert COMPARISON_URI in templates
         assert REPORT_URI in templates
+        assert REPORT_HTML_URI in templates
         read = await client.read_resource(SCHEMA_URI)
         content = read.contents[0]
         assert isinstance(content, TextResourceContents)
@@ -108,11 +190,11 @@ def test_sweep_over_the_ceiling_is_refused_and_nothing_launched(stack: LocalStac
 
     async def body(client: Client) -> None:
         over = sweep_input(budget_usd=CEILING_USD + 0.5, sweep_id="over-ceiling")
-        message = await refused(client, "start_sweep", {"input": over})
+        message = await refused(client, "start_sweep", over)
         assert "ceiling" in message
         assert f"{CEILING_USD:g} USD" in message
         assert "nothing launched" in message
-        planned = await ok(client, "plan_sweep", {"input": over})
+        planned = await ok(client, "plan_sweep", over)
         assert planned["within_ceiling"] is False
         assert planned["can_start"] is False
         assert any("ceiling" in r for r in planned["reasons"])
@@ -120,7 +202,7 @@ def test_sweep_over_the_ceiling_is_refused_and_nothing_launched(stack: LocalStac
 
     with_client(stack, body)
     after = stack.list_sweeps(100)
-    # The plan is a rehearsal execution; no execution of the refused sweep exists.
+    # The plan writes nothing; no execution of the refused sweep exists.
     assert "over-ceiling" not in {s.sweep_id for s in after}
     assert all(s.status != "RUNNING" for s in after if s.sweep_id not in before)
     assert ec2.describe_instances()["Reservations"] == instances_before
@@ -157,13 +239,16 @@ def test_malformed_arguments_are_tool_errors_and_the_server_keeps_serving(
 ) -> None:
     async def body(client: Client) -> None:
         cases: list[tuple[str, dict[str, Any], str]] = [
-            ("start_sweep", {"input": {"rigs": ["torch"], "budget_usd": 1}}, "input.model"),
-            ("start_sweep", {"input": sweep_input(modle="x")}, "input.modle"),
-            ("plan_sweep", {"input": sweep_input(budget_usd="lots")}, "input.budget_usd"),
-            ("plan_sweep", {}, "input"),
+            ("start_sweep", {"rigs": ["torch"], "budget_usd": 1}, "model"),
+            ("start_sweep", sweep_input(modle="x"), "modle"),
+            ("start_sweep", sweep_input(rigs=["no-such-rig"]), "rigs.0"),
+            ("start_sweep", sweep_input(instance_type="p5.48xlarge"), "instance_type"),
+            ("plan_sweep", sweep_input(budget_usd="lots"), "budget_usd"),
+            ("plan_sweep", sweep_input(cells={"concurrency": [1], "colour": 2}), "cells.colour"),
+            ("plan_sweep", {}, "rigs"),
             ("terminate", {"instance_id": "not-an-instance"}, "instance_id"),
             ("list_sweeps", {"since": "yesterday-ish"}, "since"),
-            ("query_results", {"filters": {"sweep": "x", "colour": "red"}}, "filters.colour"),
+            ("query_results", {"sweep": "x", "colour": "red"}, "colour"),
             ("sweep_status", {"sweep_id": "no-such-sweep"}, "no-such-sweep"),
             ("compare", {"sweep_id": "no-such-sweep"}, "no results"),
         ]
@@ -189,7 +274,7 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         rigs = {r["name"]: r for r in (await ok(client, "list_rigs"))["rigs"]}
         assert rigs["torch"]["runs_here"] is True
 
-        planned = await ok(client, "plan_sweep", {"input": sweep})
+        planned = await ok(client, "plan_sweep", sweep)
         assert planned["can_start"] is True, planned["reasons"]
         assert planned["within_ceiling"] is True
         assert planned["reasons"] == []
@@ -198,7 +283,7 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         assert 0 < reservation["total_usd"] <= sweep["budget_usd"]
         assert planned["plan"]["quota"]["max_concurrency"] == 1
 
-        started = await ok(client, "start_sweep", {"input": sweep})
+        started = await ok(client, "start_sweep", sweep)
         assert started["sweep_id"] == "mcp-e2e"
         assert started["ceiling_usd"] == CEILING_USD
 
@@ -223,20 +308,24 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
         assert (await ok(client, "list_sweeps", {"since": later}))["sweeps"] == []
 
-        results = await ok(client, "query_results", {"filters": {"sweep": "mcp-e2e"}})
+        results = await ok(client, "query_results", {"sweep": "mcp-e2e"})
         assert results["total"] == 2
         assert not results["truncated"]
         assert sorted(r["cell"] for r in results["rows"]) == ["c00001", "c00002"]
         for row in results["rows"]:
             assert (row["rig"], row["boot"], row["model"]) == ("torch", 1, "random:tiny")
             assert row["metrics"]["requests_ok"] == 2
-        page = await ok(client, "query_results", {"filters": {"sweep": "mcp-e2e"}, "limit": 1})
+        page = await ok(client, "query_results", {"sweep": "mcp-e2e", "limit": 1})
         assert len(page["rows"]) == 1
         assert page["truncated"] is True
-        by_rig = await ok(client, "query_results", {"filters": {"rig": "torch"}})
+        by_rig = await ok(client, "query_results", {"rig": "torch"})
         assert {r["sweep_id"] for r in by_rig["rows"]} >= {"mcp-e2e"}
 
-        compared = await ok(client, "compare", {"sweep_id": "mcp-e2e"})
+        compact = await ok(client, "compare", {"sweep_id": "mcp-e2e"})
+        assert compact["comparison"] is None
+        assert (compact["baseline"], compact["rigs"]) == ("torch", ["torch"])
+        compared = await ok(client, "compare", {"sweep_id": "mcp-e2e", "detail": True})
+        assert len(json.dumps(compact)) < len(json.dumps(compared)) / 5
         comparison = compared["comparison"]
         assert comparison["rigs"] == ["torch"]
         assert comparison["baseline"] == "torch"
@@ -245,19 +334,36 @@ def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None
         [torch] = ttft["results"]
         assert torch["aggregate"]["n_boots"] == 1
         assert torch["aggregate"]["value"] > 0
-        assert compared["verdicts"] == []
+        assert compared["verdicts"] == []  # one rig: nothing to judge
         assert compared["flipped"] is False
+        assert comparison["emulated"] == (
+            "local emulation on this machine's CPU; prices and AMIs are emulated"
+        )
         read = await client.read_resource(COMPARISON_URI.format(sweep_id="mcp-e2e"))
         content = read.contents[0]
         assert isinstance(content, TextResourceContents)
         assert json.loads(content.text) == compared
-        read = await client.read_resource(REPORT_URI.format(sweep_id="mcp-e2e"))
+        read = await client.read_resource(REPORT_HTML_URI.format(sweep_id="mcp-e2e"))
         [page] = read.contents
         assert isinstance(page, TextResourceContents)
         assert page.mime_type == "text/html"
         assert "<title>rigbench sweep mcp-e2e</title>" in page.text
         assert 'id="plot-throughput"' in page.text
         assert "<script src=" not in page.text  # self-contained: plotly.js is inlined
+        assert "rigbench run --local sweep.json" in page.text  # as it was really started
+        assert len(page.text.encode()) <= 2_000_000
+        # The report resource summarises the page and points at it.
+        read = await client.read_resource(REPORT_URI.format(sweep_id="mcp-e2e"))
+        [summary_text] = read.contents
+        assert isinstance(summary_text, TextResourceContents)
+        assert summary_text.mime_type == "application/json"
+        summary = json.loads(summary_text.text)
+        assert summary["html"] == REPORT_HTML_URI.format(sweep_id="mcp-e2e")
+        assert summary["size_bytes"] == len(page.text.encode())
+        assert summary["title"] == "rigbench sweep mcp-e2e"
+        assert "Comparison" in " ".join(summary["sections"])
+        assert summary["verdicts"] == compact["verdicts"]
+        assert len(summary_text.text) < 5000
 
         assert (await ok(client, "list_instances"))["instances"] == []
         reaped = await ok(client, "reap", {"dry_run": True})
@@ -282,14 +388,14 @@ def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) ->
     too_big = sweep_input(instance_type="g5g.2xlarge", sweep_id="mcp-no-room")
 
     async def body(client: Client) -> None:
-        planned = await ok(client, "plan_sweep", {"input": too_big})
+        planned = await ok(client, "plan_sweep", too_big)
         assert planned["plan"]["valid"] is False
         assert planned["can_start"] is False
         assert planned["within_ceiling"] is True
         assert planned["reasons"] == [planned["plan"]["error"]]
         assert "quota" in planned["plan"]["error"].lower()
 
-        await ok(client, "start_sweep", {"input": too_big})
+        await ok(client, "start_sweep", too_big)
         deadline = time.monotonic() + 120
         while not (status := await ok(client, "sweep_status", {"sweep_id": "mcp-no-room"}))["done"]:
             assert time.monotonic() < deadline, status

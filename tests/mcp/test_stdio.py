@@ -2,6 +2,7 @@
 tool over the wire, a sweep run to its end while rig processes share the server's stdout,
 and what it stored read back by a second server on the same state directory."""
 
+import json
 import os
 import sys
 import time
@@ -46,16 +47,16 @@ async def run_sweep_over_stdio(home: Path) -> None:
         assert (await ok(client, "check_quotas", {}))["spot"]["fits"] == 1
         assert "torch" in {r["name"] for r in (await ok(client, "list_rigs"))["rigs"]}
 
-        over = await refused(client, "start_sweep", {"input": {**sweep, "budget_usd": 2}})
+        over = await refused(client, "start_sweep", {**sweep, "budget_usd": 2})
         assert "ceiling of 1.5 USD" in over
-        assert await refused(client, "start_sweep", {"input": {"rigs": "torch"}})
+        assert await refused(client, "start_sweep", {"rigs": "torch"})
         assert "not terminated" in await refused(
             client, "terminate", {"instance_id": "i-0123456789abcdef0"}
         )
 
-        planned = await ok(client, "plan_sweep", {"input": sweep})
+        planned = await ok(client, "plan_sweep", sweep)
         assert planned["can_start"] is True, planned["reasons"]
-        started = await ok(client, "start_sweep", {"input": sweep})
+        started = await ok(client, "start_sweep", sweep)
         deadline = time.monotonic() + SWEEP_TIMEOUT_S
         while not (status := await ok(client, "sweep_status", {"sweep_id": started["sweep_id"]}))[
             "done"
@@ -65,10 +66,11 @@ async def run_sweep_over_stdio(home: Path) -> None:
         assert status["progress"]["status"] == "SUCCEEDED", status["explained"]
 
         assert "mcp-stdio" in {s["sweep_id"] for s in (await ok(client, "list_sweeps"))["sweeps"]}
-        rows = await ok(client, "query_results", {"filters": {"sweep": "mcp-stdio"}})
+        rows = await ok(client, "query_results", {"sweep": "mcp-stdio"})
         assert rows["total"] == 2
         compared = await ok(client, "compare", {"sweep_id": "mcp-stdio"})
-        assert compared["comparison"]["rigs"] == ["torch"]
+        assert compared["rigs"] == ["torch"]
+        assert compared["comparison"] is None  # compact unless detail
         assert (await ok(client, "list_instances"))["instances"] == []
         assert (await ok(client, "reap"))["report"]["instances"] == []
 
@@ -77,9 +79,7 @@ async def read_back_over_stdio(home: Path) -> dict[str, Any]:
     async with Client(server_params(home)) as client:
         status = await ok(client, "sweep_status", {"sweep_id": "mcp-stdio"})
         assert status["progress"]["status"] == "SUCCEEDED"
-        result: dict[str, Any] = await ok(
-            client, "query_results", {"filters": {"sweep": "mcp-stdio"}}
-        )
+        result: dict[str, Any] = await ok(client, "query_results", {"sweep": "mcp-stdio"})
         return result
 
 
@@ -92,3 +92,36 @@ def test_stdio_server_runs_a_sweep_and_a_new_server_reads_it_back(tmp_path: Path
     assert rows["total"] == 2
     assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
     assert processes_under(tmp_path) == []
+
+
+async def start_and_go_away(home: Path) -> None:
+    """Start a sweep, follow it until its boot is launched, then close the client."""
+    async with Client(server_params(home)) as client:
+        await ok(client, "start_sweep", sweep_input(sweep_id="mcp-away"))
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        while True:
+            status = await ok(client, "sweep_status", {"sweep_id": "mcp-away"})
+            if any(b["instance_id"] for b in status["progress"]["boots"]):
+                break
+            assert not status["done"], status
+            assert time.monotonic() < deadline, status
+            await anyio.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_client_that_goes_away_mid_sweep_leaves_a_stopped_sweep(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    anyio.run(start_and_go_away, home)
+    assert processes_under(tmp_path) == []
+
+    async def read_back() -> dict[str, Any]:
+        async with Client(server_params(home)) as client:
+            return dict(await ok(client, "sweep_status", {"sweep_id": "mcp-away"}))
+
+    status = anyio.run(read_back)
+    progress = status["progress"]
+    assert (progress["status"], progress["error"]) == ("ABORTED", "SessionStopped")
+    [line] = status["explained"]
+    assert line.startswith("sweep mcp-away aborted in RunBoots: SessionStopped: the MCP server ")
+    assert "its local instances terminated" in line
+    assert "AttributeError" not in json.dumps(status)

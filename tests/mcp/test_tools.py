@@ -1,5 +1,5 @@
 """The comparison `compare` builds from results rows: rows regrouped into per-boot reports,
-verdicts only where intervals separate (two rigs, three boots each)."""
+verdicts from the comparison's test, in the table's words (two rigs, three boots each; one)."""
 
 from typing import Any
 
@@ -47,13 +47,43 @@ class NoStack:
         return ROWS
 
 
-def test_compare_gives_verdicts_where_intervals_separate() -> None:
+def test_compare_gives_verdicts_in_the_tables_words() -> None:
     tools = SweepTools(NoStack(), ceiling_usd=1.0)  # type: ignore[arg-type]
-    found = tools.compare("s", baseline="slow")
-    assert found.comparison.baseline == "slow"
+    found = tools.compare("s", baseline="slow", detail=True)
+    assert found.comparison is not None
+    assert found.baseline == found.comparison.baseline == "slow"
     assert found.flipped is False
-    # Medians of boots: TTFT 12 vs 52 ms, output 98 vs 22 tok/s.
-    assert "c=1 TTFT p50 (ms): fast faster than slow (-76.9%)" in found.verdicts
-    assert "c=1 output (tok/s): fast faster than slow (+345.5%)" in found.verdicts
-    assert len(found.verdicts) == 5  # TTFT, ITL, TPOT, E2E, output
+    # Geometric means of boots: TTFT 12.0 vs 52.0 ms, output 98.0 vs 22.0 tok/s.
+    assert "c=1 TTFT p50 (ms): fast against slow: 4.3x lower TTFT p50 (better)" in found.verdicts
+    assert "c=1 output (tok/s): fast against slow: 4.5x higher throughput (better)" in (
+        found.verdicts
+    )
+    assert len(found.verdicts) == 11  # TTFT, TPOT, E2E at p50/p90/p99; ITL p50; output
     assert verdict_lines(found.comparison) == found.verdicts
+    assert found.summary == [
+        "fast vs slow: fast better in 11, slow better in 0, no difference shown in 0 of 11 "
+        "comparisons"
+    ]
+    assert found.comparison.emulated == ""  # not the local stack
+
+
+class OneBoot(NoStack):
+    kind = "local"
+
+    def results(self, query: Any) -> list[ResultRow]:
+        return [r for r in ROWS if r.boot == 1]
+
+
+def test_one_boot_is_no_verdict_never_indistinguishable_nor_ranked() -> None:
+    found = SweepTools(OneBoot(), ceiling_usd=1.0).compare("s", baseline="slow", detail=True)  # type: ignore[arg-type]
+    text = found.model_dump_json()
+    assert "indistinguishable" not in text
+    # Boot 1: fast 11 ms against slow 51 ms.
+    assert (
+        "c=1 TTFT p50 (ms): fast against slow: 4.6x lower TTFT p50 (1 boot: no verdict possible)"
+        in found.verdicts
+    )
+    rankings = {m.ranking for c in found.comparison.cells for m in c.metrics}
+    assert rankings == {"no ranking: fast, slow have 1 boot"}
+    assert found.summary == ["fast vs slow: no verdict possible in any of 11 comparisons"]
+    assert found.comparison.emulated.startswith("local emulation on this machine's CPU")

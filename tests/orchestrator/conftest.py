@@ -16,7 +16,7 @@ from tests.orchestrator.scripted_fleet import ScriptedFleet
 RIGS = ("torch", "vllm")
 # Short retries and polls for tests (DefinitionSubstitutions / stack parameters); the
 # template's defaults are the real ones.
-FAST = {"LambdaRetryIntervalSeconds": 1, "MinPollSeconds": 0}
+FAST = {"LambdaRetryIntervalSeconds": 1, "LambdaRetryBackoffRate": 1, "MinPollSeconds": 0}
 _deserializer = TypeDeserializer()
 
 

@@ -78,6 +78,7 @@ class ScriptedFleet:
         self.probes: dict[str, int] = {}
         self.result_polls: dict[tuple[str, str], int] = {}
         self.bench_started = threading.Event()
+        self.uploaded: set[str] = set()
 
     def bind(self, aws_env: dict[str, str]) -> None:
         self._aws_env = dict(aws_env)
@@ -117,8 +118,7 @@ class ScriptedFleet:
             self.commands[(command_id, instance_id)] = (step, commands)
         if step == BENCH_STEP:
             self.bench_started.set()
-            if self._bench_outcome(instance_id) in ("success", "bad_report"):
-                self._upload_report(commands, self._bench_outcome(instance_id))
+            self._upload_once(command_id, instance_id)
 
     def command_result(self, command_id: str, instance_id: str) -> CommandResult:
         key = (command_id, instance_id)
@@ -131,6 +131,8 @@ class ScriptedFleet:
         if step == PROBE_STEP:
             return self._probe(instance_id)
         if step == BENCH_STEP:
+            # A bench left "running" that the test then lets succeed uploads its report now.
+            self._upload_once(command_id, instance_id)
             return {
                 "success": CommandResult("Success", stdout="report uploaded", response_code=0),
                 "bad_report": CommandResult("Success", stdout="report uploaded", response_code=0),
@@ -143,6 +145,20 @@ class ScriptedFleet:
                 "running": CommandResult("InProgress"),
             }[self._bench_outcome(instance_id)]
         return CommandResult("Failed", stderr=f"unknown command step {step!r}", response_code=127)
+
+    def _upload_once(self, command_id: str, instance_id: str) -> None:
+        outcome = self._bench_outcome(instance_id)
+        with self._lock:
+            _, commands = self.commands[(command_id, instance_id)]
+            if outcome not in ("success", "bad_report") or command_id in self.uploaded:
+                return
+            self.uploaded.add(command_id)
+        self._upload_report(commands, outcome)
+
+    def bench_commands(self) -> int:
+        """How many harness commands were sent (one per instance that reached its benchmark)."""
+        with self._lock:
+            return sum(1 for step, _ in self.commands.values() if step == BENCH_STEP)
 
     def _probe(self, instance_id: str) -> CommandResult:
         with self._lock:

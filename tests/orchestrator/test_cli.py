@@ -97,7 +97,7 @@ def test_run_refuses_bad_input_before_starting_anything(stack: Emulation, tmp_pa
     broken.write_text('{"rigs": [')
     done = invoke("run", str(broken))
     assert done.exit_code == 2
-    assert "not a readable JSON file" in done.output
+    assert f"{broken}: not valid JSON" in done.output
     done = invoke("run", "--rig", "torch", "--model", "m", "--budget", "0")
     assert done.exit_code == 2
     assert "budget_usd" in done.output

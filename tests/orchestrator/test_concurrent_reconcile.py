@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.budget import boot_sk, reconcile_boot, to_micro
+from functions.budget import boot_sk, reconcile_boot, record_instance, to_micro
 from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import ledger_items
 
@@ -45,7 +45,9 @@ def test_boots_reconciled_at_once_release_every_reservation(
     _put(emu, {"pk": f"MONTH#{MONTH}", "sk": "TOTAL", "committed": str(BOOTS * PER_BOOT)})
     ddb = emu.client("dynamodb")
     threads = [
-        threading.Thread(target=reconcile_boot, args=(ddb, table, sweep_id, "torch", boot, 1.0))
+        threading.Thread(
+            target=reconcile_boot, args=(ddb, table, sweep_id, "torch", boot, {f"i-{boot}": 1.0})
+        )
         for boot in range(BOOTS)
     ]
     for thread in threads:
@@ -57,3 +59,39 @@ def test_boots_reconciled_at_once_release_every_reservation(
     assert sweep_total["reserved"] == 0
     assert sweep_total["spent"] == BOOTS * spent_each
     assert ledger_items(emu, f"MONTH#{MONTH}")["TOTAL"]["committed"] == BOOTS * spent_each
+
+
+def _one_boot(emu: Emulation, sweep_id: str) -> str:
+    pk = f"SWEEP#{sweep_id}"
+    _put(emu, {"pk": pk, "sk": "TOTAL", "reserved": str(PER_BOOT), "spent": "0"})
+    price = str(to_micro(USD_PER_HOUR))
+    _put(emu, {"pk": pk, "sk": boot_sk("torch", 1), "status": "reserved",
+               "reserved": str(PER_BOOT), "price": price, "month": MONTH})  # fmt: skip
+    _put(emu, {"pk": f"MONTH#{MONTH}", "sk": "TOTAL", "committed": str(PER_BOOT)})
+    return pk
+
+
+def test_a_bill_that_missed_an_instance_recorded_meanwhile_is_refused(emu: Emulation) -> None:
+    sweep_id, table, ddb = "sweep-gained", emu.physical["LedgerTable"], emu.client("dynamodb")
+    pk = _one_boot(emu, sweep_id)
+    record_instance(ddb, table, sweep_id, "torch", 1, "i-late", 100.0)  # after the caller read
+    billed = reconcile_boot(ddb, table, sweep_id, "torch", 1, {}, expect=[])
+    assert (billed.reconciled, billed.settled) == (False, False)
+    assert ledger_items(emu, pk)[boot_sk("torch", 1)]["status"] == "reserved"
+    billed = reconcile_boot(ddb, table, sweep_id, "torch", 1, {"i-late": 2.0}, expect=["i-late"])
+    assert (billed.reconciled, billed.settled) == (True, True)
+
+
+def test_an_instance_of_a_closed_boot_is_billed_once_when_it_turns_up(emu: Emulation) -> None:
+    sweep_id, table, ddb = "sweep-late", emu.physical["LedgerTable"], emu.client("dynamodb")
+    pk = _one_boot(emu, sweep_id)
+    assert reconcile_boot(ddb, table, sweep_id, "torch", 1, {}).reconciled  # closed at 0 s
+    for _ in range(2):  # Launch's own check, then the status-change handler: billed once
+        reconcile_boot(ddb, table, sweep_id, "torch", 1, {"i-late": 2.0})
+    spent = to_micro(USD_PER_HOUR * 2.0 / 3600)
+    boot = ledger_items(emu, pk)[boot_sk("torch", 1)]
+    assert (boot["seconds"], boot["spent"]) == (2, spent)
+    raw = ddb.get_item(TableName=table, Key={"pk": {"S": pk}, "sk": {"S": boot_sk("torch", 1)}})
+    assert raw["Item"]["billed_ids"] == {"SS": ["i-late"]}
+    assert ledger_items(emu, pk)["TOTAL"]["spent"] == spent
+    assert ledger_items(emu, f"MONTH#{MONTH}")["TOTAL"]["committed"] == spent

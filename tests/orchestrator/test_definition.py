@@ -7,7 +7,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # The template substitutes numbers too (retry intervals): the file is JSON once they are in.
-NUMBER_SUBSTITUTIONS = {"LambdaRetryIntervalSeconds": 2}
+NUMBER_SUBSTITUTIONS = {
+    "LambdaRetryIntervalSeconds": 2,
+    "LambdaRetryBackoffRate": 2,
+    "ExecutionTimeoutSeconds": 604800,
+}
 
 
 def definition_text() -> str:
@@ -98,10 +102,15 @@ def _normal_closure(states: dict[str, Any], start: str) -> set[str]:
     return seen
 
 
-def test_terminate_retries_then_hands_over_to_the_status_change_handler() -> None:
+def test_terminate_retries_then_marks_the_boot_for_the_reaper() -> None:
     finish = BOOT["States"][TERMINATE]
     assert any(r["ErrorEquals"] == ["States.ALL"] for r in finish["Retry"])
-    fallback = BOOT["States"][finish["Catch"][0]["Next"]]
+    mark = BOOT["States"][finish["Catch"][0]["Next"]]
+    # No Lambda (Lambda may be what fails): a direct write of the mark the reaper reads.
+    assert mark["Resource"] == "arn:aws:states:::dynamodb:updateItem"
+    assert mark["Parameters"]["Key"]["sk"]["S.$"].startswith("States.Format('FINISH_FAILED#")
+    assert mark["Next"] == mark["Catch"][0]["Next"]  # marked or not, the boot's outcome follows
+    fallback = BOOT["States"][mark["Next"]]
     assert fallback["Type"] == "Pass"
     assert fallback.get("End")
     # Its output is bounded: a fixed cause, never the (unbounded) caught one.
@@ -113,6 +122,7 @@ def test_every_retry_interval_is_a_substitution() -> None:
     tasks = [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Task"]
     retries = sum(len(s["Retry"]) for s in tasks)
     assert text.count('"IntervalSeconds": ${LambdaRetryIntervalSeconds}') == retries
+    assert text.count('"BackoffRate": ${LambdaRetryBackoffRate}') == retries
 
 
 def test_a_duplicate_launch_in_flight_is_retried() -> None:
@@ -120,9 +130,23 @@ def test_a_duplicate_launch_in_flight_is_retried() -> None:
     assert any("IdempotencyAlreadyInProgressError" in r["ErrorEquals"] for r in launch["Retry"])
 
 
+def test_a_spot_reclaim_relaunches_up_to_the_input_s_limit() -> None:
+    states = BOOT["States"]
+    for name in ("CheckAgent", "CheckReady", "PollHarness"):
+        first = states[name]["Catch"][0]
+        assert first == {"ErrorEquals": ["InstanceInterrupted"], "ResultPath": "$.error",
+                         "Next": "Relaunch?"}, name  # fmt: skip
+    choice = states["Relaunch?"]
+    assert choice["Choices"][0]["NumericLessThanPath"] == "$.sweep.max_interruptions_per_boot"
+    assert choice["Default"] == TERMINATE
+    relaunch = states[choice["Choices"][0]["Next"]]
+    assert relaunch["Next"] == "Launch"
+    assert relaunch["Parameters"]["interruptions.$"] == "States.MathAdd($.interruptions, 1)"
+
+
 def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
     for name, state in all_states(DEFINITION["States"]).items():
-        if state["Type"] != "Task":
+        if state["Type"] != "Task" or name == "MarkFinishFailed":
             continue
         assert 0 < state["TimeoutSeconds"] <= 300, name
         assert state["Retry"][0] == RECOMMENDED_LAMBDA_RETRY, name

@@ -46,7 +46,7 @@ def account_state(emu: Emulation) -> dict[str, Any]:
     # Less `last_seen`: a sweep running alongside writes it at every poll, as its heartbeat.
     tables = {
         name: sorted(
-            str({k: v for k, v in item.items() if k != "last_seen"})
+            str({k: v for k, v in item.items() if not k.startswith("last_seen")})
             for item in ddb.scan(TableName=name)["Items"]
         )
         for name in ddb.list_tables()["TableNames"]
@@ -121,7 +121,8 @@ def test_a_plan_counts_the_month_already_committed_against_the_deployed_cap(
 ) -> None:
     fleet.bench = "running"
     waits = {"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
-    body = sweep_input(deadlines=HOURS_2, waits=waits)  # 2 h x $0.30 = $0.60
+    # No relaunch: at 0 s polls for 2 h, a second attempt's polls would not fit the history.
+    body = sweep_input(deadlines=HOURS_2, waits=waits, max_interruptions_per_boot=0)
     holding = deployed.start_execution(body)
     try:
         assert fleet.bench_started.wait(60)
@@ -148,6 +149,8 @@ def test_a_plan_refuses_an_estimate_over_the_deployed_cap_alone(
     deployed: Emulation, fleet: ScriptedFleet
 ) -> None:
     stack = BotoStack(deployed.session(), deployed.stack_refs())
-    plan = stack.plan(sweep_input(boots_per_rig=2, deadlines=HOURS_2))  # $1.20
+    plan = stack.plan(  # $1.20
+        sweep_input(boots_per_rig=2, deadlines=HOURS_2, max_interruptions_per_boot=0)
+    )
     assert not plan.valid
     assert "alone is over the monthly cap $1.00 by $0.20" in plan.error

@@ -148,16 +148,23 @@ def test_harness_report_unreadable(emu: Emulation, earlier_rows: Any) -> None:
     check_failed(emu, described, earlier_rows, "ReportInvalid", "does not parse")
 
 
-def test_spot_interruption_mid_benchmark(emu: Emulation, earlier_rows: Any) -> None:
+def test_spot_interruption_past_the_boot_s_limit_fails_it(
+    emu: Emulation, earlier_rows: Any
+) -> None:
     fleet = fleet_of(emu)
     fleet.bench = "running"
-    body = sweep_input(waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1})
+    body = sweep_input(
+        waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1},
+        max_interruptions_per_boot=0,
+    )
     arn = emu.start_execution(body)
     assert fleet.bench_started.wait(60), "the benchmark never started"
     (instance_id,) = fleet.instances
     assert emu.interrupt_spot(instance_id) == [{"recorded": True}]
     described = emu.wait(arn, 60)
-    check_failed(emu, described, earlier_rows, "InstanceLost", "spot interruption", instance_id)
+    check_failed(
+        emu, described, earlier_rows, "InstanceInterrupted", "spot interruption", instance_id
+    )
 
 
 def test_one_boot_failing_keeps_the_rows_other_boots_stored(

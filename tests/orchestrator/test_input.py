@@ -1,6 +1,7 @@
 """The execution input: one model, its schema in the repo, errors that name the field."""
 
 import json
+import re
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_defaults_fill_a_minimal_input() -> None:
     sweep = parse_sweep_input(GOOD, CONTEXT)
     assert sweep.instance_type == "g5g.2xlarge"
     assert sweep.market == "spot"
-    assert sweep.boots_per_rig == 2
+    assert sweep.boots_per_rig == 3
     assert sweep.deadlines.instance_s >= sweep.deadlines.ready_s
 
 
@@ -110,18 +111,55 @@ def test_deeply_nested_input_is_one_clear_line() -> None:
 
 
 def test_a_sweep_that_could_overflow_its_history_is_refused() -> None:
-    with pytest.raises(InvalidInput, match=r"12 boots could write 27260 history events"):
-        parse_sweep_input({**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 6}, CONTEXT)
+    twelve = {**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 6}
+    # A relaunch after a spot reclaim polls again, within the same instance deadline.
+    with pytest.raises(InvalidInput, match=r"12 boots could write 29936 history events"):
+        parse_sweep_input(twelve, CONTEXT)
+    # Without relaunches 12 fit at the default polls (20, 30 and 45 s).
+    assert (
+        parse_sweep_input({**twelve, "max_interruptions_per_boot": 0}, CONTEXT).boot_count() == 12
+    )
+    # The default sweep of three rigs, three boots each, fits with one relaunch per boot.
+    three = {**GOOD, "rigs": ["torch", "vllm", "r3"]}
+    assert parse_sweep_input(three, {**CONTEXT, "rigs": set(three["rigs"])}).boot_count() == 9
     slower = {"agent_poll_s": 60, "ready_poll_s": 60, "command_poll_s": 120}
     rigs = ["torch", "vllm", "r3", "r4"]
-    sweep = parse_sweep_input(
-        {**GOOD, "rigs": rigs, "boots_per_rig": 10, "waits": slower},
-        {**CONTEXT, "rigs": set(rigs)},
-    )
-    assert sweep.boot_count() == 40  # the largest sweep, at slower polls
+    context = {**CONTEXT, "rigs": set(rigs)}
+    forty = {**GOOD, "rigs": rigs, "boots_per_rig": 10, "waits": slower}
+    with pytest.raises(InvalidInput, match=r"40 boots could write 37060 history events"):
+        parse_sweep_input(forty, context)
+    sweep = parse_sweep_input({**forty, "max_interruptions_per_boot": 0}, context)
+    assert sweep.boot_count() == 40  # the largest sweep, at slower polls and no relaunch
+    sweep = parse_sweep_input({**forty, "rigs": rigs[:3], "boots_per_rig": 8}, context)
+    assert sweep.boot_count() == 24  # 26 fit at slower polls with one relaunch per boot
 
 
 def test_schema_describes_the_model() -> None:
     schema = json.loads(SCHEMA_PATH.read_text())
     assert set(schema["required"]) == {"rigs", "model", "budget_usd"}
     assert schema["properties"]["market"]["enum"] == ["spot", "on-demand"]
+
+
+def test_a_rig_listed_twice_under_a_label_is_an_a_a_sweep() -> None:
+    sweep = parse_sweep_input(
+        {**GOOD, "rigs": ["torch", "torch@b"], "rig_settings": {"torch@b": {"max_batch": 2}}},
+        CONTEXT,
+    )
+    assert sweep.rigs == ["torch", "torch@b"]
+    assert sweep.boot_count() == 6
+
+
+@pytest.mark.parametrize(
+    ("rigs", "words"),
+    [
+        (["torch", "torch"], "a rig is listed twice (to run it twice, label one: jax, jax@b)"),
+        (["torch@b", "torch@b"], "a rig is listed twice"),
+        (["tgi@b"], "unknown rig 'tgi@b'"),
+        (["torch@"], "should match pattern"),
+        (["torch@b@c"], "should match pattern"),
+        (["torch@B"], "should match pattern"),
+    ],
+)
+def test_labelled_rigs_are_checked(rigs: list[str], words: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(words)):
+        parse_sweep_input({**GOOD, "rigs": rigs}, CONTEXT)

@@ -31,7 +31,11 @@ from tests.harness.conftest import start_reference_server
 def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     emu: Emulation, tmp_path: Path
 ) -> None:
-    proc, url = start_reference_server("--ttft-ms", "5", "--itl-ms", "1")
+    # Seeded 500s: the pre-flight and warm-up pass, two of the first cell's four fail (so
+    # bench exits 1), the second cell's none: the report is still uploaded and stored.
+    proc, url = start_reference_server(
+        "--ttft-ms", "5", "--itl-ms", "1", "--error-rate", "0.1", "--seed", "2"
+    )
     try:
         (tmp_path / "bundle").symlink_to(REPO_ROOT)
         bucket = emu.stack_refs().bucket
@@ -61,7 +65,9 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     report = read_report(s3, bucket, report_key("s-1", "torch", 1))
     assert isinstance(report, Report)
     assert [c.concurrency for c in report.cells] == [1, 2]
-    assert all(c.requests_ok == 4 and c.requests_failed == 0 for c in report.cells)
+    assert [(c.requests_ok, c.requests_failed) for c in report.cells] == [(2, 2), (4, 0)]
+    assert report.cells[0].first_failure == "http_error: HTTP 500: injected failure"
+    assert report.cells[1].first_failure is None
     assert all(c.output_tok_s > 0 and c.ttft_ms.p50 is not None for c in report.cells)
     # What the harness records of the achieved load, validity and delivery reaches the row.
     for cell in report.cells:

@@ -247,7 +247,7 @@ def test_only_the_report_function_writes_sweep_reports_and_reads_only_boot_repor
     }  # fmt: skip
     policies = FUNCTIONS["ReportFunction"]["Properties"]["Policies"]
     templates = {next(iter(p)) for p in policies if "Statement" not in p}
-    assert templates == {"DynamoDBReadPolicy"}  # no S3 policy template: they grant the bucket
+    assert templates == set()  # no S3 policy template: they grant the bucket
     writers = {
         o for o, s in statements() if allows(s, "s3:PutObject") and "sweep-reports" in json.dumps(s)
     }
@@ -265,8 +265,11 @@ def test_every_definition_placeholder_is_substituted() -> None:
     placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
     assert placeholders == set(machine["DefinitionSubstitutions"])
     for key, value in machine["DefinitionSubstitutions"].items():
-        if key.endswith("Seconds"):  # a number, from a stack parameter with a real default
+        if key.endswith(("Seconds", "BackoffRate")):  # a number: a parameter with a default
             assert TEMPLATE["Parameters"][value["Ref"]]["Default"] >= 1
+            continue
+        if key == "LedgerTableName":  # MarkFinishFailed writes the ledger directly
+            assert value == {"Ref": "LedgerTable"}
             continue
         assert value["Fn::GetAtt"][1] == "Arn"
         assert value["Fn::GetAtt"][0] in FUNCTIONS
@@ -405,3 +408,148 @@ def test_instances_reach_out_over_http_and_https_only() -> None:
         ("tcp", 443, 443),
         ("tcp", 80, 80),
     }
+
+
+# What each function does to the ledger (functions/budget.py, cleanup.py, ...), and no more:
+# a transaction's Put/Update need PutItem/UpdateItem; nothing deletes, scans or batch-writes.
+LEDGER_ACTIONS = {
+    "ValidateFunction": {"dynamodb:PutItem", "dynamodb:GetItem"},
+    "ReserveBudgetFunction": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+    "LaunchFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "CheckAgentFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "CheckReadyFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "PollFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "FinishFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "SummarizeFunction": {"dynamodb:Query", "dynamodb:UpdateItem"},
+    "ReportFunction": {"dynamodb:Query"},
+    "ReaperFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+    "SpotInterruptionFunction": {"dynamodb:PutItem"},
+    "SweepEndFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+    "BakePlanFunction": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+    "BakeTerminateFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "SweepStateMachine": {"dynamodb:UpdateItem"},  # MarkFinishFailed
+}
+
+
+def _on(statement: dict[str, Any], table: str) -> bool:
+    return table in json.dumps(statement["Resource"])
+
+
+def test_no_policy_template_grants_more_than_the_code_uses() -> None:
+    for logical_id, resource in RESOURCES.items():
+        for policy in resource.get("Properties", {}).get("Policies", []):
+            if isinstance(policy, dict):
+                assert not {"DynamoDBCrudPolicy", "DynamoDBReadPolicy", "S3ReadPolicy",
+                            "DynamoDBWritePolicy"} & set(policy), logical_id  # fmt: skip
+
+
+def test_each_function_holds_the_ledger_actions_it_uses() -> None:
+    granted: dict[str, set[str]] = {}
+    for owner, statement in statements():
+        if (
+            statement["Effect"] == "Allow"
+            and "Resource" in statement
+            and _on(statement, "LedgerTable")
+        ):
+            granted.setdefault(owner, set()).update(actions(statement))
+    assert granted == LEDGER_ACTIONS
+
+
+def test_nothing_scans_and_results_are_read_by_query_only() -> None:
+    assert not [o for o, s in statements() if allows(s, "dynamodb:Scan")]
+    readers = {
+        (o, a) for o, s in statements() if "Resource" in s and _on(s, "ResultsTable")
+        for a in actions(s)
+    }  # fmt: skip
+    assert readers == {("StoreFunction", "dynamodb:PutItem"), ("ReportFunction", "dynamodb:Query")}
+
+
+def test_s3_reads_are_scoped_by_prefix() -> None:
+    reads = {
+        (o, json.dumps(s["Resource"])) for o, s in statements()
+        if allows(s, "s3:GetObject") and "Resource" in s and not o.endswith("Role")
+    }  # fmt: skip
+    assert reads == {
+        ("ValidateFunction", '{"Fn::Sub": "${ArtifactBucket.Arn}/bundle/*"}'),
+        ("BakePlanFunction", '{"Fn::Sub": "${ArtifactBucket.Arn}/bundle/*"}'),
+        ("StoreFunction", '{"Fn::Sub": "${ArtifactBucket.Arn}/reports/*"}'),
+        ("ReportFunction", '{"Fn::Sub": "${ArtifactBucket.Arn}/reports/*"}'),
+    }
+
+
+def _resolve(node: Any, parameters: dict[str, Any]) -> Any:
+    """The few intrinsic functions a condition value is built from."""
+    if isinstance(node, dict) and "Ref" in node:
+        return parameters[node["Ref"]]
+    if isinstance(node, dict) and "Fn::Join" in node:
+        delimiter, items = node["Fn::Join"]
+        return delimiter.join(_resolve(items, parameters))
+    if isinstance(node, dict) and "Fn::Split" in node:
+        delimiter, text = node["Fn::Split"]
+        return _resolve(text, parameters).split(delimiter)
+    if isinstance(node, dict) and "Fn::Sub" in node:
+        text, names = node["Fn::Sub"]
+        for name, value in names.items():
+            text = text.replace("${" + name + "}", _resolve(value, parameters))
+        return text
+    return node
+
+
+def test_launch_only_into_the_stack_s_subnets_from_amazon_or_own_images() -> None:
+    launching = [
+        s for o, s in statements() if o == "LaunchFunction" and allows(s, "ec2:RunInstances")
+    ]
+    by_resource = {r: s for s in launching for r in _resources(s)}
+    subnet = by_resource[":subnet/*"]
+    assert by_resource[":network-interface/*"] is subnet
+    values = _resolve(
+        subnet["Condition"]["StringLike"]["ec2:Subnet"], {"SubnetIds": ["subnet-a1", "subnet-b2"]}
+    )
+    assert values == ["*:subnet/subnet-a1", "*:subnet/subnet-b2"]
+    image = by_resource["::image/*"]
+    assert image["Condition"] == {
+        "StringEquals": {"ec2:Owner": ["amazon", {"Ref": "AWS::AccountId"}]}
+    }
+    # Every other resource of the launch is named, or conditioned (tags, type, encryption).
+    for resource, statement in by_resource.items():
+        assert (
+            "Condition" in statement
+            or not resource.endswith(("/*", "::image/*"))
+            or (resource.endswith(":spot-instances-request/*"))
+        ), resource
+
+
+def _resources(statement: dict[str, Any]) -> list[str]:
+    found = (
+        statement["Resource"]
+        if isinstance(statement["Resource"], list)
+        else [statement["Resource"]]
+    )
+    return [r["Fn::Sub"].rsplit("}", 1)[-1] if isinstance(r, dict) else r for r in found]
+
+
+def test_service_quotas_are_read_by_their_arns_only() -> None:
+    from functions.bake_steps import STANDARD_ON_DEMAND_QUOTA
+    from functions.quota import ON_DEMAND_G_VT_QUOTA, SPOT_G_VT_QUOTA
+
+    reading = {
+        o: sorted(r["Fn::Sub"].rsplit("/", 1)[-1] for r in (
+            s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]))
+        for o, s in statements() if allows(s, "servicequotas:GetServiceQuota")
+    }  # fmt: skip
+    assert reading == {
+        "CheckQuotaFunction": sorted([SPOT_G_VT_QUOTA, ON_DEMAND_G_VT_QUOTA]),
+        "BakePlanFunction": [STANDARD_ON_DEMAND_QUOTA],
+    }
+
+
+def test_a_finish_that_gives_up_is_ended_within_a_minute_and_alarms() -> None:
+    assert TEMPLATE["Parameters"]["ReaperSchedule"]["Default"] == "rate(1 minute)"
+    alarm = RESOURCES["FinishGaveUpAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("rigbench", "FinishGaveUpInstances")
+    assert alarm["Period"] == 60
+    mark = [
+        s for o, s in statements()
+        if o == "SweepStateMachine" and "Resource" in s and _on(s, "LedgerTable")
+    ]  # fmt: skip
+    assert [actions(s) for s in mark] == [["dynamodb:UpdateItem"]]

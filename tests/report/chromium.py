@@ -21,28 +21,32 @@ class PageErrors(AssertionError):
     pass
 
 
+def _above_four(fd: int) -> int:
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return moved
+
+
 class Chromium:
     def __init__(self, width: int = 1400, height: int = 1000) -> None:
         self._profile = tempfile.mkdtemp(prefix="rigbench-chromium-")
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
-
-        def child_fds() -> None:  # Chromium reads commands on fd 3 and writes replies on fd 4
-            high_r = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10)
-            high_w = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
-            os.dup2(high_r, 3)
-            os.dup2(high_w, 4)
-
+        # Chromium reads commands on fd 3 and writes replies on fd 4: bash moves the
+        # pipe's ends there (no preexec_fn: a fork hook, which JAX, once imported, warns of),
+        # from numbers above 4 so that neither move overwrites the other's source.
+        to_chrome_r, from_chrome_w = (_above_four(fd) for fd in (to_chrome_r, from_chrome_w))
         self.proc = subprocess.Popen(
             [
+                "bash", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}',
                 CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
                 "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
                 "--disable-extensions", "--remote-debugging-pipe",
                 f"--user-data-dir={self._profile}", f"--window-size={width},{height}",
                 "about:blank",
             ],
-            preexec_fn=child_fds,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False,
+            pass_fds=(to_chrome_r, from_chrome_w),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         os.close(to_chrome_r)
         os.close(from_chrome_w)

@@ -29,7 +29,8 @@ def test_series_orders_cells_by_load_and_skips_cells_without_requests() -> None:
         ("c=1", [(1, 10.0)]),
         ("c=8", [(1, 80.0), (2, 90.0)]),
     ]
-    assert points[1].aggregate.value == 85.0
+    assert points[1].aggregate.value == pytest.approx((80.0 * 90.0) ** 0.5)  # geometric mean
+    assert points[1].aggregate.interval_words == "range of 2 boots"
 
 
 def test_chosen_cell_is_the_highest_load_every_rig_measured() -> None:
@@ -42,3 +43,11 @@ def test_chosen_cell_is_the_highest_load_every_rig_measured() -> None:
     with pytest.raises(ValueError, match=r"no cell 'c=9' in this sweep \(cells: c=1, c=4\)"):
         chosen_cell(data, "c=9")
     assert cell_label(_cell(4, 1.0)) == "c=4"
+
+
+def test_log_axes_are_labelled_at_decades_or_one_two_five() -> None:
+    from rigbench.report.figures import log_ticks
+
+    assert log_ticks([3.0, 4_500.0]) == [1.0, 10.0, 100.0, 1000.0, 10000.0]
+    assert log_ticks([12.0, 90.0]) == [10.0, 20.0, 50.0, 100.0, 200.0, 500.0]
+    assert log_ticks([0.0, -1.0]) == []

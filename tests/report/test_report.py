@@ -6,47 +6,42 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
-from harness.compare import compare, render_text, values_from_reports
+from harness.agreement_view import agreement_line, counts_words
+from harness.compare import Comparison, footnotes, render_text
 from rigbench.cli import app
-from rigbench.local.cli import local_stack, run_local
+from rigbench.comparison import LOCAL_EMULATION, comparison_of
+from rigbench.local.cli import local_stack
+from rigbench.report.agreement import agreement_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
 from rigbench.report.trend import trend_page
 from rigbench.report.writer import store_from
 from tests.report.chromium import Chromium
+from tests.shared_sweep import (
+    SHARED_SWEEP_GROUP,
+    SHARED_SWEEP_ID,
+    SHARED_SWEEP_TIMEOUT_S,
+    TERMINAL_WIDTH,
+    FinishedSweep,
+)
 
-SWEEP = "report-e2e"
-SWEEP_INPUT: dict[str, Any] = {
-    "sweep_id": SWEEP,
-    "rigs": ["jax", "torch"],
-    "model": "random:tiny",
-    "boots_per_rig": 2,
-    "budget_usd": 2,
-    "cells": {
-        "concurrency": [1, 2],
-        "requests_per_cell": 3,
-        "prompt_tokens": 8,
-        "output_tokens": 6,
-        "warmup_requests": 1,
-    },
-    "deadlines": {"ready_s": 300, "bench_s": 300, "instance_s": 900},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
-}
-# A local sweep of four boots takes about two minutes on an idle two-core machine, and much
-# longer on a busy one; the module's first test pays for it.
-pytestmark = pytest.mark.timeout(1500)
+SWEEP = SHARED_SWEEP_ID
+pytestmark = [
+    pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S),
+    pytest.mark.xdist_group(SHARED_SWEEP_GROUP),
+]
 PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
 # Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
-MARKS_JS = """(() => {
+# The page unpacks plotly.js and draws its figures after load: window.rigbenchDrawn settles then.
+MARKS_JS = """(async () => {
+  await window.rigbenchDrawn;
   const out = {};
   for (const div of document.querySelectorAll('.js-plotly-plot')) {
     const drawn = [...div.querySelectorAll(
@@ -58,25 +53,15 @@ MARKS_JS = """(() => {
 })()"""
 
 
-@dataclass(frozen=True)
-class Sweep:
-    home: Path
-    terminal: str
-    report: Path
+@pytest.fixture(scope="module")
+def sweep(finished_sweep: FinishedSweep, tmp_path_factory: pytest.TempPathFactory) -> FinishedSweep:
+    """The run's shared sweep, in a home of this module's own (its tests write reports)."""
+    assert finished_sweep.code == 0, finished_sweep.terminal
+    return finished_sweep.copy_to(tmp_path_factory.mktemp("report") / "home")
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
-    home = tmp_path_factory.mktemp("report") / "home"
-    console = Console(record=True, width=320)
-    code = run_local(dict(SWEEP_INPUT), home=home, console=console, quota_vcpus=16)
-    terminal = console.export_text()
-    assert code == 0, terminal
-    return Sweep(home=home, terminal=terminal, report=home / f"report-{SWEEP}.html")
-
-
-@pytest.fixture(scope="module")
-def gathered(sweep: Sweep) -> SweepData:
+def gathered(sweep: FinishedSweep) -> SweepData:
     """The sweep as a later `rigbench report --local` reads it (its execution is gone)."""
     with local_stack(sweep.home) as stack:
         return gather(store_from(stack.client, stack.refs), SWEEP)
@@ -99,25 +84,50 @@ def _text(page: str) -> str:
 
 
 @pytest.mark.slow
-def test_sweep_ends_by_printing_the_report_path(sweep: Sweep) -> None:
-    last = sweep.terminal.strip().splitlines()[-1]
-    assert last == f"report: {sweep.report} (open it in a browser)"
-    assert sweep.report.is_file()
+def test_sweep_ends_by_printing_the_report_path(finished_sweep: FinishedSweep) -> None:
+    last = finished_sweep.terminal.strip().splitlines()[-1]
+    assert last == f"report: {finished_sweep.report} (open it in a browser)"
+    assert finished_sweep.report.is_file()
 
 
 @pytest.mark.slow
-def test_terminal_table_and_report_say_the_same_things(sweep: Sweep, gathered: SweepData) -> None:
-    comparison = compare(values_from_reports(gathered.reports_by_rig()))
+def test_terminal_table_and_report_say_the_same_things(
+    sweep: FinishedSweep, gathered: SweepData
+) -> None:
+    comparison = comparison_of(gathered, local=True)
+    assert comparison is not None
     words = [r.words for c in comparison.cells for m in c.metrics for r in m.results if r.words] + [
         m.ranking for c in comparison.cells for m in c.metrics if m.ranking
     ]
     withheld = [m.withheld for c in comparison.cells for m in c.metrics if m.withheld]
+    intervals = {
+        r.aggregate.interval_words
+        for c in comparison.cells
+        for m in c.metrics
+        for r in m.results
+        if r.aggregate is not None
+    }
     assert words
-    table = render_text(comparison, width=320)
+    assert intervals <= {"range of 2 boots", "2 equal boots"}  # what 2 boots give, said so
+    table = render_text(comparison, width=TERMINAL_WIDTH)
     page = _text(sweep.report.read_text())
-    for phrase in [*words, *withheld]:
+    terminal = " ".join(sweep.terminal.split())
+    for phrase in [*words, *withheld, *intervals, *footnotes(comparison)]:
         assert phrase in table
         assert phrase in page, phrase
+        assert " ".join(phrase.split()) in terminal, phrase
+    # What ran is said wherever a price, cost, zone or AMI appears, and by the terminal.
+    assert LOCAL_EMULATION in footnotes(comparison)
+    for section in ("Sweep", "Cost per million output tokens", "Provenance"):
+        after = page.rsplit(f" {section} ", 1)[1]  # the heading, after the page's nav
+        assert LOCAL_EMULATION in after[:2000], section
+    # Each rig's batching, slots and dtype head its column, in both.
+    for rig, setup in comparison.setups.items():
+        # the torch rig's default is like jax's; torch@wrong batches (its perturbation needs it)
+        assert setup.batching == ("batched" if rig == "torch@wrong" else "continuous"), rig
+        assert setup.words() in table
+        assert setup.words() in page
+    assert "bootstrap" not in table + page
     # Ratios, never signed percentages with "slower"; the ranking column is filled.
     assert not re.search(r"[+-]\d+(\.\d+)?% (slower|faster)", table + page)
     assert re.search(r"(\d+(\.\d)?x|\d+%) (higher|lower) ", page)
@@ -130,16 +140,72 @@ def test_terminal_table_and_report_say_the_same_things(sweep: Sweep, gathered: S
 
 
 @pytest.mark.slow
-def test_report_opens_offline_and_draws_every_plot(sweep: Sweep, browser: Chromium) -> None:
+def test_compare_command_prints_the_reports_comparison(
+    sweep: FinishedSweep, gathered: SweepData
+) -> None:
+    runner = CliRunner()
+    args = ["compare", SWEEP, "--local", "--home", str(sweep.home)]
+    shown = runner.invoke(app, [*args, "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    assert Comparison.model_validate_json(shown.stdout) == comparison_of(gathered, local=True)
+    table = runner.invoke(app, args, env={"COLUMNS": "320"})
+    assert table.exit_code == 0, table.output
+    assert "rigbench comparison (baseline jax)" in table.stdout
+    assert LOCAL_EMULATION in table.stdout
+    missing = runner.invoke(app, ["compare", "no-such-sweep", "--local", "--home", str(sweep.home)])
+    assert missing.exit_code == 2
+    assert "no sweep 'no-such-sweep'" in missing.output
+
+
+@pytest.mark.slow
+def test_float32_torch_and_jax_outputs_agree_in_the_table_and_the_report(
+    sweep: FinishedSweep, gathered: SweepData
+) -> None:
+    pairs = {p.rigs: p for p in agreement_of(gathered)}
+    assert {("jax", "jax@b"), ("jax", "torch"), ("jax@b", "torch")} <= set(pairs)
+    pair = pairs[("jax", "torch")]
+    assert pair.verdict == "agree", pair
+    assert pair.threshold_nats == 1e-3  # both rigs said float32
+    assert pair.prompts == 16
+    assert pair.identical + (pair.near_tie or 0) == 16
+    # the pair's own rounding noise, where both rigs gave logprobs, is far below the threshold
+    if pair.margin_shift_max is not None:
+        assert pair.margin_shift_max < pair.threshold_nats / 10
+    line = agreement_line(pair)
+    assert line.startswith("jax vs torch: outputs agree (")
+    assert "output agreement" in sweep.terminal
+    assert "jax vs torch" in sweep.terminal
+    assert "outputs agree" in sweep.terminal
+    page = _text(sweep.report.read_text())
+    assert "Output agreement" in page
+    assert counts_words(pair) in page
+    assert "of a boot's instance time" in page  # the probe's cost, per rig
+    for boot in gathered.boots:
+        probe = (boot.report or {})["agreement"]
+        assert probe["duration_s"] > 0
+        assert all(a["error"] is None for a in probe["answers"])
+
+
+@pytest.mark.slow
+def test_report_opens_offline_and_draws_every_plot(sweep: FinishedSweep, browser: Chromium) -> None:
     page = sweep.report.read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"?https?:", page)  # nothing fetched
     text = _text(page)
     for heading in ("Sweep", "Comparison", "Plots", "Cost per million output tokens",
                     "Provenance"):  # fmt: skip
         assert f"{heading}" in text
-    assert "jax, torch serving random:tiny" in text
+    assert "jax, jax@b, torch, torch@wrong serving random:tiny" in text
     assert "cost (spend ledger) $" in text
     assert "rigbench run --local sweep.json" in text  # the command to reproduce
+
+    # At most 2 MB: plotly.js travels once, compressed; no more than that and the figures.
+    assert sweep.report.stat().st_size <= 2_000_000
+    assert page.count('id="plotly-packed"') == 1
+    # The comparison carries the tails beside the medians; one date format throughout.
+    for label in ("TTFT p50", "TTFT p90", "TTFT p99", "TPOT p90", "E2E p99"):
+        assert label in text
+    assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text)
+    assert "<thead><tr><th></th>" not in page  # no empty header row
 
     browser.open(sweep.report)
     marks = browser.evaluate(MARKS_JS)
@@ -154,7 +220,7 @@ def test_report_opens_offline_and_draws_every_plot(sweep: Sweep, browser: Chromi
 
 @pytest.mark.slow
 def test_report_command_later_says_what_it_cannot_know(
-    sweep: Sweep, tmp_path: Path, browser: Chromium
+    sweep: FinishedSweep, tmp_path: Path, browser: Chromium
 ) -> None:
     out = tmp_path / "again.html"
     runner = CliRunner()
@@ -181,7 +247,7 @@ def test_report_command_later_says_what_it_cannot_know(
     args = ["report", "--trend", "--rig", "torch", "--model", "random:tiny", "--local"]
     made = runner.invoke(app, [*args, "--home", home, "--out", str(trend)])
     assert made.exit_code == 0, made.output
-    assert "Only one sweep (report-e2e) so far" in _text(trend.read_text())
+    assert f"Only one sweep ({SWEEP}) so far" in _text(trend.read_text())
     browser.open(trend)
     assert browser.evaluate(MARKS_JS)["plot-trend"] > 0
     assert browser.errors() == []
@@ -205,7 +271,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
         }
     )
     text = _text(render_page(sweep_page(failed)))
-    assert f"1 of 4 boots failed: torch boot 2: {why}" in text
+    assert f"1 of 8 boots failed: torch boot 2: {why}" in text
     assert "Failed boots" in text
     assert "torch 1 reported, 1 failed, 2 in all" in text
 
@@ -213,7 +279,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
         update={"status": "RUNNING", "boots": _boots(gathered, jax2={"report": None})}
     )
     text = _text(render_page(sweep_page(running)))
-    assert "The sweep is still running: 3 of 4 boots have stored a report so far" in text
+    assert "The sweep is still running: 7 of 8 boots have stored a report so far" in text
 
     alone = gathered.model_copy(
         update={"rigs": ["torch"], "boots": [b for b in gathered.boots if b.rig == "torch"]}
@@ -222,6 +288,20 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
     assert "Only one rig (torch) has results: there is nothing to compare it with" in _text(page)
     for verdict in ("better", "worse", "noise"):  # no rig is judged: there is no other rig
         assert f'<span class="{verdict}">' not in page
+
+    # A sweep that stored nothing has no figures: its page carries no plotting library.
+    nothing = gathered.model_copy(
+        update={
+            "status": "FAILED",
+            "boots": [
+                b.model_copy(update={"report": None, "outcome": "failed"}) for b in gathered.boots
+            ],
+        }
+    )
+    page = render_page(sweep_page(nothing))
+    assert "plotly-packed" not in page
+    assert len(page.encode()) < 100_000
+    assert "No boot stored a report" in _text(page)
 
     with pytest.raises(ReportError, match="no results for torch serving nothing"):
         trend_page([], "torch", "nothing", None)

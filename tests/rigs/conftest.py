@@ -1,6 +1,8 @@
-"""Shared rig fixtures: one materialised random:tiny checkpoint per test session."""
+"""Shared rig fixtures: one materialised random:tiny checkpoint and one server per rig per test
+session (per pytest-xdist worker; the modules that use the JAX rig share one xdist group)."""
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,47 @@ def tiny(rig_cache: Path) -> ModelSource:
 def torch_rig(
     tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """The torch rig serving random:tiny, started by `rigbench rig serve` as on an instance."""
+    """The torch rig serving random:tiny, started by `rigbench rig serve` as on an instance,
+    one request at a time (`batching=serial`; the rig's default, continuous, has its own
+    fixture below)."""
     log = tmp_path_factory.mktemp("torch-rig") / "server.log"
-    with rig_server("torch", "random:tiny", cache=rig_cache, log=log) as base:
+    with rig_server(
+        "torch", "random:tiny", cache=rig_cache, log=log, settings=("batching=serial",)
+    ) as base:
         yield base
+
+
+# The JAX rig is asked for 4096 positions and must serve (and advertise) only the 1024 that
+# random:tiny has; 4 slots so a few abandoned requests would fill it; 4 decode steps per call.
+JAX_BURST = 4
+JAX_SETTINGS = ("max_model_len=4096", "max_slots=4", f"steps_per_call={JAX_BURST}")
+JAX_RIG_GROUP = pytest.mark.xdist_group("jax-rig")
+
+
+@dataclass
+class JaxRig:
+    base: str
+    health_codes: list[int] = field(default_factory=list)  # /health answers while starting
+
+
+@pytest.fixture(scope="session")
+def jax_rig_server(
+    tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[JaxRig]:
+    """The JAX rig serving random:tiny with JAX_SETTINGS, started by `rigbench rig serve`;
+    modules that use it are marked JAX_RIG_GROUP so one worker starts it once."""
+    log = tmp_path_factory.mktemp("jax-rig") / "server.log"
+    # CPU codegen at -O0 compiles the buckets twice as fast; numerics are unchanged.
+    env = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    rig = JaxRig(base="")
+    with rig_server(
+        "jax", "random:tiny", cache=rig_cache, log=log, timeout_s=600,
+        settings=JAX_SETTINGS, env=env, health_codes=rig.health_codes,
+    ) as base:  # fmt: skip
+        rig.base = base
+        yield rig
+
+
+@pytest.fixture(scope="session")
+def jax_rig(jax_rig_server: JaxRig) -> str:
+    return jax_rig_server.base

@@ -33,9 +33,11 @@ def rig_server(
     timeout_s: float = 120.0,
     settings: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    health_codes: list[int] | None = None,
 ) -> Iterator[str]:
     """`rigbench rig serve RIG --model MODEL [--set KEY=VALUE ...]` on a free loopback port,
-    with `env` added to the environment; yields its base URL."""
+    with `env` added to the environment; yields its base URL. `health_codes`, when given,
+    receives every /health status seen while the rig started."""
     port = free_port()
     full_env = {**os.environ, **(env or {}), "RIGBENCH_CACHE": str(cache), "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "rigbench", "rig", "serve", rig, "--model", model]
@@ -53,7 +55,7 @@ def rig_server(
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(proc, base, timeout_s, log)
+        _wait_healthy(proc, base, timeout_s, log, [] if health_codes is None else health_codes)
         yield base
     finally:
         stop_process_group(proc)
@@ -71,13 +73,16 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> 
             proc.wait()
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], base: str, timeout_s: float, log: Path) -> None:
+def _wait_healthy(
+    proc: subprocess.Popen[bytes], base: str, timeout_s: float, log: Path, codes: list[int]
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"rig exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+            codes.append(httpx.get(f"{base}/health", timeout=2).status_code)
+            if codes[-1] == 200:
                 return
         except httpx.TransportError:
             pass

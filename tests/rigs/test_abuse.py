@@ -13,7 +13,6 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,36 +22,13 @@ from hypothesis import strategies as st
 
 from rigs.serving.app import DEFAULT_MAX_BODY_BYTES
 from rigs.serving.protocol import UNHONOURED
-from rigs.sources import ModelSource
-from tests.rigs.rig_process import rig_server
+from tests.rigs.conftest import JAX_BURST, JAX_RIG_GROUP
 
 CONTEXT = 1024  # random:tiny's max_position_embeddings
-JAX_BURST = 4
-# The JAX rig is asked for 4096 and must serve (and advertise) only the 1024 positions the
-# model has; 4 slots so a few abandoned requests would fill it.
-JAX_SETTINGS = ["max_model_len=4096", "max_slots=4", f"steps_per_call={JAX_BURST}"]
 PROMPT = [2, *range(300, 320)]
 HUGE = DEFAULT_MAX_BODY_BYTES + 2 * 2**20  # ~10 MB: over the body limit
 LONG_TEXT = "word " * (1024 * 1024)  # 5 MB: under the body limit, far over the context
-
-
-@pytest.fixture(scope="module")
-def jax_rig(
-    tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("jax-abuse") / "server.log"
-    # CPU codegen at -O0 compiles the buckets twice as fast; numerics are unchanged.
-    env = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
-    with rig_server(
-        "jax",
-        "random:tiny",
-        cache=rig_cache,
-        log=log,
-        timeout_s=600,
-        settings=JAX_SETTINGS,
-        env=env,
-    ) as base:
-        yield base
+pytestmark = JAX_RIG_GROUP
 
 
 @pytest.fixture(scope="module", params=["torch", "jax"])
@@ -168,8 +144,16 @@ def test_every_unhonoured_field_has_a_refused_value() -> None:
     assert set(REFUSED_VALUES) == set(UNHONOURED)
 
 
-@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-@pytest.mark.parametrize("field", sorted(REFUSED_VALUES))
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        (path, field)
+        for path in ("/v1/completions", "/v1/chat/completions")
+        for field in sorted(REFUSED_VALUES)
+        # chat serves top_logprobs (with logprobs: true; tests/rigs/test_serving_app.py)
+        if (path, field) != ("/v1/chat/completions", "top_logprobs")
+    ],
+)
 def test_unhonoured_field_is_a_400_naming_it(rig: str, path: str, field: str) -> None:
     body: dict[str, Any] = {"max_tokens": 1, field: REFUSED_VALUES[field]}
     if path == "/v1/completions":

@@ -67,7 +67,7 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], int, str]] = [
     ("stop", "/v1/completions", {**OK_PROMPT, "stop": ["\n"]}, 400, "stop sequences"),
     ("penalty", "/v1/completions", {**OK_PROMPT, "presence_penalty": 1}, 400, "penalties"),
     ("echo", "/v1/completions", {**OK_PROMPT, "echo": True}, 400, "echo"),
-    ("logprobs", "/v1/completions", {**OK_PROMPT, "logprobs": 3}, 400, "logprobs"),
+    ("logprobs > 20", "/v1/completions", {**OK_PROMPT, "logprobs": 21}, 400, "logprobs"),
     ("seed str", "/v1/completions", {**OK_PROMPT, "seed": "x"}, 400, "seed"),
     ("seed huge", "/v1/completions", {**OK_PROMPT, "seed": 2**70}, 400, "seed"),
     ("unknown model", "/v1/completions", {**OK_PROMPT, "model": "gpt-4"}, 404, "gpt-4"),

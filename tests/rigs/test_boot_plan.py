@@ -171,3 +171,16 @@ def test_user_data_template_still_renders_for_every_rig(tmp_path: Path) -> None:
         )
         text = render_user_data(spec)
         assert "--dtype float16" in text
+
+
+def test_a_labelled_entry_runs_its_rig_with_its_own_settings() -> None:
+    sweep = _sweep(
+        "g4dn.xlarge",
+        rigs=["torch", "torch@serial"],
+        rig_settings={"torch@serial": {"batching": "serial"}},
+    )
+    # Like for like by default: the torch rig batches continuously, as the other rigs do.
+    assert plan_boot(sweep, "torch").settings["batching"] == "continuous"
+    labelled = plan_boot(sweep, "torch@serial")
+    assert labelled.rig == "torch"
+    assert labelled.settings["batching"] == "serial"

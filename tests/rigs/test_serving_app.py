@@ -12,10 +12,11 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+import torch
 import uvicorn
 
 from rigs.serving.app import build_lazy_app
-from rigs.serving.engine import Engine, SamplingParams
+from rigs.serving.engine import Engine, SamplingParams, ScoredToken
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import ModelSource
 from rigs.torch.engine import TorchEngine
@@ -177,7 +178,7 @@ def test_rig_process_exits_when_its_model_cannot_load() -> None:
     argv = [sys.executable, "-m", "rigbench", "rig", "serve", "torch"]
     argv += ["--model", "/nonexistent/model", "--host", "127.0.0.1", "--port", str(free_port())]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input: one line, no traceback
     assert "model directory '/nonexistent/model' does not exist" in result.stderr
 
 
@@ -214,3 +215,72 @@ def test_batched_mode_runs_waiting_requests_together_with_generates_output(
     assert got == expected
     assert calls == [4]
     assert batched.provenance()["batching"] == "batched"
+
+
+def _logprobs_of(engine: TorchEngine, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """The model's own log-softmax [len(tokens), V] at each generated position."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.inference_mode():
+        logits = engine.model(ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def test_scored_generation_is_greedy_with_the_models_own_logprobs(engine: TorchEngine) -> None:
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+
+    async def collect() -> list[ScoredToken]:
+        return [t async for t in engine.generate_scored(PROMPT, params, 3)]
+
+    scored = asyncio.run(collect())
+    assert [s.token for s in scored] == _run(engine, params)
+    for s, row in zip(scored, _logprobs_of(engine, PROMPT, [s.token for s in scored]), strict=True):
+        values, ids = row.topk(3)
+        assert [t for t, _ in s.top] == ids.tolist()
+        assert s.top[0][0] == s.token  # greedy: the chosen token is the most likely
+        assert s.logprob == pytest.approx(float(row[s.token]), abs=1e-4)
+        assert [lp for _, lp in s.top] == pytest.approx(values.tolist(), abs=1e-4)
+
+
+def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
+    engine: TorchEngine, tokenizer: ServingTokenizer
+) -> None:
+    with _serve(build_lazy_app(lambda: (engine, tokenizer))) as base:
+        _wait_for(base, 200)
+        body = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+        done = httpx.post(f"{base}/v1/completions", json={**body, "logprobs": 2}).json()
+        choice = done["choices"][0]
+        lp = choice["logprobs"]
+        assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(choice["token_ids"]) == 4
+        assert "".join(lp["tokens"]) == choice["text"]
+        assert all(len(top) == 2 and max(top.values()) <= 0 for top in lp["top_logprobs"])
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
+        answer = httpx.post(
+            f"{base}/v1/chat/completions", json={**chat, "logprobs": True, "top_logprobs": 2}
+        ).json()
+        content = answer["choices"][0]["logprobs"]["content"]
+        assert len(content) == 3
+        for token in content:
+            assert [t["logprob"] for t in token["top_logprobs"]] == sorted(
+                (t["logprob"] for t in token["top_logprobs"]), reverse=True
+            )
+            assert token["logprob"] == token["top_logprobs"][0]["logprob"]
+        # without logprobs nothing changes
+        plain = httpx.post(f"{base}/v1/chat/completions", json=chat).json()["choices"][0]
+        assert plain["logprobs"] is None
+        assert plain["message"]["content"] == answer["choices"][0]["message"]["content"]
+        for bad, words in [
+            ({**chat, "top_logprobs": 2}, "top_logprobs requires logprobs: true"),
+            ({**chat, "logprobs": True, "stream": True}, "without streaming"),
+            ({**chat, "logprobs": True, "top_logprobs": 21}, "less than or equal"),
+        ]:
+            refused = httpx.post(f"{base}/v1/chat/completions", json=bad)
+            assert refused.status_code == 400, refused.text
+            assert words in refused.json()["error"]["message"]
+    # an engine without `generate_scored` says so rather than leaving logprobs out
+    with _serve(build_lazy_app(lambda: (_Breakable(engine), tokenizer))) as base:
+        _wait_for(base, 200)
+        refused = httpx.post(f"{base}/v1/completions", json={**body, "logprobs": 1})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"] == (
+            "logprobs are not supported by this rig's engine"
+        )

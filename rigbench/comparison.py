@@ -1,0 +1,64 @@
+"""A sweep's comparison (`harness.compare.Comparison`) from what the sweep stored: the one
+builder behind the terminal table of a local sweep, the report, `rigbench compare` and the
+MCP `compare` tool, so all of them show the same object in the same words."""
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.agreement import PairAgreement, output_agreement, probes_from_reports
+from harness.compare import Comparison, RigSetup, compare, rig_setup, values_from_reports
+
+if TYPE_CHECKING:
+    from rigbench.report.data import SweepData
+
+LOCAL_EMULATION = "local emulation on this machine's CPU; prices and AMIs are emulated"
+
+
+def setup_of(provenance: Mapping[str, Any]) -> RigSetup | None:
+    """How a boot's rig served: the settings it reported (`provenance.rig`), else the plan it
+    was booted with (`provenance.boot_plan`); None when neither was stored."""
+    reported = provenance.get("rig") or {}
+    plan = provenance.get("boot_plan") or {}
+    planned = {**(plan.get("settings") or {}), "dtype": plan.get("dtype")} if plan else {}
+    merged = {**planned, **{k: v for k, v in reported.items() if v not in (None, "")}}
+    return rig_setup(merged) if merged else None
+
+
+def setups_of(boots: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, RigSetup]:
+    """Per rig, the setup of its first boot that recorded one (every boot of a rig is planned
+    alike)."""
+    found: dict[str, RigSetup] = {}
+    for rig, provenance in boots:
+        if rig not in found and (setup := setup_of(provenance)) is not None:
+            found[rig] = setup
+    return found
+
+
+def sweep_comparison(
+    reports: Mapping[str, Sequence[Mapping[str, Any]]],
+    setups: Mapping[str, RigSetup],
+    *,
+    local: bool,
+    baseline: str | None = None,
+    agreement: Sequence[PairAgreement] | None = None,
+) -> Comparison:
+    """`reports[rig]`: the rig's harness reports in boot order (the baseline, unless given, is
+    the first rig); `local`: the sweep ran on the local emulation, and the comparison says so;
+    `agreement`: the rig pairs' output agreement, else taken from the reports' probes."""
+    comparison = compare(
+        values_from_reports(reports),
+        baseline=baseline,
+        setups=setups,
+        emulated=LOCAL_EMULATION if local else "",
+    )
+    pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
+    return comparison.model_copy(update={"output_agreement": list(pairs)})
+
+
+def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | None:
+    """A gathered sweep's comparison (None when no boot stored a report)."""
+    reports = data.reports_by_rig()
+    if not reports:
+        return None
+    setups = setups_of((b.rig, b.provenance) for b in data.boots)
+    return sweep_comparison(reports, setups, local=local)

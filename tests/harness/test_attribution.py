@@ -1,0 +1,161 @@
+"""Tokens that reach the client together: whose doing it was, said right.
+
+A server that bunches its tokens (several SSE events in one write, or Nagle's algorithm
+holding small writes for the client's delayed ACK) has a real latency its users see: it is
+reported as measured, with the server or network named. A client whose own event loop is
+stalled reads chunks late: those figures are its error and are marked invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+from rich.console import Console
+
+from harness.metrics import _share, cell_report
+from harness.output import results_table
+from harness.runner import run_benchmark
+from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport
+from tests.harness.conftest import (
+    StartServer,
+    assert_ttft_matches_server,
+    server_stats,
+    start_reference_server,
+)
+from tests.harness.test_metrics import read_late, streamed
+
+SERVER_BUNCHED = "the server or network delivered these tokens together"
+CLIENT_WARNING = "WARNING: the client was past its own ceiling"
+
+
+@pytest.fixture(scope="module")
+def coalescing_server() -> Iterator[str]:
+    """First token due at 20 ms, then one every 10 ms; the first four leave in one write."""
+    proc, url = start_reference_server("--ttft-ms", "20", "--itl-ms", "10", "--coalesce", "4")
+    yield url
+    proc.terminate()
+    proc.wait(5)
+
+
+def bench(url: str, concurrency: int, requests: int) -> BenchmarkReport:
+    config = BenchmarkConfig(url=url, model="reference", concurrency=[concurrency],
+                             requests=requests, warmup=2, input_len=16, output_len=12)  # fmt: skip
+    return asyncio.run(run_benchmark(config))
+
+
+def table_text(report: BenchmarkReport) -> str:
+    console = Console(file=io.StringIO(), width=400)
+    console.print(results_table(report))
+    assert isinstance(console.file, io.StringIO)
+    return " ".join(console.file.getvalue().split())
+
+
+def test_a_server_that_writes_tokens_together_is_named_and_measured(
+    coalescing_server: str,
+) -> None:
+    report = bench(coalescing_server, concurrency=2, requests=8)
+    cell = report.cells[0]
+    assert cell.requests_ok == 8
+    assert cell.first_token_shared_reads == 8  # every first token came with three more
+    ttft = cell.ttft_validity
+    assert ttft.cause == "server_or_network"
+    assert ttft.p50
+    assert ttft.p99
+    # Measured is what the server did: its first write left with token 4, at about 50 ms.
+    assert_ttft_matches_server(cell.ttft_ms.p50, coalescing_server, 10.0)
+    assert ttft.predicted_error_ms.p50 == pytest.approx(30.0, abs=5.0)  # the bunching's cost
+    text = table_text(report)
+    assert "TTFT * as measured: 8 of 8 first tokens (100%) arrived together" in text
+    assert SERVER_BUNCHED in text
+    assert f"{cell.ttft_ms.p50:.1f}*" in text
+    # Nothing calls TTFT invalid or blames the client for it (ITL's tail may be the loaded
+    # box's: the client's own stalls are judged apart, per metric).
+    assert not re.search(r"TTFT (mean|p[\d.]+)(, (mean|p[\d.]+))* invalid", text)
+    assert "TTFT p50 off by" not in report.harness_ceiling_note
+
+
+def test_nagle_on_the_server_is_the_servers_latency(reference_server: StartServer) -> None:
+    # Nagle's algorithm (Python's default for its own servers): the first small write goes
+    # out, the next ones wait for the client's delayed ACK (about 40 ms on Linux) and leave
+    # together. The harness reports the TTFT the server's users see, and says why.
+    url = reference_server("--ttft-ms", "20", "--itl-ms", "5", "--nagle")
+    report = bench(url, concurrency=1, requests=8)
+    cell = report.cells[0]
+    written = server_stats(url)["observed_ttft_ms"]["p50"]  # when the server wrote token 1
+    assert cell.ttft_ms.p50 is not None
+    assert cell.ttft_ms.p50 > written + 10.0  # held back on the wire, and reported so
+    assert cell.ttft_validity.cause == "server_or_network"
+    assert cell.ttft_validity.p50
+    assert SERVER_BUNCHED in table_text(report)
+
+
+def test_a_client_whose_event_loop_is_stalled_is_called_out(
+    reference_server: StartServer,
+) -> None:
+    url = reference_server("--ttft-ms", "20", "--itl-ms", "5")
+    config = BenchmarkConfig(url=url, model="reference", concurrency=[4], requests=8,
+                             warmup=0, input_len=16, output_len=32)  # fmt: skip
+
+    async def stalled_run() -> BenchmarkReport:
+        async def stall() -> None:  # the client's own loop blocked 30 ms in every 35
+            while True:
+                time.sleep(0.03)  # noqa: ASYNC251  (the stall is the point)
+                await asyncio.sleep(0.005)
+
+        staller = asyncio.create_task(stall())
+        try:
+            return await run_benchmark(config)
+        finally:
+            staller.cancel()
+
+    report = asyncio.run(stalled_run())
+    cell = report.cells[0]
+    assert cell.requests_ok == 8
+    assert cell.event_loop_lag_ms.p50 is not None
+    assert cell.event_loop_lag_ms.p50 > 10
+    assert cell.itl_validity.cause == "client"
+    assert not cell.itl_validity.p50
+    assert cell.ttft_validity.cause in (None, "client")
+    text = table_text(report)
+    assert CLIENT_WARNING in text
+    assert "invalid" in text
+    assert SERVER_BUNCHED not in text
+
+
+def test_the_same_bunched_reads_are_blamed_by_the_clients_own_stalls() -> None:
+    def cell(lag_s: list[float]) -> CellReport:
+        records = [read_late(streamed(0.01 * k), 2) for k in range(10)]
+        return cell_report(records, concurrency=10, loop_lag_s=lag_s)
+
+    idle = cell([0.0005] * 100)  # never stalled for a token gap (5 ms)
+    assert idle.ttft_validity.cause == idle.itl_validity.cause == "server_or_network"
+    assert idle.ttft_validity.p50
+    assert idle.itl_validity.p50
+    busy = cell([0.03] * 100)  # stalled 30 ms after every 10 ms sleep
+    assert busy.ttft_validity.cause == busy.itl_validity.cause == "client"
+    assert not busy.ttft_validity.p50
+    assert not busy.itl_validity.p50
+    unknown = cell([])  # no word from the client's loop: the cautious reading
+    assert unknown.ttft_validity.cause == "client"
+    assert not unknown.ttft_validity.p50
+
+
+def test_a_note_never_contradicts_itself() -> None:
+    # One request of twenty read its chunks in pairs: ITL's tail spoiled by under 3% of the
+    # chunks. The note names the figures it invalidates, and never says "0%".
+    records = [*(streamed(0.01 * k) for k in range(19)), read_late(streamed(0.5), 2)]
+    cell = cell_report(records, loop_lag_s=[0.03] * 10)
+    report = BenchmarkReport(
+        harness_version="test", url="http://x", model="m", started_at="now", endpoint="completions",
+        config=BenchmarkConfig(url="http://x", model="m"), cells=[cell], harness_ceiling_note="",
+    )  # fmt: skip
+    text = table_text(report)
+    assert "ITL p99 invalid: the client read 10 of 400 chunks (2%) late" in text
+    assert "ITL p50" not in text.split("latencies in ms")[1]  # held: not in any note
+    assert _share(3, 800, "chunks") == "3 of 800 chunks (0.4%)"  # never "(0%)"
+    assert _share(799, 800, "chunks") == "799 of 800 chunks (99.9%)"  # nor "(100%)"
