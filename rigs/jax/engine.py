@@ -9,8 +9,9 @@ position in the chunk) while it hands the previous chunk's tokens to the waiting
 requests: one host round trip per chunk, and the device never waits for the host.
 Compilations are bounded by the buckets (prompt buckets x prefill batch sizes + 2 x
 (slot width, context bucket) pairs + 1) and counted.
-Each width has two decode programs: one for chunks where every slot is greedy (no
-sampling code, no branch) and one for chunks where some slot samples.
+Each width has two decode programs: one for chunks where every slot is greedy and none
+wants logprobs (no sampling code, no branch, no scoring) and one for the others (it
+samples the rows that sample and scores every token).
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class _Chunk:
     tokens: jax.Array  # [steps, width]
     emitted: jax.Array  # [steps, width]
     active: jax.Array  # [width]
-    scores: steps.Scores  # [steps, width, ...]
+    scores: steps.Scores | None  # [steps, width, ...]; None from a greedy program
     owners: list[_Request | None]
 
 
@@ -577,7 +578,7 @@ class JaxEngine:
         end = max(r.next_pos for r in running) + o.steps_per_call
         contexts = o.contexts_for(width)
         context = contexts[min(bisect.bisect_left(contexts, end), len(contexts) - 1)]
-        greedy = all(r.params.temperature == 0 for r in owners)
+        greedy = all(r.params.temperature == 0 and r.top_n is None for r in owners)
         chunk = self._chunk(width, greedy, context)
         for r in running:
             r.next_pos += o.steps_per_call
@@ -598,6 +599,7 @@ class JaxEngine:
         tokens, emitted, active = jax.device_get((chunk.tokens, chunk.emitted, chunk.active))
         wanted = any(r is not None and r.top_n is not None for r in chunk.owners)
         scored = jax.device_get(chunk.scores) if wanted else None  # only when asked for
+        assert scored is not None or not wanted  # a greedy program serves no one who asks
         for slot, r in enumerate(chunk.owners):
             if r is None or r.finished:
                 continue

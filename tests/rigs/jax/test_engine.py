@@ -169,12 +169,16 @@ def test_provenance_counts_compilations(engine: JaxEngine) -> None:
 
 
 def test_greedy_decode_program_has_no_sampling_branch(engine: JaxEngine) -> None:
-    """A branch costs a device-to-host sync per step on a GPU: greedy chunks have none."""
+    """A branch costs a device-to-host sync per step on a GPU: greedy chunks have none,
+    nor the logprobs' top-k over the vocabulary (a request that wants them runs the other
+    program)."""
     greedy = engine._decode_programs[(4, 64, True)].as_text()
     sampled = engine._decode_programs[(4, 64, False)].as_text()
     assert "conditional(" not in greedy
     assert "sort(" not in greedy
+    assert '"TopK"' not in greedy
     assert "sort(" in sampled  # top-p, behind its own branch
+    assert '"TopK"' in sampled
 
 
 def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
