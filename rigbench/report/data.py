@@ -18,7 +18,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from functions.report_keys import REPORT, REPORTS_PREFIX, parse_key
+from functions.report_keys import PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
 from rigbench.report.errors import ReportError
 from rigbench.stack.history import fold
 
@@ -136,8 +136,8 @@ def _bucket_objects(
         for obj in page.get("Contents", []):
             found = parse_key(sweep_id, obj["Key"])
             if found is not None:
-                boot = listed.setdefault((found.rig, found.boot), {})
-                boot.setdefault(found.instance_id, {})[found.name] = obj["Key"]
+                files = listed.setdefault((found.rig, found.boot), {})
+                files.setdefault(found.instance_id, {})[found.name] = obj["Key"]
     objects: dict[tuple[str, int], dict[str, bytes]] = {}
     for boot, by_instance in listed.items():
         recorded = _recorded_instances(ledger_boots.get(boot, {}))
@@ -226,10 +226,10 @@ def gather(store: Store, sweep_id: str) -> SweepData:
             BootData(
                 rig=rig,
                 boot=boot,
-                report=json.loads(files["report.json"]) if "report.json" in files else None,
-                records=_records(files.get("report.requests.jsonl")),
+                report=json.loads(files[REPORT]) if REPORT in files else None,
+                records=_records(files.get(RECORDS)),
                 provenance=provenance.get((rig, boot))
-                or (json.loads(files["provenance.json"]) if "provenance.json" in files else {}),
+                or (json.loads(files[PROVENANCE]) if PROVENANCE in files else {}),
                 price_usd_per_hour=_micro(ledger, "price"),
                 instance_seconds=None if seconds is None else float(seconds),
                 cost_usd=_micro(ledger, "spent"),
