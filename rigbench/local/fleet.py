@@ -179,10 +179,12 @@ def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
     if definition.serve.concurrency_setting is not None:  # as the cloud plan sets it
         wanted[definition.serve.concurrency_setting] = wanted["max_slots"]
     declared = definition.serve.settings
+    # a number declared is a ceiling; "auto" (JAX's slots, sized from a GPU's free memory)
+    # would size a CPU process for a device it does not have
     sized = {
-        key: str(min(int(value), int(declared[key])))
+        key: str(min(value, declared[key]) if isinstance(declared[key], int) else value)
         for key, value in wanted.items()
-        if key in declared and isinstance(declared[key], int)
+        if key in declared
     }
     chosen = (sweep_input.get("rig_settings") or {}).get(rig) or {}
     return {**sized, **{key: str(value) for key, value in chosen.items()}}
