@@ -1,6 +1,6 @@
 """The bake: build a rig's install on a builder instance once, keep it as an AMI.
 
-    plan      validate the input, pick the builder (functions/instance_types.BUILDERS),
+    plan      validate the input, pick the builder (hardware.instance_types.BUILDERS),
               check quota, price the deadline and reserve it in the ledger (the sweep's
               rows and monthly cap: the reaper and the cap see bakes as sweeps)
     launch    one on-demand builder of the rig's architecture, the DLAMI (it has nvcc), a
@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from functions.boot_plan import base_image
 from functions.budget import OPEN_ATTRIBUTE, month_of, to_micro, usd
 from functions.errors import CapacityUnavailable, InvalidInput, OverBudget, QuotaExhausted
-from functions.instance_types import BUILDERS, Architecture, get_instance_type
 from functions.launch import CAPACITY_ERRORS, encrypted_root, launch_image
 from functions.settings import DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Settings
+from hardware.instance_types import BUILDERS, Architecture, get_instance_type
 from rigs.registry import get_rig
 
 BAKE_TAG = "rigbench:bake"

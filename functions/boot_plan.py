@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from functions.errors import InvalidInput
 from functions.execution_input import SweepInput
-from functions.instance_types import DLAMI_PARAMETERS, get_instance_type
+from hardware.instance_types import DLAMI_PARAMETERS, get_instance_type
 from rigs.contract import Scalar
 from rigs.registry import get_rig
 

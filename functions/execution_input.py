@@ -243,7 +243,7 @@ class SweepInput(_Strict):
     @field_validator("instance_type")
     @classmethod
     def _catalogued_type(cls, instance_type: str) -> str:
-        from functions.instance_types import GPU_TYPES
+        from hardware.instance_types import GPU_TYPES
 
         if instance_type not in GPU_TYPES:
             raise ValueError(

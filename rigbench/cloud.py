@@ -30,7 +30,7 @@ from rich.table import Table
 from functions.errors import InvalidInput
 from functions.execution_input import read_input_file
 from rigbench.bundle import REPO_ROOT
-from rigbench.local import cli as local_cli
+from rigbench.commands import local as local_cli
 from rigbench.progress import PhaseLines, explain_failure, status_table
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError
 from rigbench.stack.client import validate_sweep_input

@@ -148,7 +148,7 @@ class SweepTools:
     def runnable_rigs(self) -> list[str]:
         """The rigs a sweep on this stack can boot: on the embedded emulation, those this
         machine can serve; on the deployed stack, every rig of the repository."""
-        from rigbench.local.sweep import local_rigs
+        from rigbench.commands.local_sweep import local_rigs
         from rigs.registry import discover
 
         return local_rigs() if self.stack.kind == "local" else sorted(discover())
@@ -281,7 +281,7 @@ class SweepTools:
 
     # -- rigs --------------------------------------------------------------------------------
     def list_rigs(self) -> RigList:
-        from rigbench.local.sweep import local_rigs
+        from rigbench.commands.local_sweep import local_rigs
         from rigs.registry import discover
 
         here = set(local_rigs())

@@ -14,12 +14,12 @@ from rigbench.stack.models import (
     ResultRow,
     ResultsQuery,
     StackInstance,
-    StackRefs,
     SweepPlan,
     SweepProgress,
     SweepStarted,
     SweepSummary,
 )
+from rigbench.stack_refs import StackRefs
 
 __all__ = [
     "DONE",

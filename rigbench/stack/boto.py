@@ -39,12 +39,12 @@ from rigbench.stack.models import (
     ResultRow,
     ResultsQuery,
     StackInstance,
-    StackRefs,
     SweepPlan,
     SweepProgress,
     SweepStarted,
     SweepSummary,
 )
+from rigbench.stack_refs import StackRefs
 
 FOLLOW_POLL_S = 2.0
 RESULTS_DEFAULT_DAYS = 30

@@ -24,7 +24,8 @@ from functions.events import ValidateEvent
 from functions.quota import check_quota
 from functions.settings import Clients, Settings
 from functions.validate import check_sweep
-from rigbench.stack.models import MonthSpend, PlannedBoot, StackRefs, SweepPlan
+from rigbench.stack.models import MonthSpend, PlannedBoot, SweepPlan
+from rigbench.stack_refs import StackRefs
 
 # The sweep states whose functions' settings a plan applies (statemachine/sweep.asl.json).
 VALIDATE_STATE = "ValidateInput"

@@ -12,7 +12,6 @@ from typing import Any
 from rich.console import Console
 
 from rigbench.local import executions
-from rigbench.local.dryrun import plan_from
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord
@@ -21,6 +20,7 @@ from rigbench.stack.boto import BotoStack
 from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
 from rigbench.stack.history import fold
 from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
+from rigbench.stack.rehearsal import plan_from
 
 LOCAL_POLL_S = 0.5
 PLAN_TIMEOUT_S = 300.0

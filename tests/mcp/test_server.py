@@ -17,7 +17,7 @@ from mcp.types import TextResourceContents
 from functions.execution_input import SCHEMA_PATH, SweepInput
 from functions.settings import PROJECT_TAG
 from harness.version import harness_version
-from rigbench.local.sweep import local_rigs
+from rigbench.commands.local_sweep import local_rigs
 from rigbench.mcp.server import (
     COMPARISON_URI,
     REPORT_HTML_URI,

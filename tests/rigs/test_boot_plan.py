@@ -13,7 +13,7 @@ import pytest
 from functions.boot_plan import plan_boot
 from functions.errors import InvalidInput
 from functions.execution_input import parse_sweep_input
-from functions.instance_types import DLAMI_PARAMETERS
+from hardware.instance_types import DLAMI_PARAMETERS
 from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.conftest import FAST, result_rows, sweep_id_of, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet

@@ -82,9 +82,9 @@ def run_local(
     """
     from functions.errors import InvalidInput
     from functions.execution_input import parse_sweep_input
+    from rigbench.commands.local_sweep import demo_input, local_rigs, read_input, run_sweep
     from rigbench.comparison import LOCAL_EMULATION
     from rigbench.local.session import interrupts_as_keyboard_interrupt
-    from rigbench.local.sweep import demo_input, local_rigs, read_input, run_sweep
 
     console = console or Console()
     account = _account(quota_vcpus, spot_price)
@@ -131,7 +131,7 @@ def run_local(
 def _dry_run(
     sweep_input: dict[str, Any], home: LocalHome, account: "EmulatedAccount", console: Console
 ) -> int:
-    from rigbench.local.dryrun import print_plan
+    from rigbench.commands.dry_run import print_plan
     from rigbench.stack import StackError
     from rigbench.stack.local import LocalStack
 
