@@ -20,7 +20,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
-from functions.errors import InvalidInput
+from functions.errors import InvalidInput, error_code
 from functions.execution_input import SweepInput
 from hardware.instance_types import DLAMI_PARAMETERS, get_instance_type
 from rigs.contract import Scalar
@@ -92,7 +92,7 @@ def require_baked_images(ssm: Any, plans: list[BootPlan]) -> None:
         try:
             ssm.get_parameter(Name=plan.image)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ParameterNotFound":
+            if error_code(exc) != "ParameterNotFound":
                 raise
             missing.append(
                 f"rig {plan.rig} on {plan.instance_type} ({plan.arch}) needs the baked image "

@@ -21,7 +21,7 @@ from functions.bootstrap import instance_plan, user_data
 from functions.budget import BootEnded, anchor_launch, boot_record, record_instance, subnet_zones
 from functions.cleanup import end_boot
 from functions.deadline import schedule_deadline
-from functions.errors import CapacityUnavailable
+from functions.errors import CapacityUnavailable, error_code
 from functions.events import BootState, Instance
 from functions.observability import instrumented, logger, metrics
 from functions.settings import (
@@ -188,7 +188,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
                 **run_params(state, settings, image, subnet, deadline_at)
             )
         except ClientError as exc:
-            code = exc.response["Error"]["Code"]
+            code = error_code(exc)
             if code not in CAPACITY_ERRORS:
                 raise
             refused.append(f"{subnet} ({zones.get(subnet, '?')}): {code}")

@@ -19,7 +19,8 @@ from functions.instance_commands import provenance_key
 from functions.observability import instrumented, metrics
 from functions.report import InstanceProvenance, Report
 from functions.settings import Clients, Settings
-from functions.tables.results import config_key, month_of, row_key, to_item
+from functions.tables.ledger import month_of
+from functions.tables.results import config_key, row_key, to_item
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -308,7 +308,7 @@ def render_results(results: list[ResultRow], fmt: Format) -> str | Table:
 
 def _load(row: dict[str, Any]) -> str:
     """The cell as the comparison labels it (c=1, rate=2.5/s), else its stored key."""
-    from harness.compare import cell_label
+    from harness.schemas import cell_label
 
     try:
         return cell_label(row.get("metrics") or {})

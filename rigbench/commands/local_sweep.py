@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG, read_input_file
-from harness.compare import cell_label, print_comparison
+from harness.compare import print_comparison
+from harness.schemas import cell_label
 from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome

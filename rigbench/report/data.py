@@ -18,6 +18,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
+from functions.errors import error_code
+from functions.tables import ledger
 from rigbench.report.errors import ReportError
 from rigbench.stack.history import fold
 
@@ -91,7 +93,7 @@ class SweepData(BaseModel):
 
 def _micro(item: dict[str, Any], name: str) -> float | None:
     value = item.get(name, {}).get("N")
-    return None if value is None else int(value) / 1_000_000
+    return None if value is None else ledger.usd(int(value))
 
 
 def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str, int], Any]]:
@@ -100,16 +102,15 @@ def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str
     pages = store.dynamodb.get_paginator("query").paginate(
         TableName=store.ledger_table,
         KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"SWEEP#{sweep_id}"}},
+        ExpressionAttributeValues={":pk": {"S": ledger.sweep_pk(sweep_id)}},
     )
     for page in pages:
         for item in page["Items"]:
             sk = item["sk"]["S"]
-            if sk == "TOTAL":
+            if sk == ledger.TOTAL:
                 total = item
-            elif sk.startswith("BOOT#"):
-                _, rig, boot = sk.split("#")
-                boots[(rig, int(boot))] = item
+            elif sk.startswith(ledger.BOOT_PREFIX):
+                boots[ledger.rig_boot_of_sk(sk)] = item
     return total, boots
 
 
@@ -138,7 +139,7 @@ def _execution(store: Store, sweep_id: str) -> tuple[dict[str, Any], list[dict[s
     try:
         described = dict(sfn.describe_execution(executionArn=arn))
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("ExecutionDoesNotExist", "ResourceNotFound"):
+        if error_code(exc) in ("ExecutionDoesNotExist", "ResourceNotFound"):
             return None
         raise
     events: list[dict[str, Any]] = []

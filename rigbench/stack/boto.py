@@ -15,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.cleanup import terminate
+from functions.errors import error_code
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
 from functions.settings import (
@@ -48,14 +49,6 @@ from rigbench.stack_refs import StackRefs
 
 FOLLOW_POLL_S = 2.0
 RESULTS_DEFAULT_DAYS = 30
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of a botocore ClientError ("" for anything else): the one place
-    that reads it."""
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
 
 
 def aws_errors(what: str) -> "_AwsErrors":

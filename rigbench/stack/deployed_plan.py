@@ -16,13 +16,12 @@ from functions.budget import (
     over_monthly_cap,
     price_sweep,
     sweep_owner,
-    to_micro,
-    usd,
 )
 from functions.errors import InvalidInput, OverBudget, QuotaExhausted
 from functions.events import ValidateEvent
 from functions.quota import check_quota
 from functions.settings import Clients, Settings
+from functions.tables.ledger import to_micro, usd
 from functions.validate import check_sweep
 from rigbench.stack.models import MonthSpend, PlannedBoot, SweepPlan
 from rigbench.stack_refs import StackRefs
