@@ -1,8 +1,8 @@
 """What one boot of a rig runs with on an instance type: image, dtype and serve settings.
 
-Derived from the sweep input alone (so every step computes the same plan without carrying
-it): the validate step checks it before anything is spent, launch boots it, store records it
-beside the results.
+Planned once per rig, by the validate step, before anything is spent (with the stack's
+image); the plan rides in each boot's state (`BootItem.plan`, `BootState.plan`): launch boots
+its image, the user data serves its dtype and settings, store records it beside the results.
 
     image:    the rig's baked image for the instance's architecture when rig.toml names one
               (`prebuilt_ami`, written by `rigbench bake`), else the stack's base image:

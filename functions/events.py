@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.boot_plan import BootPlan
 from functions.execution_input import SweepInput
 
 
@@ -41,6 +42,7 @@ class SweepConfig(SweepInput):
 class BootItem(_Model):
     rig: str
     boot: int
+    plan: BootPlan  # ValidateInput plans each rig once; every later step reads this plan
 
 
 class ValidateEvent(_Model):
@@ -125,6 +127,7 @@ class BootState(_Model):
     reservation: Reservation
     rig: str
     boot: int
+    plan: BootPlan  # image, dtype, serve settings: launched, bootstrapped and stored as is
     instance: Instance | None = None
     agent: AgentCheck | None = None
     ready: ReadyCheck | None = None

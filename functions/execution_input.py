@@ -320,6 +320,12 @@ class SweepInput(_Strict):
         return HISTORY_EVENTS_RESERVED + self.boot_count() * self.history_events_per_boot()
 
 
+def execution_input(sweep: SweepInput) -> dict[str, Any]:
+    """The execution input of a parsed sweep, as the caller gave it (defaults stay implicit,
+    as in a file: ValidateInput applies the deployed stack's)."""
+    return sweep.model_dump(mode="json", exclude_unset=True)
+
+
 def describe_errors(error: ValidationError) -> str:
     """One line per problem, each naming the field by its path in the input."""
     lines = []

@@ -12,7 +12,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
-from functions.boot_plan import plan_boot
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
 from functions.instance_commands import provenance_key
@@ -65,7 +64,7 @@ def result_rows(
         "gpu": found.gpu,
         "rig": found.rig,
         # What the boot was asked to serve with (image, dtype and why, every serve setting).
-        "boot_plan": plan_boot(sweep, state.rig).model_dump(mode="json"),
+        "boot_plan": state.plan.model_dump(mode="json"),
     }
     rows = []
     agreement = report.row_agreement()  # on every row of the boot: any one row gives it

@@ -45,11 +45,6 @@ class Refused(Exception):
     """A tool call this server will not carry out; the message says why."""
 
 
-def sweep_body(sweep: SweepInput) -> dict[str, Any]:
-    """The execution input as the caller gave it (defaults stay implicit, as in a file)."""
-    return sweep.model_dump(mode="json", exclude_unset=True)
-
-
 def explain(progress: SweepProgress) -> list[str]:
     """One line per failure, sweep first: what failed, where, and why."""
     lines = []
@@ -174,7 +169,7 @@ class SweepTools:
         if rigs:
             plan = SweepPlan(valid=False, error=rigs)
         else:
-            plan = self._call(lambda: self.stack.check_plan(sweep_body(sweep)))
+            plan = self._call(lambda: self.stack.check_plan(sweep))
             if plan.sweep and sweep.sweep_id is None:  # named by the start that follows
                 plan = plan.model_copy(update={"sweep": {**plan.sweep, "sweep_id": None}})
         reasons = [r for r in (plan.error, self._ceiling_refusal(sweep)) if r]
@@ -192,7 +187,7 @@ class SweepTools:
         refusal = self._ceiling_refusal(sweep) or self._rig_refusal(sweep)
         if refusal:
             raise Refused(f"sweep not started, nothing launched: {refusal}")
-        started = self._call(lambda: self.stack.start_sweep(sweep_body(sweep)))
+        started = self._call(lambda: self.stack.start_sweep(sweep))
         return SweepStart(
             sweep_id=started.sweep_id,
             execution_arn=started.execution_arn,

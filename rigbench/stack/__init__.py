@@ -2,7 +2,7 @@
 emulation). The CLI depends on this package; the two implementations depend on nothing of
 the CLI. See `rigbench.stack.client` for the interface."""
 
-from rigbench.stack.client import StackClient, StackError
+from rigbench.stack.client import StackClient, StackError, parse_sweep
 from rigbench.stack.models import (
     DONE,
     BootProgress,
@@ -39,4 +39,5 @@ __all__ = [
     "SweepProgress",
     "SweepStarted",
     "SweepSummary",
+    "parse_sweep",
 ]
