@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
 from functions.errors import InvalidInput, error_code
@@ -85,6 +84,9 @@ def plan_boot(sweep: SweepInput, rig_name: str, stack_ami_parameter: str = "") -
 
 def require_baked_images(ssm: Any, plans: list[BootPlan]) -> None:
     """Refuse, before any launch, a sweep whose rig needs a baked image that does not exist."""
+    # Here, not at the top: the state models import this module, and the CLI loads no botocore.
+    from botocore.exceptions import ClientError
+
     missing = []
     for plan in plans:
         if plan.image_source != "baked" or plan.image.startswith("ami-"):
