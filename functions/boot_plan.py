@@ -15,29 +15,14 @@ its image, the user data serves its dtype and settings, store records it beside 
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from functions.errors import InvalidInput, error_code
+from functions.events import BootPlan
 from functions.execution_input import SweepInput
 from hardware.instance_types import DLAMI_PARAMETERS, get_instance_type
 from rigs.contract import Scalar
 from rigs.registry import get_rig
-
-
-class BootPlan(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rig: str
-    instance_type: str
-    arch: Literal["x86_64", "aarch64"]
-    compute_capability: str
-    image: str  # an SSM parameter name (resolved at launch) or an AMI id
-    image_source: Literal["base", "baked"]
-    dtype: str
-    dtype_reason: str
-    settings: dict[str, Scalar]
 
 
 def base_image(arch: str, stack_ami_parameter: str) -> str:

@@ -3,8 +3,7 @@ the user data an instance boots with, and the SSM command that asks whether it i
 
 from dataclasses import dataclass, field
 
-from functions.boot_plan import BootPlan
-from functions.events import BootState
+from functions.events import BootPlan, BootState
 from functions.settings import Settings
 from rigs.bootstrap.user_data import BootstrapSpec, ready_check_command, render_user_data
 

@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.boot_plan import BootPlan
-from functions.execution_input import SweepInput
+from functions.execution_input import Scalar, SweepInput
 
 
 class _Model(BaseModel):
@@ -37,6 +36,23 @@ class SweepConfig(SweepInput):
     bundle: BundleRef
     execution_arn: str = ""
     created_at: str
+
+
+class BootPlan(BaseModel):
+    """What one boot runs with (`functions.boot_plan.plan_boot`): planned once, by
+    ValidateInput, then carried in the state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rig: str
+    instance_type: str
+    arch: Literal["x86_64", "aarch64"]
+    compute_capability: str
+    image: str  # an SSM parameter name (resolved at launch) or an AMI id
+    image_source: Literal["base", "baked"]
+    dtype: str
+    dtype_reason: str
+    settings: dict[str, Scalar]
 
 
 class BootItem(_Model):
