@@ -148,7 +148,12 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         slots = bench_slots(cfg, options.max_slots, width, greedy, args.input_len)
         engine._slots = jax.device_put(slots, device)
         name = f"{width}" if greedy else f"{width}-sampling"
-        widths[name] = time_chunks(lambda w=width, g=greedy: engine._chunk(w, g).tokens, width, k)
+        context = options.contexts_for(width)[-1]
+
+        def chunk(w: int = width, g: bool = greedy, c: int = context) -> Any:
+            return engine._chunk(w, g, c).tokens
+
+        widths[name] = time_chunks(chunk, width, k)
         print(f"width {name}: {widths[name]}", flush=True)
         result["decode_width_microbench"] = widths
         save()
@@ -187,6 +192,120 @@ def prefill_microbench(engine: Any, input_len: int) -> dict[str, Any]:
         ms = (time.perf_counter() - t) * 1000 / reps
         out[str(size)] = {"ms_per_call": round(ms, 2), "ms_per_prompt": round(ms / size, 2)}
     return out
+
+
+def profile_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The engine's own programs on the device: step time by width and context bucket,
+    prefill time by batch size, and a profiler trace of decode chunks (kernels per step,
+    time in matrix products, the costliest kernels). Its options are the server's, so a
+    compilation cache the server filled makes this start warm."""
+    import jax
+    import jax.numpy as jnp
+
+    from rigs.jax import checkpoint, compiles
+    from rigs.jax.engine import EngineOptions, JaxEngine
+    from rigs.sources import resolve_model
+
+    counter = compiles.install()
+    jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+    source = resolve_model(args.model, seed=0)
+    device = jax.devices()[0]
+    cfg = checkpoint.load_config(source.path)
+    params = checkpoint.load_params(source.path, cfg, jnp.dtype(args.dtype), device=device)
+    options = EngineOptions(
+        max_slots=args.max_slots,
+        max_model_len=args.max_model_len,
+        steps_per_call=args.steps_per_call,
+    )
+    engine = JaxEngine(params, cfg, options, model_name=args.model, device=device)
+    t = time.perf_counter()
+    engine.start()
+    engine.wait_ready()
+    result: dict[str, Any] = {
+        "device": str(device.device_kind),
+        "options": repr(options),
+        "warm_up_s": round(time.perf_counter() - t, 2),
+        "compiles_at_ready": counter.snapshot(),
+        "roofline": roofline(params, engine, args),
+    }
+
+    def save() -> None:
+        (out / "profile.json").write_text(json.dumps(result, indent=1))
+
+    save()
+    print(json.dumps(result, indent=1), flush=True)
+    k = options.steps_per_call
+    steps_by_width: dict[str, Any] = {}
+    for width in options.widths:
+        engine._slots = jax.device_put(
+            bench_slots(cfg, options.max_slots, width, True, args.input_len), device
+        )
+        for context in options.contexts_for(width):
+
+            def chunk(w: int = width, c: int = context) -> Any:
+                return engine._chunk(w, True, c).tokens
+
+            steps_by_width[f"{width}@{context}"] = time_chunks(chunk, width, k)
+            print(f"width {width} context {context}: {steps_by_width[f'{width}@{context}']}")
+        result["decode_step_by_width"] = steps_by_width
+        save()
+    result["prefill_microbench"] = prefill_microbench(engine, args.input_len)
+    print(f"prefill: {result['prefill_microbench']}", flush=True)
+    save()
+    traced: dict[str, Any] = {}
+    for width in sorted({options.widths[0], min(32, options.max_slots), options.max_slots}):
+        engine._slots = jax.device_put(
+            bench_slots(cfg, options.max_slots, width, True, args.input_len), device
+        )
+        context = options.contexts_for(width)[0]
+        traced[f"{width}@{context}"] = trace_chunks(
+            lambda w=width, c=context: engine._chunk(w, True, c).tokens, k, out / f"trace{width}"
+        )
+        print(f"trace width {width}: {traced[f'{width}@{context}']}", flush=True)
+        result["trace"] = traced
+        save()
+    engine.close()
+    return result
+
+
+MATMUL_KERNELS = ("gemv", "gemm", "cublas", "cutlass", "xmma", "nvjet", "dot")
+
+
+def trace_chunks(run_chunk: Any, steps_per_call: int, directory: Path) -> dict[str, Any]:
+    """Kernels per decode step and where a step's device time goes, from a profiler trace
+    of a few chunks (each kernel launch on the GPU's streams is one event)."""
+    import jax
+
+    chunks = 3
+    jax.block_until_ready(run_chunk())
+    with jax.profiler.trace(str(directory)):
+        for _ in range(chunks):
+            tokens = run_chunk()
+        jax.block_until_ready(tokens)
+    path = next(directory.glob("**/*.xplane.pb"))
+    data = jax.profiler.ProfileData.from_file(str(path))
+    by_name: dict[str, list[float]] = {}
+    for plane in data.planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            if "stream" not in line.name.lower():
+                continue
+            for event in line.events:
+                by_name.setdefault(event.name, []).append(event.duration_ns / 1e3)
+    steps = chunks * steps_per_call
+    count = sum(len(v) for v in by_name.values())
+    busy = sum(sum(v) for v in by_name.values())
+    matmul = sum(sum(v) for n, v in by_name.items() if any(m in n.lower() for m in MATMUL_KERNELS))
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:15]
+    return {
+        "kernels_per_step": round(count / steps, 1),
+        "kernel_us_per_step": round(busy / steps, 1),
+        "matmul_kernel_us_per_step": round(matmul / steps, 1),
+        "top_kernels_count_and_us_per_step": {
+            n[:90]: [len(v) / steps, round(sum(v) / steps, 1)] for n, v in top
+        },
+    }
 
 
 def cmdbuf_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -230,7 +349,7 @@ def cmdbuf_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         )
 
         def run(width: int = width) -> Any:
-            tokens, _, _, state["cache"], state["slots"] = programs[width](
+            tokens, _, _, _, state["cache"], state["slots"] = programs[width](
                 params, cache=state["cache"], slots=state["slots"], eos_ids=eos
             )
             return tokens
@@ -269,7 +388,8 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
     del x, y
     step_bytes = streamed + kv_per_slot
     gemv_ms = gemv_stream_ms(params)
-    hlo = engine._decode_programs[(engine.options.widths[0], True)].as_text()
+    o = engine.options
+    hlo = engine._decode_programs[(o.widths[0], o.contexts_for(o.widths[0])[-1], True)].as_text()
     kernels = sum(1 for line in hlo.splitlines() if " fusion(" in line or "custom-call(" in line)
     return {
         "gemv_only_ms_per_step": round(gemv_ms, 3),
@@ -454,7 +574,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="small cells (CPU smoke run)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--compile-cache", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--compile-cache", default=None, help="(default: a new, cold one)")
     parser.add_argument("--bandwidth-bytes", type=int, default=4 << 30, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.cells = [(1, 2), (2, 4)] if args.quick else [(1, 5), (8, 16), (32, 64)]
@@ -471,6 +591,9 @@ def main() -> None:
     if args.child == "cmdbuf":
         cmdbuf_phase(args, out)
         return
+    if args.child == "profile":
+        profile_phase(args, out)
+        return
 
     started = time.monotonic()
     summary: dict[str, Any] = {"model": args.model, "dtype": args.dtype, "argv": sys.argv}
@@ -480,7 +603,8 @@ def main() -> None:
     source = resolve_model(args.model, seed=0)
     summary["checkpoint"] = {"path": str(source.path), "revision": source.revision}
     summary["materialise_checkpoint_s"] = round(time.perf_counter() - t, 1)
-    cache = tempfile.mkdtemp(prefix="jax-compile-")  # cold for phase 1, warm for phase 2
+    # cold for phase 1, warm for phase 2; --compile-cache: the server's (profile phase)
+    cache = args.compile_cache or tempfile.mkdtemp(prefix="jax-compile-")
     passthrough = [
         "--model", args.model, "--dtype", args.dtype,
         "--max-model-len", str(args.max_model_len), "--max-slots", str(args.max_slots),
@@ -506,6 +630,16 @@ def main() -> None:
         args.compile_cache = cache
         remaining = args.budget_s - (time.monotonic() - started)
         summary["http"] = http_phase(args, out, remaining - 10)
+    if "profile" in phases:
+        remaining = args.budget_s - (time.monotonic() - started)
+        child = [sys.executable, __file__, str(out), "--child", "profile", *passthrough]
+        try:
+            code = subprocess.run(child, cwd=REPO, timeout=remaining, check=False).returncode
+            summary["profile_exit"] = code
+        except subprocess.TimeoutExpired:
+            summary["profile_exit"] = "timeout"
+        if (out / "profile.json").is_file():
+            summary["profile"] = json.loads((out / "profile.json").read_text())
     remaining = args.budget_s - (time.monotonic() - started)
     if "cmdbuf" in phases and remaining < args.cmdbuf_min_s:
         summary["cmdbuf"] = {"skipped": f"{remaining:.0f} s of the budget left"}

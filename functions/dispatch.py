@@ -9,9 +9,10 @@ from botocore.exceptions import ClientError
 from functions import clock
 from functions.errors import CommandFailed, CommandTimedOut, InstanceLost, error_code
 from functions.events import BootState, CommandState, Instance
-from functions.instance_commands import bench_commands, report_key
+from functions.instance_commands import bench_commands
 from functions.instance_state import ensure_alive
 from functions.observability import instrumented
+from functions.report_keys import REPORT, boot_prefix, instance_arn
 from functions.settings import Clients, Settings
 
 RUNNING = {"Pending", "InProgress", "Delayed"}
@@ -43,7 +44,8 @@ def dispatch_bench(
     instance = _instance(state)
     sweep = state.sweep
     comment = f"rigbench {sweep.sweep_id} {state.rig} boot {state.boot}"
-    key = report_key(sweep.sweep_id, state.rig, state.boot)
+    arn = instance_arn(settings.instance_arn_prefix, instance.instance_id)
+    key = boot_prefix(sweep.sweep_id, state.rig, state.boot, arn) + REPORT
     earlier = sent_before(clients.ssm, instance.instance_id, comment)
     if earlier is not None:
         return CommandState(
@@ -57,6 +59,7 @@ def dispatch_bench(
         boot=state.boot,
         cells=sweep.cells,
         bucket=settings.bucket,
+        instance_arn=arn,
     )
     response = clients.ssm.send_command(
         InstanceIds=[instance.instance_id],

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.bootstrap import RIGBENCH_HOME, InstancePlan, readiness_command
 from functions.execution_input import LoadCells
+from functions.report_keys import REPORT, boot_prefix
 
 PROBE_STEP = "probe"
 BENCH_STEP = "bench"
@@ -99,27 +100,12 @@ def parse_probe(stdout: str) -> ProbeResult:
         return ProbeResult(detail=f"unparsable readiness output {lines[-1][:200]!r}: {exc}")
 
 
-def report_prefix(sweep_id: str, rig: str, boot: int) -> str:
-    return f"reports/{sweep_id}/{rig}/{boot:02d}/"
-
-
-def report_key(sweep_id: str, rig: str, boot: int) -> str:
-    return report_prefix(sweep_id, rig, boot) + "report.json"
-
-
-def records_key(sweep_id: str, rig: str, boot: int) -> str:
-    """The harness's per-request records (harness.output.records_path), for latency CDFs."""
-    return report_prefix(sweep_id, rig, boot) + "report.requests.jsonl"
-
-
-def provenance_key(sweep_id: str, rig: str, boot: int) -> str:
-    return report_prefix(sweep_id, rig, boot) + "provenance.json"
-
-
 def bench_commands(
-    *, sweep_id: str, rig: str, boot: int, cells: LoadCells, bucket: str
+    *, sweep_id: str, rig: str, boot: int, cells: LoadCells, bucket: str, instance_arn: str
 ) -> list[str]:
-    prefix = report_prefix(sweep_id, rig, boot)
+    """The harness run and its upload, under the instance's own prefix (functions.report_keys:
+    the instance role may write nowhere else)."""
+    prefix = boot_prefix(sweep_id, rig, boot, instance_arn)
     bench = [
         "--url", '"$URL"',
         "--model", '"$MODEL"',
@@ -136,7 +122,7 @@ def bench_commands(
         bench += ["--rate", ",".join(f"{r:g}" for r in cells.rates)]
     return [
         f"export RIGBENCH_STEP={BENCH_STEP}",
-        f"export RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}report.json",
+        f"export RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}{REPORT}",
         "set -euo pipefail",
         f'HOME_DIR="${{RIGBENCH_HOME:-{RIGBENCH_HOME}}}"',
         'PY="${RIGBENCH_PYTHON:-$HOME_DIR/venv/bin/python}"',

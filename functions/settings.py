@@ -66,6 +66,8 @@ class Settings(BaseModel):
     region: str
     min_poll_s: int = 1
     deadline_role_arn: str = ""  # the Scheduler role that may terminate project instances
+    # arn:<partition>:ec2:<region>:<account>:instance/ - an instance's ARN is this + its id.
+    instance_arn_prefix: str = ""
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -92,6 +94,7 @@ class Settings(BaseModel):
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             min_poll_s=int(env.get("MIN_POLL_S", "1")),
             deadline_role_arn=env.get("DEADLINE_ROLE_ARN", ""),
+            instance_arn_prefix=env.get("INSTANCE_ARN_PREFIX", ""),
         )
 
 

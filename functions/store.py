@@ -14,9 +14,9 @@ from pydantic import BaseModel, ValidationError
 
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
-from functions.instance_commands import provenance_key
 from functions.observability import instrumented, metrics
 from functions.report import InstanceProvenance, Report
+from functions.report_keys import PROVENANCE, REPORT
 from functions.settings import Clients, Settings
 from functions.tables.ledger import month_of
 from functions.tables.results import config_key, row_key, to_item
@@ -94,10 +94,10 @@ def result_rows(
 def store_results(state: BootState, clients: Clients, settings: Settings) -> Stored:
     if state.command is None or state.instance is None:
         raise ValueError("nothing to store: the benchmark did not run")
-    key = state.command.report_key
+    key = state.command.report_key  # under this boot's instance's prefix (dispatch)
     report = read_report(clients.s3, settings.bucket, key)
     found = read_instance_provenance(
-        clients.s3, settings.bucket, provenance_key(state.sweep.sweep_id, state.rig, state.boot)
+        clients.s3, settings.bucket, key.removesuffix(REPORT) + PROVENANCE
     )
     rows = result_rows(state, report, found, key)
     # Keys are deterministic, so a retried store overwrites its own rows and nothing else.

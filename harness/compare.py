@@ -159,7 +159,8 @@ def setup_warnings(setups: Mapping[str, RigSetup]) -> list[str]:
 
 
 class RigResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    # an undetectable ratio (~1 degree of freedom at Holm's level) is infinite: "Infinity" in JSON
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")
 
     rig: str
     boots: list[float | None]  # the per-boot values the aggregate was built from

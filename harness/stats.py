@@ -38,6 +38,7 @@ Across boots each boot contributes one value per metric (its median, say). The m
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from itertools import combinations
@@ -227,7 +228,9 @@ class Difference(BaseModel):
         if self.se is None or self.df is None or not self.log_scale:
             return None
         quantile = special.stdtrit  # Student's t quantile (scipy.stats.t.ppf, without overhead)
-        return math.exp((quantile(self.df, 1 - alpha / 2) + quantile(self.df, power)) * self.se)
+        log_ratio = (quantile(self.df, 1 - alpha / 2) + quantile(self.df, power)) * self.se
+        # Holm's smallest level over ~1 degree of freedom puts the quantile in the thousands
+        return math.exp(log_ratio) if log_ratio < math.log(sys.float_info.max) else math.inf
 
 
 def difference(a: Sequence[float], b: Sequence[float]) -> Difference:

@@ -266,20 +266,17 @@ class LocalSession:
         return events
 
     def reports(self, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
-        """The raw harness reports a sweep stored, per rig, in boot order."""
-        emu = self.emu
-        s3 = emu.client("s3")
-        bucket = emu.physical[next(iter(emu.template.of_type("AWS::S3::Bucket")))]
-        found: dict[str, dict[int, dict[str, Any]]] = {}
-        prefix = f"reports/{sweep_id}/"
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                parts = obj["Key"][len(prefix) :].split("/")
-                if len(parts) != 3 or parts[2] != "report.json":
-                    continue
-                body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-                found.setdefault(parts[0], {})[int(parts[1])] = json.loads(body)
-        return {rig: [boots[b] for b in sorted(boots)] for rig, boots in sorted(found.items())}
+        """The raw harness reports a sweep stored, per rig, in boot order (read as its report
+        reads them: only from the instances the ledger recorded for each boot)."""
+        from rigbench.report.data import ReportError, gather
+        from rigbench.report.writer import store_from
+
+        try:
+            return gather(
+                store_from(self.emu.client, self.emu.stack_refs()), sweep_id
+            ).reports_by_rig()
+        except ReportError:
+            return {}
 
 
 def home_for(root: Path | None) -> LocalHome:

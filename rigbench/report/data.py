@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from functions.errors import error_code
+from functions.report_keys import PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
 from functions.tables import ledger
 from rigbench.report.errors import ReportError
 from rigbench.stack.history import fold
@@ -114,20 +115,44 @@ def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str
     return total, boots
 
 
-def _bucket_objects(store: Store, sweep_id: str) -> dict[tuple[str, int], dict[str, bytes]]:
-    """{(rig, boot): {file name: body}} under reports/<sweep>/<rig>/<boot>/."""
-    prefix = f"reports/{sweep_id}/"
-    found: dict[tuple[str, int], dict[str, bytes]] = {}
+def _recorded_instances(boot_item: dict[str, Any]) -> list[str]:
+    """The instances Launch recorded for a boot (its ledger item), the last launched last."""
+    ids = boot_item.get("instance_ids", {}).get("SS", [])
+    return sorted(ids, key=lambda i: float(boot_item.get(f"launched_at:{i}", {}).get("N", "0")))
+
+
+def _bucket_objects(
+    store: Store,
+    sweep_id: str,
+    ledger_boots: dict[tuple[str, int], Any],
+    stored_by: dict[tuple[str, int], str],
+) -> dict[tuple[str, int], dict[str, bytes]]:
+    """{(rig, boot): {file name: body}} of each boot's instance (functions.report_keys): the
+    one its results rows name, else the last the ledger recorded for the boot that left a
+    report. Files under any other instance's prefix are never read."""
+    listed: dict[tuple[str, int], dict[str, dict[str, str]]] = {}
     for page in store.s3.get_paginator("list_objects_v2").paginate(
-        Bucket=store.bucket, Prefix=prefix
+        Bucket=store.bucket, Prefix=f"{REPORTS_PREFIX}{sweep_id}/"
     ):
         for obj in page.get("Contents", []):
-            parts = obj["Key"][len(prefix) :].split("/")
-            if len(parts) != 3 or not parts[1].isdigit():
-                continue
-            body = store.s3.get_object(Bucket=store.bucket, Key=obj["Key"])["Body"].read()
-            found.setdefault((parts[0], int(parts[1])), {})[parts[2]] = body
-    return found
+            found = parse_key(sweep_id, obj["Key"])
+            if found is not None:
+                files = listed.setdefault((found.rig, found.boot), {})
+                files.setdefault(found.instance_id, {})[found.name] = obj["Key"]
+    objects: dict[tuple[str, int], dict[str, bytes]] = {}
+    for boot, by_instance in listed.items():
+        recorded = _recorded_instances(ledger_boots.get(boot, {}))
+        candidates = [i for i in recorded if i in by_instance]
+        with_report = [i for i in candidates if REPORT in by_instance[i]]
+        if not candidates:
+            continue
+        stored = stored_by.get(boot, "")
+        chosen = stored if stored in candidates else (with_report or candidates)[-1]
+        objects[boot] = {
+            name: store.s3.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+            for name, key in by_instance[chosen].items()
+        }
+    return objects
 
 
 def _execution(store: Store, sweep_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
@@ -159,7 +184,11 @@ def gather(store: Store, sweep_id: str) -> SweepData:
     """Read a sweep's results, spend, reports and execution; ReportError if none exists."""
     rows = _query_rows(store, sweep_id)
     total, ledger_boots = _ledger(store, sweep_id)
-    objects = _bucket_objects(store, sweep_id)
+    stored_by = {
+        (r["rig"], int(r["boot"])): str(r.get("provenance", {}).get("instance_id", ""))
+        for r in rows
+    }
+    objects = _bucket_objects(store, sweep_id, ledger_boots, stored_by)
     execution = _execution(store, sweep_id)
     if not (rows or total or objects or execution):
         raise ReportError(
@@ -191,21 +220,21 @@ def gather(store: Store, sweep_id: str) -> SweepData:
     boots = []
     for rig, boot in sorted(keys):
         files = objects.get((rig, boot), {})
-        ledger = ledger_boots.get((rig, boot), {})
+        boot_item = ledger_boots.get((rig, boot), {})
         found = progress.get((rig, boot))
-        seconds = ledger.get("seconds", {}).get("N")
+        seconds = boot_item.get("seconds", {}).get("N")
         boots.append(
             BootData(
                 rig=rig,
                 boot=boot,
-                report=json.loads(files["report.json"]) if "report.json" in files else None,
-                records=_records(files.get("report.requests.jsonl")),
+                report=json.loads(files[REPORT]) if REPORT in files else None,
+                records=_records(files.get(RECORDS)),
                 provenance=provenance.get((rig, boot))
-                or (json.loads(files["provenance.json"]) if "provenance.json" in files else {}),
-                price_usd_per_hour=_micro(ledger, "price"),
+                or (json.loads(files[PROVENANCE]) if PROVENANCE in files else {}),
+                price_usd_per_hour=_micro(boot_item, "price"),
                 instance_seconds=None if seconds is None else float(seconds),
-                cost_usd=_micro(ledger, "spent"),
-                ledger_status=ledger.get("status", {}).get("S"),
+                cost_usd=_micro(boot_item, "spent"),
+                ledger_status=boot_item.get("status", {}).get("S"),
                 outcome=(found.outcome or None) if found else None,
                 error=(f"{found.error}: {found.cause}" if found.error else "") if found else "",
             )

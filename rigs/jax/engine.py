@@ -3,13 +3,15 @@
 One background thread owns the device. Each turn it admits every waiting request that a
 free slot can take (prompts padded to a bucket; requests of one bucket share prefill
 calls of a few batch sizes, so a burst of arrivals fills the batch in a few calls), then
-runs one chunk of
-`steps_per_call` decode steps over the occupied slots (width rounded up to a slot
-bucket) while it hands the previous chunk's tokens to the waiting requests: one host
-round trip per chunk, and the device never waits for the host. Compilations are bounded
-by the buckets (prompt buckets x prefill batch sizes + 2 x slot widths + 1) and counted.
-Each width has two decode programs: one for chunks where every slot is greedy (no
-sampling code, no branch) and one for chunks where some slot samples.
+runs one chunk of `steps_per_call` decode steps over the occupied slots (width rounded
+up to a slot bucket; attention reads the cache rows up to a context bucket above every
+position in the chunk) while it hands the previous chunk's tokens to the waiting
+requests: one host round trip per chunk, and the device never waits for the host.
+Compilations are bounded by the buckets (prompt buckets x prefill batch sizes + 2 x
+(slot width, context bucket) pairs + 1) and counted.
+Each width has two decode programs: one for chunks where every slot is greedy and none
+wants logprobs (no sampling code, no branch, no scoring) and one for the others (it
+samples the rows that sample and scores every token).
 """
 
 from __future__ import annotations
@@ -57,14 +59,24 @@ class EngineOptions:
     # Empty: powers of two from 64 to max_model_len (prefill is compute-bound: padding
     # costs up to 2x there). Every bucket is one compiled prefill program.
     prompt_buckets: tuple[int, ...] = ()
-    # Empty: 1, 4, 16, ... up to max_slots (decode is bound by streaming the weights, the
-    # same at any width: extra width costs only KV reads). Two programs per width.
+    # Empty: 1, 2, 4, ... up to max_slots (decode is bound by streaming the weights, the
+    # same at any width, but a wider step reads more KV: concurrency 32 of 64 slots runs
+    # at width 32, not 64). Two programs per width (greedy or not) and context bucket.
     slot_widths: tuple[int, ...] = ()
     # Prompts per prefill call: several waiting prompts of one bucket go in one call
     # (padded up to the next size). Sizes above 1 only for buckets up to
     # batched_prefill_max_len, capped at max_slots: one program per (bucket, size).
-    prefill_batches: tuple[int, ...] = (1, 8)
+    prefill_batches: tuple[int, ...] = (1, 2, 4, 8)
     batched_prefill_max_len: int = 1024
+    # Cache rows a decode step's attention reads: the smallest bucket above every position
+    # in the chunk. Empty: 1024, 4096, ... up to max_model_len. Only widths of at least
+    # context_min_width get the smaller buckets (below it KV reads are a few % of a step).
+    context_buckets: tuple[int, ...] = ()
+    context_min_width: int = 8
+    # An idle engine that admits requests waits up to gather_s for each next arrival (at
+    # most gather_max_s in all, less than their prefills take) before decoding.
+    gather_s: float = 0.002
+    gather_max_s: float = 0.008
 
     def __post_init__(self) -> None:
         if self.max_slots < 1 or self.max_model_len < 2 or self.steps_per_call < 1:
@@ -72,6 +84,7 @@ class EngineOptions:
         for name, values, top in (
             ("prompt_buckets", self.buckets, self.max_model_len),
             ("slot_widths", self.widths, self.max_slots),
+            ("context_buckets", self.contexts, self.max_model_len),
         ):
             if list(values) != sorted(set(values)) or values[-1] != top or values[0] < 1:
                 raise ValueError(f"{name} must rise strictly to {top}, got {values}")
@@ -96,7 +109,22 @@ class EngineOptions:
 
     @property
     def widths(self) -> tuple[int, ...]:
-        return self.slot_widths or ladder(self.max_slots, 1, 4)
+        return self.slot_widths or ladder(self.max_slots, 1, 2)
+
+    @property
+    def contexts(self) -> tuple[int, ...]:
+        return self.context_buckets or ladder(self.max_model_len, min(1024, self.max_model_len), 4)
+
+    def contexts_for(self, width: int) -> tuple[int, ...]:
+        """Context buckets of the decode programs of one width."""
+        return self.contexts if width >= self.context_min_width else self.contexts[-1:]
+
+    @property
+    def decode_keys(self) -> tuple[tuple[int, int, bool], ...]:
+        """(width, context, greedy) of every decode program."""
+        return tuple(
+            (w, c, g) for g in (True, False) for w in self.widths for c in self.contexts_for(w)
+        )
 
 
 @dataclass(eq=False)
@@ -109,6 +137,7 @@ class _Request:
     cancelled: bool = False
     finished: bool = False
     budget: int = 0  # decode steps still needed at most (EOS may end it sooner)
+    next_pos: int = 0  # position of the next decode step's input (an upper bound)
     top_n: int | None = None  # logprobs wanted, with this many alternatives
 
     def tokens(self, ids: list[int], scored: list[ScoredToken] | None) -> None:
@@ -122,11 +151,20 @@ class _Request:
 
 
 @dataclass
+class _Prefilled:
+    rows: list[tuple[_Request, int]]  # request and slot of each real row
+    tokens: jax.Array  # [B]
+    emitted: jax.Array  # [B]
+    active: jax.Array  # [B]
+    scores: steps.Scores  # [B, ...]
+
+
+@dataclass
 class _Chunk:
     tokens: jax.Array  # [steps, width]
     emitted: jax.Array  # [steps, width]
     active: jax.Array  # [width]
-    scores: steps.Scores  # [steps, width, ...]
+    scores: steps.Scores | None  # [steps, width, ...]; None from a greedy program
     owners: list[_Request | None]
 
 
@@ -172,7 +210,7 @@ class JaxEngine:
         self._eos = jax.device_put(np.asarray(eos, np.int32), self.device)
         self._reset_device_state()
         self._prefill_programs: dict[tuple[int, int], Any] = {}
-        self._decode_programs: dict[tuple[int, bool], Any] = {}
+        self._decode_programs: dict[tuple[int, int, bool], Any] = {}
         self._owners: list[_Request | None] = [None] * options.max_slots
         self._pending: deque[_Request] = deque()
         self._wake = threading.Condition()
@@ -193,6 +231,7 @@ class JaxEngine:
             "dtype": str(self.dtype),
             "batching": f"continuous, {self.options.max_slots} slots",
             "slot_widths": ",".join(map(str, self.options.widths)),
+            "context_buckets": ",".join(map(str, self.options.contexts)),
             "prompt_buckets": ",".join(map(str, self.options.buckets)),
             "prefill_batches": ",".join(map(str, self.options.prefill_batches)),
             "batched_prefill_max_len": str(self.options.batched_prefill_max_len),
@@ -317,10 +356,13 @@ class JaxEngine:
                     continue
             try:
                 self._drop_cancelled()
-                self._admit()
-                nxt = self._dispatch()
+                admitted = self._admit()
+                if admitted and inflight is None:
+                    admitted += self._gather()
+                nxt = self._dispatch()  # queued behind the prefills: no wait for them
                 if inflight is not None:
                     self._collect(inflight)
+                self._deliver(admitted)  # first tokens before any of nxt's
                 inflight = nxt
             except Exception as e:  # a device failure: fail the requests, keep serving
                 inflight = None
@@ -360,8 +402,8 @@ class JaxEngine:
                 eos_ids=self._eos,
             ).compile()
 
-        def decode_program(key: tuple[int, bool]) -> Any:
-            width, greedy = key
+        def decode_program(key: tuple[int, int, bool]) -> Any:
+            width, context, greedy = key
             return steps.decode_chunk.lower(
                 self.params,
                 cfg=self.cfg,
@@ -371,9 +413,10 @@ class JaxEngine:
                 width=width,
                 steps=o.steps_per_call,
                 greedy=greedy,
+                context=context,
             ).compile()
 
-        decode_keys = [(w, g) for g in (True, False) for w in o.widths]
+        decode_keys = o.decode_keys
 
         # XLA compiles one program on about one core: one worker per core
         with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
@@ -388,8 +431,8 @@ class JaxEngine:
             slot_ids = [0] + [o.max_slots] * (size - 1)
             prompts = [[0] * bucket] * size
             jax.block_until_ready(self._prefill(bucket, prompts, probe * size, slot_ids))
-        for width, greedy in decode_keys:
-            jax.block_until_ready(self._chunk(width, greedy).tokens)
+        for width, context, greedy in decode_keys:
+            jax.block_until_ready(self._chunk(width, greedy, context).tokens)
         self._slots = steps.deactivate(self._slots, np.int32(0))
         jax.block_until_ready(self._slots)
         self.stats.warm_up_seconds = time.perf_counter() - start
@@ -436,10 +479,12 @@ class JaxEngine:
         self.stats.prefills += 1
         return token, emitted, active, scored
 
-    def _admit(self) -> None:
+    def _admit(self) -> list[_Prefilled]:
         """Prefill every waiting request that a free slot can take (lowest slots first,
         keeping widths small), those of one bucket together in as few calls as the
-        compiled batch sizes allow."""
+        compiled batch sizes allow. Each takes its slot at once (the next chunk decodes
+        it); `_deliver` hands over the first tokens and frees the slots of requests the
+        prefill already finished."""
         admitted: list[tuple[_Request, int]] = []
         free = [s for s, owner in enumerate(self._owners) if owner is None]
         with self._wake:
@@ -448,7 +493,7 @@ class JaxEngine:
                 if not r.cancelled:
                     admitted.append((r, free.pop(0)))
         if not admitted:
-            return
+            return []
         by_bucket: dict[int, list[tuple[_Request, int]]] = {}
         for r, slot in admitted:
             by_bucket.setdefault(self._bucket(len(r.prompt)), []).append((r, slot))
@@ -466,22 +511,51 @@ class JaxEngine:
                     [(r.params, r.seed) for r, _ in part] + [(part[0][0].params, 0)] * pad,
                     [s for _, s in part] + [self.options.max_slots] * pad,
                 )
-                calls.append((part, out))
-        firsts = jax.device_get([out for _, out in calls])  # one wait for all of them
-        for (part, _), (tokens, emitted, active, scored) in zip(calls, firsts, strict=True):
-            for row, (r, slot) in enumerate(part):
+                calls.append(_Prefilled(part, *out))
+        for r, slot in admitted:
+            self._owners[slot] = r
+            r.budget = r.params.max_tokens - 1
+            r.next_pos = len(r.prompt)
+        return calls
+
+    def _gather(self) -> list[_Prefilled]:
+        """Admit requests arriving right behind those just admitted (a wave of clients)
+        before the first decode chunk: a chunk started at a fraction of the final width
+        costs nearly what a full one does, and the rest would wait for it. Called only
+        while the device has nothing but their prefills to run, so the wait is free."""
+        o = self.options
+        out: list[_Prefilled] = []
+        deadline = time.monotonic() + o.gather_max_s
+        while None in self._owners:
+            with self._wake:
+                left = deadline - time.monotonic()
+                if not self._pending and left > 0:
+                    self._wake.wait(timeout=min(o.gather_s, left))
+                if not self._pending:
+                    return out
+            out += self._admit()
+        return out
+
+    def _deliver(self, calls: list[_Prefilled]) -> None:
+        firsts = jax.device_get([(c.tokens, c.emitted, c.active) for c in calls])  # one wait
+        wanted = [any(r.top_n is not None for r, _ in c.rows) for c in calls]
+        scores = iter(jax.device_get([c.scores for c, w in zip(calls, wanted, strict=True) if w]))
+        for call, want, (tokens, emitted, active) in zip(calls, wanted, firsts, strict=True):
+            scored = next(scores) if want else None  # only when asked for
+            for row, (r, slot) in enumerate(call.rows):
+                if r.finished:  # cancelled meanwhile
+                    continue
                 if emitted[row]:
                     token = int(tokens[row])
-                    wanted = r.top_n is not None
                     r.tokens(
-                        [token], [_scored(token, scored, row, r.top_n or 0)] if wanted else None
+                        [token],
+                        None if scored is None else [_scored(token, scored, row, r.top_n or 0)],
                     )
                     self.stats.tokens += 1
-                if active[row]:
-                    self._owners[slot] = r
-                    r.budget = r.params.max_tokens - 1
-                else:
+                if not active[row]:  # ended by its first token: a chunk may hold it, idle
                     r.send(None)
+                    if self._owners[slot] is r:
+                        self._owners[slot] = None
 
     def _drop_cancelled(self) -> None:
         for slot, r in enumerate(self._owners):
@@ -495,19 +569,25 @@ class JaxEngine:
         occupied = [s for s, r in enumerate(self._owners) if r is not None and r.budget > 0]
         if not occupied:
             return None
-        widths = self.options.widths
-        width = widths[bisect.bisect_left(widths, max(occupied) + 1)]
+        o = self.options
+        width = o.widths[bisect.bisect_left(o.widths, max(occupied) + 1)]
         owners = [r for r in self._owners[:width] if r is not None]
-        chunk = self._chunk(width, greedy=all(r.params.temperature == 0 for r in owners))
-        for s in occupied:
-            r = self._owners[s]
-            assert r is not None
-            r.budget -= self.options.steps_per_call
+        running = [r for s in occupied if (r := self._owners[s]) is not None]
+        # every input position of the chunk is below the context it reads (slots out of
+        # budget are inactive on the device: what they read is never used)
+        end = max(r.next_pos for r in running) + o.steps_per_call
+        contexts = o.contexts_for(width)
+        context = contexts[min(bisect.bisect_left(contexts, end), len(contexts) - 1)]
+        greedy = all(r.params.temperature == 0 and r.top_n is None for r in owners)
+        chunk = self._chunk(width, greedy, context)
+        for r in running:
+            r.next_pos += o.steps_per_call
+            r.budget -= o.steps_per_call
         return chunk
 
-    def _chunk(self, width: int, greedy: bool) -> _Chunk:
+    def _chunk(self, width: int, greedy: bool, context: int) -> _Chunk:
         k = self.options.steps_per_call
-        program = self._decode_programs[(width, greedy)]
+        program = self._decode_programs[(width, context, greedy)]
         tokens, emitted, active, scored, self._cache, self._slots = program(
             self.params, cache=self._cache, slots=self._slots, eos_ids=self._eos
         )
@@ -519,6 +599,7 @@ class JaxEngine:
         tokens, emitted, active = jax.device_get((chunk.tokens, chunk.emitted, chunk.active))
         wanted = any(r is not None and r.top_n is not None for r in chunk.owners)
         scored = jax.device_get(chunk.scores) if wanted else None  # only when asked for
+        assert scored is not None or not wanted  # a greedy program serves no one who asks
         for slot, r in enumerate(chunk.owners):
             if r is None or r.finished:
                 continue

@@ -487,12 +487,19 @@ def prefill(
 
 
 def decode_step(
-    params: Params, cfg: Config, tokens: Array, positions: Array, cache: KVCache
+    params: Params,
+    cfg: Config,
+    tokens: Array,
+    positions: Array,
+    cache: KVCache,
+    context: int | None = None,
 ) -> tuple[Array, KVCache]:
     """One token for each of the first B slots: tokens [B] at positions [B] -> logits
     [B, V] and the cache with their keys and values written in.
 
-    The cache may hold more slots than B; only slots 0..B-1 are read and written."""
+    The cache may hold more slots than B; only slots 0..B-1 are read and written.
+    `context`: every position is below it, so attention reads only the first `context`
+    rows of each cache (a step's KV reads grow with the context, not with max_len)."""
     b = tokens.shape[0]
     pos = positions[:, None]  # [B, 1]
     x, ple = embed(params, cfg, tokens[:, None])
@@ -509,7 +516,8 @@ def decode_step(
             new_k[c] = new_k[c].at[rows, at].set(k[:, 0].astype(new_k[c].dtype), mode="drop")
             new_v[c] = new_v[c].at[rows, at].set(v[:, 0].astype(new_v[c].dtype), mode="drop")
         c = index[cfg.kv_source[i]]
-        ks, vs = new_k[c][:b], new_v[c][:b]  # [B, C, K, E]
+        rows_read = new_k[c].shape[1] if context is None else min(context, new_k[c].shape[1])
+        ks, vs = new_k[c][:b, :rows_read], new_v[c][:b, :rows_read]  # [B, C, K, E]
         # ring index r holds position <= current exactly when r <= current (see prefill)
         mask = jnp.arange(ks.shape[1])[None, None, :] <= pos[:, :, None]  # [B, 1, C]
         x = finish_layer(w, cfg, i, x, attend(q, ks, vs, mask), ple)

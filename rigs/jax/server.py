@@ -20,7 +20,30 @@ from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import cache_root, resolve_model
 
 DTYPES = ("float32", "bfloat16", "float16")
+AUTO = 0  # --max-slots auto
+AUTO_SLOTS_CAP = 64  # one compiled decode program per power of two up to it
+AUTO_SLOTS_NO_STATS = 32  # a CPU reports no memory
 log = logging.getLogger("rigs.jax")
+
+
+def slots_arg(value: str) -> int:
+    if value == "auto":
+        return AUTO
+    try:
+        slots = int(value)
+    except ValueError:
+        slots = 0
+    if slots < 1:
+        raise argparse.ArgumentTypeError(f"--max-slots must be 'auto' or >= 1, got {value!r}")
+    return slots
+
+
+def auto_slots(free_bytes: int | None, bytes_per_slot: int) -> int:
+    """Slots whose KV cache fits in half the free device memory (the other half for the
+    programs' temporaries: a prefill batch's activations), at most AUTO_SLOTS_CAP."""
+    if free_bytes is None:
+        return AUTO_SLOTS_NO_STATS
+    return max(1, min(AUTO_SLOTS_CAP, free_bytes // 2 // bytes_per_slot))
 
 
 def pick_dtype(requested: str, platform: str, compute_capability: str | None) -> str:
@@ -66,7 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--max-slots", type=int, default=32, help="concurrent sequences")
+    parser.add_argument(
+        "--max-slots",
+        type=slots_arg,
+        default=AUTO,
+        help="concurrent sequences, or 'auto': as many as half the device's free memory holds"
+        f" after the weights, at most {AUTO_SLOTS_CAP} ({AUTO_SLOTS_NO_STATS} on a device"
+        " that reports no memory)",
+    )
     parser.add_argument("--steps-per-call", type=int, default=8, help="decode steps per trip")
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
     parser.add_argument(
@@ -90,7 +120,7 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     """Resolve, load and warm up (compile every bucket); returns when ready."""
     import jax
 
-    from rigs.jax import checkpoint, compiles
+    from rigs.jax import checkpoint, compiles, model
     from rigs.jax.engine import EngineOptions, JaxEngine
 
     compiles.install()
@@ -108,8 +138,16 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     log.info("loading %s (%s) as %s onto %s", source.spec, source.path, dtype, device)
     params = checkpoint.load_params(source.path, cfg, dtype, device=device)
     max_model_len = true_max_model_len(args.max_model_len, cfg.max_position_embeddings)
+    slots = args.max_slots
+    if slots == AUTO:
+        stats = device.memory_stats()
+        free = stats["bytes_limit"] - stats["bytes_in_use"] if stats else None
+        one = jax.eval_shape(lambda: model.init_cache(cfg, 1, max_model_len, dtype))
+        per_slot = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(one))
+        slots = auto_slots(free, per_slot)
+        log.info("max_slots auto: %d (%s bytes free, %d per slot)", slots, free, per_slot)
     options = EngineOptions(
-        max_slots=args.max_slots,
+        max_slots=slots,
         max_model_len=max_model_len,
         steps_per_call=args.steps_per_call,
     )

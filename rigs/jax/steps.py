@@ -85,13 +85,12 @@ def scores(logits: Array, token: Array) -> Scores:
 
 def advance(
     slots: Slots, logits: Array, eos_ids: Array, mode: str = "auto"
-) -> tuple[Array, Array, Slots, Scores]:
+) -> tuple[Array, Array, Slots]:
     """Choose each active slot's next token from logits [B, V] after `slots.token`.
 
     Returns tokens [B], emitted [B] (a token the client gets: active and not a stopping
-    EOS), the slots advanced (a slot stops at max_tokens or at EOS) and the tokens'
-    Scores. `mode`: see `sampling.sample`."""
-    raw = logits
+    EOS) and the slots advanced; a slot stops at max_tokens or at EOS. `mode`: see
+    `sampling.sample`."""
     is_eos_id = jnp.zeros(logits.shape[-1], bool).at[eos_ids].set(True, mode="drop")  # [V]
     too_early = slots.generated < slots.min_tokens
     logits = jnp.where(too_early[:, None] & is_eos_id[None, :], -jnp.inf, logits)
@@ -110,7 +109,6 @@ def advance(
             generated=generated,
             active=slots.active & ~done,
         ),
-        scores(raw, token),
     )
 
 
@@ -159,14 +157,14 @@ def prefill_slots(
         top_p=jnp.asarray(request.top_p, jnp.float32),
         seed=jnp.asarray(request.seed, jnp.uint32),
     )
-    token, emitted, fresh, scored = advance(fresh, logits, eos_ids)
+    token, emitted, fresh = advance(fresh, logits, eos_ids)
     slots = jax.tree.map(lambda a, f: a.at[slot_ids].set(f, mode="drop"), slots, fresh)
-    return token, emitted, fresh.active, scored, cache, slots
+    return token, emitted, fresh.active, scores(logits, token), cache, slots
 
 
 @partial(
     jax.jit,
-    static_argnames=("cfg", "width", "steps", "greedy"),
+    static_argnames=("cfg", "width", "steps", "greedy", "context"),
     donate_argnames=("cache", "slots"),
 )
 def decode_chunk(
@@ -178,28 +176,36 @@ def decode_chunk(
     width: int,
     steps: int,
     greedy: bool,
-) -> tuple[Array, Array, Array, Scores, model.KVCache, Slots]:
+    context: int | None = None,
+) -> tuple[Array, Array, Array, Scores | None, model.KVCache, Slots]:
     """`steps` decode steps over slots 0..width-1 in one device program.
 
-    `greedy`: every slot in it is greedy, so the program has no sampling code and no
-    branch. Returns tokens [steps, width], emitted [steps, width], active [width] after
-    the chunk, the tokens' Scores ([steps, width, ...]), the cache and the slots."""
+    `greedy`: every slot in it is greedy and none wants logprobs, so the program has no
+    sampling code, no branch and no Scores (their top-k over the vocabulary is a cost of
+    every step). `context`: every active slot's positions in the chunk are below it
+    (attention reads that many cache rows; None: all). Returns tokens [steps, width],
+    emitted [steps, width], active [width] after the chunk, the tokens' Scores ([steps,
+    width, ...]; None if greedy), the cache and the slots."""
     part = slots.take(width)
 
     def step(i: Array, carry: tuple) -> tuple:
         cache, part, tokens, emitted, scored = carry
-        logits, cache = model.decode_step(params, cfg, part.token, part.pos, cache)
-        token, emit, part, now = advance(part, logits, eos_ids, "greedy" if greedy else "sample")
-        scored = jax.tree.map(lambda all_, one: all_.at[i].set(one), scored, now)
+        logits, cache = model.decode_step(params, cfg, part.token, part.pos, cache, context)
+        token, emit, part = advance(part, logits, eos_ids, "greedy" if greedy else "sample")
+        if scored is not None:
+            now = scores(logits, token)
+            scored = jax.tree.map(lambda all_, one: all_.at[i].set(one), scored, now)
         return cache, part, tokens.at[i].set(token), emitted.at[i].set(emit), scored
 
     tokens = jnp.zeros((steps, width), jnp.int32)
     emitted = jnp.zeros((steps, width), bool)
-    scored = Scores(
-        chosen=jnp.zeros((steps, width), jnp.float32),
-        top_ids=jnp.zeros((steps, width, TOP_LOGPROBS), jnp.int32),
-        top=jnp.zeros((steps, width, TOP_LOGPROBS), jnp.float32),
-    )
+    scored = None
+    if not greedy:
+        scored = Scores(
+            chosen=jnp.zeros((steps, width), jnp.float32),
+            top_ids=jnp.zeros((steps, width, TOP_LOGPROBS), jnp.int32),
+            top=jnp.zeros((steps, width, TOP_LOGPROBS), jnp.float32),
+        )
     cache, part, tokens, emitted, scored = jax.lax.fori_loop(
         0, steps, step, (cache, part, tokens, emitted, scored)
     )

@@ -1,5 +1,6 @@
 import asyncio
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -140,13 +141,24 @@ def test_cell_label() -> None:
     assert cell_label({"concurrency": None, "rate": 2.5}) == "rate=2.5/s"
 
 
-def test_compare_worked_example() -> None:
+# The worked example's family: the medians (the default adds the tails, 22 verdicts here).
+MEDIANS = ("ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tok_s")
+
+
+def test_default_comparison_holds_the_tails_in_the_table_s_order() -> None:
     comparison = compare(values_from_reports(REPORTS), baseline="torch")
+    assert [m.metric.key for m in comparison.cells[0].metrics] == list(DEFAULT_METRICS)
+    assert {"ttft_ms.p90", "ttft_ms.p99", "tpot_ms.p99", "e2e_ms.p99"} <= set(DEFAULT_METRICS)
+    assert comparison.family == 2 * len(DEFAULT_METRICS)
+
+
+def test_compare_worked_example() -> None:
+    comparison = compare(values_from_reports(REPORTS, MEDIANS), metrics=MEDIANS, baseline="torch")
     assert comparison.baseline == "torch"
     assert comparison.rigs == ["torch", "jax"]
     assert [c.cell for c in comparison.cells] == ["c=1", "c=4"]
-    # metrics appear in the table's fixed order
-    assert [m.metric.key for m in comparison.cells[0].metrics] == list(DEFAULT_METRICS)
+    # metrics appear in the order asked for
+    assert [m.metric.key for m in comparison.cells[0].metrics] == list(MEDIANS)
 
     ttft = _by_key(comparison, "c=1", "ttft_ms.p50")
     torch, jax = ttft.results
@@ -170,7 +182,7 @@ def test_compare_worked_example() -> None:
     assert tok_s.flips.boots == [0, 1, 2]
 
     # At c=4 jax is ahead on every metric in every boot.
-    for key in DEFAULT_METRICS:
+    for key in MEDIANS:
         metric = _by_key(comparison, "c=4", key)
         assert metric.results[1].verdict is Verdict.FASTER, key
         assert not metric.flips.flipped, key
@@ -239,7 +251,8 @@ def test_comparison_round_trips_through_json() -> None:
 
 
 def test_render_text_shows_centres_intervals_verdicts_and_flips() -> None:
-    text = render_text(compare(values_from_reports(REPORTS), baseline="torch"), width=240)
+    comparison = compare(values_from_reports(REPORTS, MEDIANS), metrics=MEDIANS, baseline="torch")
+    text = render_text(comparison, width=240)
     lines = text.splitlines()
     assert "rigbench comparison (baseline torch)" in lines[0]
     ttft_row = next(i for i, line in enumerate(lines) if "c=1" in line and "TTFT p50" in line)
@@ -454,3 +467,18 @@ def test_a_detectable_ratio_beyond_100x_is_said_plainly() -> None:
     }
     words = compare(values).cells[0].metrics[0].results[1].words
     assert words.endswith("(within noise; 2 and 3 boots could not tell even 100x)"), words
+
+
+def test_an_undetectable_ratio_round_trips_through_json() -> None:
+    # 40 cells: Holm's smallest level 0.05/40 on about one degree of freedom (b's boots 1000x
+    # apart, a's nearly equal), where the t quantile is in the hundreds
+    boots = {"a": [1.0, 1.001], "b": [1.0, 1000.0]}
+    values = {
+        rig: {f"c={c}": {"ttft_ms.p99": series} for c in range(1, 41)}
+        for rig, series in boots.items()
+    }
+    comparison = compare(values, baseline="a", metrics=["ttft_ms.p99"])
+    found = comparison.cells[0].metrics[0].results[1]
+    assert found.detectable_ratio == math.inf
+    assert "could not tell even 100x" in found.words
+    assert Comparison.model_validate_json(comparison.model_dump_json()) == comparison

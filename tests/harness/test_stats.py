@@ -247,9 +247,10 @@ def test_identical_samples_get_no_difference(a: list[float], direction: Directio
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(min_value=0.9, max_value=1.1), min_size=3, max_size=10))
+@given(st.lists(st.floats(min_value=0.9, max_value=1.1), min_size=3, max_size=10, unique=True))
 def test_a_ratio_far_beyond_the_spread_is_decisive(a: list[float]) -> None:
     # Boots within +-10% of 1 against boots 10x slower: no spread of the kind can hide that.
+    # (Boots that did not vary at all give no verdict: test_one_boot_gives_no_verdict_...)
     b = [10 * v for v in a[::-1]] + [10.0]
     assert verdict(a, b, Direction.LOWER_IS_BETTER) is Verdict.FASTER
     assert verdict(a, b, Direction.HIGHER_IS_BETTER) is Verdict.SLOWER
@@ -384,3 +385,10 @@ def test_a_a_sweeps_rarely_report_a_difference() -> None:
     sweeps = 60
     rate = sweep_rates(3, sweeps, np.random.default_rng(19), boot_draws(True))
     assert rate <= binom.ppf(0.999, sweeps, 0.05) / sweeps, rate
+
+
+def test_an_undetectable_ratio_is_infinite_not_an_overflow() -> None:
+    # Two boots a side, one rig's 10x apart, at a Holm level for ~100 verdicts: a t quantile on
+    # about one degree of freedom in the thousands times a wide standard error.
+    found = difference([1.0, 10.0], [1.0, 1.001])
+    assert found.min_detectable_ratio(alpha=0.05 / 100) == math.inf

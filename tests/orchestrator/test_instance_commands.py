@@ -15,17 +15,17 @@ from functions.instance_commands import (
     bench_commands,
     parse_probe,
     probe_commands,
-    provenance_key,
-    records_key,
-    report_key,
     report_uri_of,
     step_of,
 )
 from functions.report import Report
+from functions.report_keys import PROVENANCE, RECORDS, REPORT, boot_prefix
 from functions.store import read_instance_provenance, read_report
 from rigbench.bundle import REPO_ROOT
 from rigbench.emulation import Emulation
 from tests.harness.conftest import start_reference_server
+
+ARN = "arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"
 
 
 def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
@@ -47,7 +47,9 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
             warmup_requests=1,
         )
         script = "\n".join(
-            bench_commands(sweep_id="s-1", rig="torch", boot=1, cells=cells, bucket=bucket)
+            bench_commands(
+                sweep_id="s-1", rig="torch", boot=1, cells=cells, bucket=bucket, instance_arn=ARN
+            )
         )
         env = {
             **os.environ, **emu.aws_env(), "RIGBENCH_HOME": str(tmp_path),
@@ -62,7 +64,8 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
         proc.terminate()
         proc.wait(10)
     s3 = emu.client("s3")
-    report = read_report(s3, bucket, report_key("s-1", "torch", 1))
+    prefix = boot_prefix("s-1", "torch", 1, ARN)
+    report = read_report(s3, bucket, prefix + REPORT)
     assert isinstance(report, Report)
     assert [c.concurrency for c in report.cells] == [1, 2]
     assert [(c.requests_ok, c.requests_failed) for c in report.cells] == [(2, 2), (4, 0)]
@@ -76,12 +79,12 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
         assert cell.ttft_validity is not None
         assert cell.itl_validity is not None
         assert cell.delivery is not None
-    found = read_instance_provenance(s3, bucket, provenance_key("s-1", "torch", 1))
+    found = read_instance_provenance(s3, bucket, prefix + PROVENANCE)
     assert found.served_model
     assert "no /provenance" in found.rig["error"]  # the reference server is not a rig
     assert found.gpu  # "none" where nvidia-smi is missing
     # The per-request records ride along, for the report's latency distributions.
-    body = s3.get_object(Bucket=bucket, Key=records_key("s-1", "torch", 1))["Body"].read()
+    body = s3.get_object(Bucket=bucket, Key=prefix + RECORDS)["Body"].read()
     measured = [r for r in map(json.loads, body.decode().splitlines()) if not r["warmup"]]
     assert sorted(r["cell"] for r in measured) == [0] * 4 + [1] * 4
 
@@ -108,7 +111,9 @@ def test_commands_pass_shellcheck(tmp_path: Path) -> None:
     cells = LoadCells(concurrency=[1, 8])
     for name, commands in {
         "probe": probe_commands(plan),
-        "bench": bench_commands(sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b"),
+        "bench": bench_commands(
+            sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b", instance_arn=ARN
+        ),
     }.items():
         script = tmp_path / f"{name}.sh"
         script.write_text("#!/bin/bash\n" + "\n".join(commands) + "\n")
@@ -124,5 +129,5 @@ def test_commands_pass_shellcheck(tmp_path: Path) -> None:
     assert step_of(probe_commands(plan)) == "probe"
     assert '--base-url "${RIGBENCH_URL:-http://127.0.0.1:8000}"' in probe_commands(plan)[1]
     assert report_uri_of(
-        bench_commands(sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b")
-    ) == ("s3://b/reports/s/torch/01/report.json")
+        bench_commands(sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b", instance_arn=ARN)
+    ) == (f"s3://b/reports/s/torch/01/{ARN}/report.json")

@@ -6,6 +6,9 @@ import pytest
 
 from functions.settings import sweep_report_key
 from rigbench.emulation import Emulation
+from rigbench.emulation.seams import ACCOUNT_ID
+from rigbench.report.data import gather
+from rigbench.report.writer import store_from
 from rigbench.stack import ResultsQuery
 from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import (
@@ -110,3 +113,36 @@ def test_rows_from_a_report_before_achieved_load_are_stored_and_read_back(emu: E
         for field in ("achieved_concurrency", "ttft_validity", "itl_validity", "delivery"):
             assert row.metrics.get(field) is None
     assert_clean(emu, sweep_id)
+
+
+def test_a_boot_s_files_are_read_only_from_the_instance_recorded_for_it(emu: Emulation) -> None:
+    described = run_sweep(emu, sweep_input(boots_per_rig=2))
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    sweep_id = sweep_id_of(described)
+    s3, bucket = emu.client("s3"), emu.stack_refs().bucket
+    rows = result_rows(emu, sweep_id)
+    instance_of = {int(r["boot"]): r["provenance"]["instance_id"] for r in rows}
+    arn = f"arn:aws:ec2:us-east-1:{ACCOUNT_ID}:instance/"
+    keys = {int(r["boot"]): r["report_key"] for r in rows}
+    for boot, key in keys.items():  # each boot's files are under its instance's ARN (IAM)
+        assert key == f"reports/{sweep_id}/torch/{boot:02d}/{arn}{instance_of[boot]}/report.json"
+    genuine = {
+        boot: json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        for boot, key in keys.items()
+    }
+    # What IAM still lets an instance do: write below its own ARN anywhere under reports/. Boot
+    # 2's instance and an instance of another sweep each plant a report for boot 1.
+    for instance in (instance_of[2], "i-0fffffffffffffff0"):
+        s3.put_object(
+            Bucket=bucket,
+            Key=f"reports/{sweep_id}/torch/01/{arn}{instance}/report.json",
+            Body=json.dumps({"planted": instance}).encode(),
+        )
+    store = store_from(emu.client, emu.stack_refs())
+    assert {b.boot: b.report for b in gather(store, sweep_id).boots} == genuine
+    # Without rows to name the instance (Store never ran), the ledger's record decides.
+    ddb = emu.client("dynamodb")
+    for row in rows:
+        key = {"sweep_id": {"S": sweep_id}, "row_key": {"S": row["row_key"]}}
+        ddb.delete_item(TableName=emu.table("ResultsTable"), Key=key)
+    assert {b.boot: b.report for b in gather(store, sweep_id).boots} == genuine

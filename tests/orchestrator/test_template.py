@@ -3,6 +3,7 @@
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from typing import Any
 import pytest
 from cfn_tools import load_yaml
 
+from functions.execution_input import LoadCells
+from functions.instance_commands import bench_commands, report_uri_of
+from functions.report_keys import PROVENANCE, RECORDS, REPORT, instance_arn
 from functions.settings import sweep_report_key
 from rigbench.lambda_package import (
     LAMBDA_UNZIPPED_LIMIT,
@@ -228,8 +232,47 @@ def test_instance_role_is_the_ssm_agent_plus_its_own_prefixes() -> None:
     s3 = [s for o, s in statements() if o == "InstanceRole" and actions(s)[0].startswith("s3:")]
     assert {(actions(s)[0], s["Resource"]["Fn::Sub"]) for s in s3} == {
         ("s3:GetObject", "${ArtifactBucket.Arn}/bundle/*"),
-        ("s3:PutObject", "${ArtifactBucket.Arn}/reports/*"),
+        # ${!...} is CloudFormation's escape: IAM gets ${ec2:SourceInstanceARN}, a policy
+        # variable set for instance-profile credentials.
+        ("s3:PutObject", "${ArtifactBucket.Arn}/reports/*/${!ec2:SourceInstanceARN}/*"),
     }
+
+
+def _iam_match(pattern: str, arn: str) -> bool:
+    """IAM's resource matching: * any run of characters (slashes too), ? any one."""
+    regex = re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
+    return re.fullmatch(regex, arn) is not None
+
+
+def test_an_instance_writes_only_below_its_own_arn_where_dispatch_points_it() -> None:
+    (put,) = [s for o, s in statements() if o == "InstanceRole" and allows(s, "s3:PutObject")]
+    bucket = "arn:aws:s3:::rigbench-artifacts"
+    pattern = put["Resource"]["Fn::Sub"].replace("${ArtifactBucket.Arn}", bucket)
+    # The functions build an instance's ARN from INSTANCE_ARN_PREFIX, as EC2 sets the variable.
+    sub = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["INSTANCE_ARN_PREFIX"]
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+    prefix = re.sub(r"\$\{(AWS::\w+)\}", lambda m: pseudo[m.group(1)], sub["Fn::Sub"])
+
+    def uploads(instance_id: str, sweep: str, boot: int) -> tuple[str, list[str]]:
+        arn = instance_arn(prefix, instance_id)
+        commands = bench_commands(
+            sweep_id=sweep, rig="torch", boot=boot, cells=LoadCells(), bucket="b", instance_arn=arn
+        )
+        uri = report_uri_of(commands)
+        assert uri is not None
+        folder = uri.removeprefix("s3://b/").removesuffix(REPORT)
+        return arn, [f"{bucket}/{folder}{name}" for name in (REPORT, RECORDS, PROVENANCE)]
+
+    mine, my_keys = uploads("i-0aaaaaaaaaaaaaaaa", "sweep-a", 1)
+    assert mine == "arn:aws:ec2:us-east-1:123456789012:instance/i-0aaaaaaaaaaaaaaaa"
+    own = pattern.replace("${!ec2:SourceInstanceARN}", mine)
+    assert all(_iam_match(own, key) for key in my_keys)
+    # Another sweep's boot, and another boot of the same sweep: never under this instance's ARN.
+    for sweep, boot in (("sweep-b", 1), ("sweep-a", 2)):
+        _, their_keys = uploads("i-0bbbbbbbbbbbbbbbb", sweep, boot)
+        assert not any(_iam_match(own, key) for key in their_keys), their_keys
+    assert not _iam_match(own, f"{bucket}/reports/sweep-a/torch/01/report.json")
+    assert not _iam_match(own, f"{bucket}/sweep-reports/sweep-a/report.html")
 
 
 def test_only_the_report_function_writes_sweep_reports_and_reads_only_boot_reports() -> None:
@@ -259,8 +302,6 @@ def test_only_the_report_function_writes_sweep_reports_and_reads_only_boot_repor
 def test_every_definition_placeholder_is_substituted() -> None:
     machine = RESOURCES["SweepStateMachine"]["Properties"]
     definition = (ROOT / machine["DefinitionUri"]).read_text()
-    import re
-
     placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
     assert placeholders == set(machine["DefinitionSubstitutions"])
     for key, value in machine["DefinitionSubstitutions"].items():

@@ -15,6 +15,10 @@ from rigs.jax.engine import EngineOptions, JaxEngine
 from rigs.serving.engine import SamplingParams
 from tests.rigs.jax.conftest import torch
 
+# The module's engine compiles every program first (inside the first test): on a loaded
+# 2-core machine that alone has taken over 600 s.
+pytestmark = pytest.mark.timeout(1200)
+
 OPTIONS = EngineOptions(
     max_slots=4,
     max_model_len=128,
@@ -22,6 +26,10 @@ OPTIONS = EngineOptions(
     prompt_buckets=(32, 128),
     slot_widths=(2, 4),
     prefill_batches=(1, 4),
+    # positions past 64 (prompts up to 40 tokens + 64 new ones) move a request's chunks
+    # from the 64-row context program to the whole cache's
+    context_buckets=(64, 128),
+    context_min_width=4,
 )
 
 
@@ -32,7 +40,7 @@ def engine(tiny_checkpoint: tuple[Path, Any]) -> Iterator[JaxEngine]:
     params = checkpoint.load_params(directory, cfg, jnp.float32)
     e = JaxEngine(params, cfg, OPTIONS, model_name="tiny")
     e.start()
-    e.wait_ready(timeout=300)
+    e.wait_ready(timeout=900)  # compiling on a loaded 2-core machine
     yield e
     e.close()
 
@@ -161,12 +169,16 @@ def test_provenance_counts_compilations(engine: JaxEngine) -> None:
 
 
 def test_greedy_decode_program_has_no_sampling_branch(engine: JaxEngine) -> None:
-    """A branch costs a device-to-host sync per step on a GPU: greedy chunks have none."""
-    greedy = engine._decode_programs[(4, True)].as_text()
-    sampled = engine._decode_programs[(4, False)].as_text()
+    """A branch costs a device-to-host sync per step on a GPU: greedy chunks have none,
+    nor the logprobs' top-k over the vocabulary (a request that wants them runs the other
+    program)."""
+    greedy = engine._decode_programs[(4, 64, True)].as_text()
+    sampled = engine._decode_programs[(4, 64, False)].as_text()
     assert "conditional(" not in greedy
     assert "sort(" not in greedy
+    assert '"TopK"' not in greedy
     assert "sort(" in sampled  # top-p, behind its own branch
+    assert '"TopK"' in sampled
 
 
 def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
@@ -190,6 +202,18 @@ def test_batched_prefill_matches_one_prompt_per_call(engine: JaxEngine) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # batch shapes
     assert not together[1].active[3]  # slot 3 untouched by the padding row
     assert not np.any(together[0].k[0][3])
+
+
+def test_decode_programs_per_width_and_context() -> None:
+    o = EngineOptions(max_slots=64, max_model_len=4096)
+    assert o.widths == (1, 2, 4, 8, 16, 32, 64)  # concurrency 32 runs at width 32
+    assert o.contexts == (1024, 4096)
+    assert o.contexts_for(4) == (4096,)  # narrow steps: KV reads are a few % of a step
+    assert o.contexts_for(8) == (1024, 4096)
+    assert len(o.decode_keys) == 2 * (3 + 4 * 2)
+    assert EngineOptions(max_model_len=128).contexts == (128,)
+    with pytest.raises(ValueError, match="context_buckets must rise strictly to 128"):
+        EngineOptions(max_model_len=128, context_buckets=(64,))
 
 
 def test_prefill_programs_per_bucket_and_batch_size() -> None:

@@ -1,10 +1,12 @@
 """The JAX rig's definition: valid, its scripts pass shellcheck, its command line renders."""
 
+import argparse
+
 import pytest
 
 from rigs.bootstrap.user_data import BootstrapSpec, render_user_data
 from rigs.contract import RigDefinition
-from rigs.jax.server import eos_ids, pick_dtype
+from rigs.jax.server import auto_slots, eos_ids, pick_dtype, slots_arg
 from rigs.launch import launch_plan
 from rigs.registry import discover, get_rig
 from rigs.sources import ModelSource
@@ -50,6 +52,18 @@ def test_serve_command(jax_rig: RigDefinition) -> None:
     assert argv[argv.index("--max-slots") + 1] == "4"
     assert argv[argv.index("--max-model-len") + 1] == "4096"
     assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.90"
+
+
+def test_auto_slots_fill_half_the_free_memory_up_to_64() -> None:
+    per_slot = 31_457_280  # e2b at max_model_len 4096 in bfloat16
+    assert auto_slots(116 << 30, per_slot) == 64  # H200 after the weights
+    assert auto_slots(1 << 30, per_slot) == 17  # a T4G with 1 GiB left
+    assert auto_slots(10 << 20, per_slot) == 1
+    assert auto_slots(None, per_slot) == 32  # a CPU reports no memory
+    assert slots_arg("auto") == 0
+    assert slots_arg("48") == 48
+    with pytest.raises(argparse.ArgumentTypeError, match="'auto' or >= 1, got '0'"):
+        slots_arg("0")
 
 
 def test_auto_dtype_follows_the_device() -> None:
