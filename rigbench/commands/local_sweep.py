@@ -108,8 +108,9 @@ def run_sweep(
             console.print(title)
             progress = stack.follow_sweep(started.execution_arn, on_update=PhaseLines(console))
             console.print(sweep_table(progress, title))
-        reports = stack.session.reports(sweep_id)
         report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
+        # each boot's report as the report reads it: only from the instance recorded for it
+        reports = gathered.reports_by_rig() if gathered is not None else {}
     status = progress.status
     console.print()
     if reports:
