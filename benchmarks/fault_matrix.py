@@ -27,10 +27,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from functions.budget import month_committed, sweep_of_execution
+from functions.tables import ledger
 from rigbench.emulation import Emulation, Faults, LaunchHold
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
@@ -172,7 +174,10 @@ def _finish_gives_up_mid_sweep(emu: Emulation, arn: str) -> str:
     fleet = _scripted(emu)
     sweep_id = _until("Validate", lambda: _sweep_id(emu, arn))
     mark = _until(
-        "MarkFinishFailed", lambda: ledger(emu, f"SWEEP#{sweep_id}").get("FINISH_FAILED#torch#1")
+        "MarkFinishFailed",
+        lambda: ledger_items(emu, ledger.sweep_pk(sweep_id)).get(
+            ledger.finish_failed_sk("torch", 1)
+        ),
     )
     gave_up = _iso_epoch(mark["failed_at"]["S"])
     (torch,) = [i for i, inst in fleet.instances.items() if inst.tags["rigbench:rig"] == "torch"]
@@ -321,16 +326,10 @@ BY_NAME = {case.name: case for case in CASES}
 
 
 def _sweep_id(emu: Emulation, arn: str) -> str | None:
-    item = emu.client("dynamodb").get_item(
-        TableName=emu.table("LedgerTable"),
-        Key={"pk": {"S": f"EXECUTION#{arn}"}, "sk": {"S": "SWEEP"}},
-        ConsistentRead=True,
-    )
-    found = item.get("Item")
-    return found["sweep_id"]["S"] if found else None
+    return sweep_of_execution(emu.client("dynamodb"), emu.table("LedgerTable"), arn)
 
 
-def ledger(emu: Emulation, pk: str) -> dict[str, dict[str, Any]]:
+def ledger_items(emu: Emulation, pk: str) -> dict[str, dict[str, Any]]:
     items = emu.client("dynamodb").query(
         TableName=emu.table("LedgerTable"),
         KeyConditionExpression="pk = :p",
@@ -341,9 +340,8 @@ def ledger(emu: Emulation, pk: str) -> dict[str, dict[str, Any]]:
 
 
 def committed(emu: Emulation) -> int:
-    month = time.strftime("%Y-%m", time.gmtime())
-    item = ledger(emu, f"MONTH#{month}").get("TOTAL", {})
-    return int(item.get("committed", {}).get("N", "0"))
+    month = ledger.month_of(datetime.now(UTC))
+    return month_committed(emu.client("dynamodb"), emu.table("LedgerTable"), month)
 
 
 def sweep_instances(emu: Emulation, sweep_id: str) -> list[str]:
@@ -404,9 +402,9 @@ def run_case(emu: Emulation, case: Case, timeout_s: float = 120) -> Outcome:
         return Outcome(case.name, described["status"], str(described.get("error", "")),
                        0, 0, 0, 0.0, committed(emu) == before, cleanup_ran,
                        time.monotonic() - started)  # fmt: skip
-    items = ledger(emu, f"SWEEP#{sweep_id}")
-    total = items.pop("TOTAL", None)
-    boots = {k: v for k, v in items.items() if k.startswith("BOOT#")}
+    items = ledger_items(emu, ledger.sweep_pk(sweep_id))
+    total = items.pop(ledger.TOTAL, None)
+    boots = {k: v for k, v in items.items() if k.startswith(ledger.BOOT_PREFIX)}
     open_boots = sum(1 for b in boots.values() if b["status"]["S"] == "reserved")
     open_total = 1 if total and int(total["reserved"]["N"]) != 0 else 0
     billed_s = sum(float(b.get("seconds", {}).get("N", "0")) for b in boots.values())

@@ -1,6 +1,6 @@
 """The bake: build a rig's install on a builder instance once, keep it as an AMI.
 
-    plan      validate the input, pick the builder (functions/instance_types.BUILDERS),
+    plan      validate the input, pick the builder (hardware.instance_types.BUILDERS),
               check quota, price the deadline and reserve it in the ledger (the sweep's
               rows and monthly cap: the reaper and the cap see bakes as sweeps)
     launch    one on-demand builder of the rig's architecture, the DLAMI (it has nvcc), a
@@ -31,11 +31,19 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from functions.boot_plan import base_image
-from functions.budget import OPEN_ATTRIBUTE, month_of, to_micro, usd
-from functions.errors import CapacityUnavailable, InvalidInput, OverBudget, QuotaExhausted
-from functions.instance_types import BUILDERS, Architecture, get_instance_type
+from functions.budget import OPEN_ATTRIBUTE
+from functions.errors import (
+    CapacityUnavailable,
+    InvalidInput,
+    OverBudget,
+    QuotaExhausted,
+    error_code,
+)
 from functions.launch import CAPACITY_ERRORS, encrypted_root, launch_image
 from functions.settings import DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Settings
+from functions.tables import ledger
+from functions.tables.ledger import month_of, to_micro, usd
+from hardware.instance_types import BUILDERS, Architecture, get_instance_type
 from rigs.registry import get_rig
 
 BAKE_TAG = "rigbench:bake"
@@ -132,10 +140,6 @@ def bake_id_from(execution_name: str) -> str:
     return tail if tail.startswith("bake-") else f"bake-{tail}"[:63]
 
 
-def _ledger_key(pk: str, sk: str) -> dict[str, Any]:
-    return {"pk": {"S": pk}, "sk": {"S": sk}}
-
-
 def plan_bake(
     raw: Any,
     execution_name: str,
@@ -224,7 +228,7 @@ def reserve(ddb: Any, settings: Settings, plan: BakePlan) -> None:
                 {
                     "Update": {
                         "TableName": settings.ledger_table,
-                        "Key": _ledger_key(f"MONTH#{month}", "TOTAL"),
+                        "Key": ledger.month_total(month),
                         "UpdateExpression": "ADD committed :total SET cap = :cap",
                         "ConditionExpression": (
                             "attribute_not_exists(committed) OR committed <= :headroom"
@@ -240,7 +244,7 @@ def reserve(ddb: Any, settings: Settings, plan: BakePlan) -> None:
                     "Put": {
                         "TableName": settings.ledger_table,
                         "Item": {
-                            **_ledger_key(f"SWEEP#{plan.bake_id}", "TOTAL"),
+                            **ledger.sweep_total(plan.bake_id),
                             "reserved": {"N": str(total)},
                             "spent": {"N": "0"},
                             "budget": {"N": str(total)},
@@ -256,7 +260,7 @@ def reserve(ddb: Any, settings: Settings, plan: BakePlan) -> None:
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        if error_code(exc) != "TransactionCanceledException":
             raise
         reasons = exc.response.get("CancellationReasons", [])
         if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
@@ -329,7 +333,7 @@ def launch_builder(state: BakeState, clients: Any, settings: Settings) -> Builde
                 ClientToken=token,
             )
         except ClientError as exc:
-            code = exc.response["Error"]["Code"]
+            code = error_code(exc)
             if code not in CAPACITY_ERRORS:
                 raise
             refused.append(f"{subnet}: {code}")
@@ -362,7 +366,7 @@ def check_build(state: BakeState, clients: Any, now: float | None = None) -> Bui
                 CommandId=previous.command_id, InstanceId=state.builder.instance_id
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
+            if error_code(exc) != "InvocationDoesNotExist":
                 raise
             invocation = {"Status": "Pending"}
         if invocation["Status"] == "Success":
@@ -464,7 +468,7 @@ def terminate_builder(
 
 def settle(ddb: Any, table: str, bake_id: str, spent: int) -> None:
     """Close the bake's ledger row once: committed loses the reservation, gains the spend."""
-    key = _ledger_key(f"SWEEP#{bake_id}", "TOTAL")
+    key = ledger.sweep_total(bake_id)
     try:
         item = ddb.update_item(
             TableName=table,
@@ -476,13 +480,13 @@ def settle(ddb: Any, table: str, bake_id: str, spent: int) -> None:
             ReturnValues="ALL_NEW",
         )["Attributes"]
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             return  # settled already (a retry, or the reaper)
         raise
     delta = spent - int(item["reserved"]["N"])
     ddb.update_item(
         TableName=table,
-        Key=_ledger_key(f"MONTH#{item['month']['S']}", "TOTAL"),
+        Key=ledger.month_total(item["month"]["S"]),
         UpdateExpression="ADD committed :delta",
         ExpressionAttributeValues={":delta": {"N": str(delta)}},
     )

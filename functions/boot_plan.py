@@ -1,8 +1,8 @@
 """What one boot of a rig runs with on an instance type: image, dtype and serve settings.
 
-Derived from the sweep input alone (so every step computes the same plan without carrying
-it): the validate step checks it before anything is spent, launch boots it, store records it
-beside the results.
+Planned once per rig, by the validate step, before anything is spent (with the stack's
+image); the plan rides in each boot's state (`BootItem.plan`, `BootState.plan`): launch boots
+its image, the user data serves its dtype and settings, store records it beside the results.
 
     image:    the rig's baked image for the instance's architecture when rig.toml names one
               (`prebuilt_ami`, written by `rigbench bake`), else the stack's base image:
@@ -15,30 +15,14 @@ beside the results.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict
-
-from functions.errors import InvalidInput
+from functions.errors import InvalidInput, error_code
+from functions.events import BootPlan
 from functions.execution_input import SweepInput
-from functions.instance_types import DLAMI_PARAMETERS, get_instance_type
+from hardware.instance_types import DLAMI_PARAMETERS, get_instance_type
 from rigs.contract import Scalar
 from rigs.registry import get_rig
-
-
-class BootPlan(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rig: str
-    instance_type: str
-    arch: Literal["x86_64", "aarch64"]
-    compute_capability: str
-    image: str  # an SSM parameter name (resolved at launch) or an AMI id
-    image_source: Literal["base", "baked"]
-    dtype: str
-    dtype_reason: str
-    settings: dict[str, Scalar]
 
 
 def base_image(arch: str, stack_ami_parameter: str) -> str:
@@ -85,6 +69,9 @@ def plan_boot(sweep: SweepInput, rig_name: str, stack_ami_parameter: str = "") -
 
 def require_baked_images(ssm: Any, plans: list[BootPlan]) -> None:
     """Refuse, before any launch, a sweep whose rig needs a baked image that does not exist."""
+    # Here, not at the top: the state models import this module, and the CLI loads no botocore.
+    from botocore.exceptions import ClientError
+
     missing = []
     for plan in plans:
         if plan.image_source != "baked" or plan.image.startswith("ami-"):
@@ -92,7 +79,7 @@ def require_baked_images(ssm: Any, plans: list[BootPlan]) -> None:
         try:
             ssm.get_parameter(Name=plan.image)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ParameterNotFound":
+            if error_code(exc) != "ParameterNotFound":
                 raise
             missing.append(
                 f"rig {plan.rig} on {plan.instance_type} ({plan.arch}) needs the baked image "

@@ -3,8 +3,7 @@ the user data an instance boots with, and the SSM command that asks whether it i
 
 from dataclasses import dataclass, field
 
-from functions.boot_plan import BootPlan, plan_boot
-from functions.events import BootState
+from functions.events import BootPlan, BootState
 from functions.settings import Settings
 from rigs.bootstrap.user_data import BootstrapSpec, ready_check_command, render_user_data
 
@@ -26,7 +25,7 @@ class InstancePlan:
 
 def instance_plan(state: BootState, settings: Settings, deadline_at: float) -> InstancePlan:
     return InstancePlan(
-        boot=plan_boot(state.sweep, state.rig, settings.ami_parameter),
+        boot=state.plan,
         rig=state.rig,
         model=state.sweep.model,
         bucket=settings.bucket,

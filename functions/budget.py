@@ -1,17 +1,6 @@
 """Spend cap: price the sweep, reserve it in the ledger before launch, reconcile at termination.
 
-Ledger items (pk, sk), amounts in integer micro-dollars so that ADD never drifts:
-    MONTH#2026-12 / TOTAL            committed = reservations still open + actual spend
-    SWEEP#<id>    / TOTAL            reserved, spent, budget
-    SWEEP#<id>    / OWNER            execution_arn: the one execution that owns this sweep id
-    SWEEP#<id>    / BOOT#<rig>#<n>   status reserved|reconciled, reserved, spent, seconds,
-                                     launch_anchor (first launch attempt: fixes the deadline),
-                                     instance_ids, launched_at, last_seen (and per
-                                     instance launched_at:<id>, last_seen:<id>), billed_ids,
-                                     finish_failed (Finish gave up: the reaper ends it)
-    EXECUTION#<arn> / SWEEP          sweep_id: the status-change handler's way back to the sweep
-    INSTANCE#<id> / INTERRUPTION     written by the spot interruption warning rule
-Sweeps still open carry `open` (GSI open_sweeps), so the reaper finds aborted ones by Query.
+The ledger's keys, micro-dollar amounts and months: `functions.tables.ledger`.
 """
 
 from dataclasses import dataclass
@@ -22,12 +11,13 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from functions.errors import InvalidInput, OverBudget
+from functions.errors import InvalidInput, OverBudget, error_code
 from functions.events import Reservation, SweepState
 from functions.observability import instrumented, logger
 from functions.settings import Clients, Settings
+from functions.tables import ledger
+from functions.tables.ledger import month_of, to_micro, usd
 
-MICRO = 1_000_000
 OPEN_ATTRIBUTE = "open"
 OPEN_SWEEPS_INDEX = "open_sweeps"
 # Pricing API has no spot prices and the on-demand API lives in two regions only; on-demand
@@ -47,18 +37,6 @@ ON_DEMAND_USD_PER_HOUR: dict[str, dict[str, float]] = {
         "g6.2xlarge": 0.978,
     },
 }
-
-
-def to_micro(usd: float) -> int:
-    return round(usd * MICRO)
-
-
-def usd(micro: int | float) -> float:
-    return round(float(micro) / MICRO, 6)
-
-
-def month_of(when: datetime) -> str:
-    return when.strftime("%Y-%m")
 
 
 def subnet_zones(ec2: Any, subnets: list[str]) -> dict[str, str]:
@@ -106,18 +84,8 @@ def price_per_hour(
     return spot_price(ec2, instance_type, zones), f"spot price history ({', '.join(zones)})"
 
 
-def _key(pk: str, sk: str) -> dict[str, Any]:
-    return {"pk": {"S": pk}, "sk": {"S": sk}}
-
-
-def boot_sk(rig: str, boot: int) -> str:
-    return f"BOOT#{rig}#{boot:02d}"
-
-
 def existing_reservation(ddb: Any, table: str, sweep_id: str) -> dict[str, Any] | None:
-    item = ddb.get_item(
-        TableName=table, Key=_key(f"SWEEP#{sweep_id}", "TOTAL"), ConsistentRead=True
-    )
+    item = ddb.get_item(TableName=table, Key=ledger.sweep_total(sweep_id), ConsistentRead=True)
     return item.get("Item")
 
 
@@ -131,7 +99,7 @@ def claim_sweep(ddb: Any, table: str, sweep_id: str, execution_arn: str, now_iso
                     "Put": {
                         "TableName": table,
                         "Item": {
-                            **_key(f"SWEEP#{sweep_id}", "OWNER"),
+                            **ledger.sweep_owner(sweep_id),
                             "execution_arn": {"S": execution_arn},
                             "claimed_at": {"S": now_iso},
                         },
@@ -143,7 +111,7 @@ def claim_sweep(ddb: Any, table: str, sweep_id: str, execution_arn: str, now_iso
                     "Put": {
                         "TableName": table,
                         "Item": {
-                            **_key(f"EXECUTION#{execution_arn}", "SWEEP"),
+                            **ledger.execution_sweep(execution_arn),
                             "sweep_id": {"S": sweep_id},
                         },
                     }
@@ -151,7 +119,7 @@ def claim_sweep(ddb: Any, table: str, sweep_id: str, execution_arn: str, now_iso
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        if error_code(exc) != "TransactionCanceledException":
             raise
         owner = sweep_owner(ddb, table, sweep_id) or "another execution"
         raise InvalidInput(
@@ -161,24 +129,24 @@ def claim_sweep(ddb: Any, table: str, sweep_id: str, execution_arn: str, now_iso
 
 
 def sweep_owner(ddb: Any, table: str, sweep_id: str) -> str | None:
-    item = ddb.get_item(
-        TableName=table, Key=_key(f"SWEEP#{sweep_id}", "OWNER"), ConsistentRead=True
-    ).get("Item")
+    item = ddb.get_item(TableName=table, Key=ledger.sweep_owner(sweep_id), ConsistentRead=True).get(
+        "Item"
+    )
     return item["execution_arn"]["S"] if item else None
 
 
 def sweep_of_execution(ddb: Any, table: str, execution_arn: str) -> str | None:
     item = ddb.get_item(
-        TableName=table, Key=_key(f"EXECUTION#{execution_arn}", "SWEEP"), ConsistentRead=True
+        TableName=table, Key=ledger.execution_sweep(execution_arn), ConsistentRead=True
     ).get("Item")
     return item["sweep_id"]["S"] if item else None
 
 
 def month_committed(ddb: Any, table: str, month: str) -> int:
     """Micro-dollars committed in the month: open reservations plus actual spend."""
-    item = ddb.get_item(
-        TableName=table, Key=_key(f"MONTH#{month}", "TOTAL"), ConsistentRead=True
-    ).get("Item", {})
+    item = ddb.get_item(TableName=table, Key=ledger.month_total(month), ConsistentRead=True).get(
+        "Item", {}
+    )
     return int(item.get("committed", {}).get("N", "0"))
 
 
@@ -252,7 +220,7 @@ def reserve_budget(
         {
             "Update": {
                 "TableName": table,
-                "Key": _key(f"MONTH#{month}", "TOTAL"),
+                "Key": ledger.month_total(month),
                 "UpdateExpression": "ADD committed :total SET cap = :cap",
                 "ConditionExpression": "attribute_not_exists(committed) OR committed <= :headroom",
                 "ExpressionAttributeValues": {
@@ -266,7 +234,7 @@ def reserve_budget(
             "Put": {
                 "TableName": table,
                 "Item": {
-                    **_key(f"SWEEP#{sweep.sweep_id}", "TOTAL"),
+                    **ledger.sweep_total(sweep.sweep_id),
                     "reserved": {"N": str(total)},
                     "spent": {"N": "0"},
                     "budget": {"N": str(budget)},
@@ -287,7 +255,7 @@ def reserve_budget(
                 "Put": {
                     "TableName": table,
                     "Item": {
-                        **_key(f"SWEEP#{sweep.sweep_id}", boot_sk(item.rig, item.boot)),
+                        **ledger.boot(sweep.sweep_id, item.rig, item.boot),
                         "status": {"S": "reserved"},
                         "reserved": {"N": str(per_boot)},
                         "price": {"N": str(to_micro(price))},
@@ -299,7 +267,7 @@ def reserve_budget(
     try:
         clients.dynamodb.transact_write_items(TransactItems=writes)
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        if error_code(exc) != "TransactionCanceledException":
             raise
         reasons = exc.response.get("CancellationReasons", [])
         if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
@@ -333,7 +301,7 @@ def reconcile_boot(
     again. On a boot already reconciled, an instance its bill did not cover (launched after
     the boot was closed) is billed on its own, once."""
     item = ddb.get_item(
-        TableName=table, Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)), ConsistentRead=True
+        TableName=table, Key=ledger.boot(sweep_id, rig, boot), ConsistentRead=True
     ).get("Item")
     if item is None:
         return Billed(0.0, False)
@@ -366,7 +334,7 @@ def reconcile_boot(
                 {
                     "Update": {
                         "TableName": table,
-                        "Key": _key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+                        "Key": ledger.boot(sweep_id, rig, boot),
                         "UpdateExpression": update,
                         "ConditionExpression": f"#s = :reserved AND {same_instances}",
                         "ExpressionAttributeNames": {"#s": "status"},
@@ -376,7 +344,7 @@ def reconcile_boot(
                 {
                     "Update": {
                         "TableName": table,
-                        "Key": _key(f"SWEEP#{sweep_id}", "TOTAL"),
+                        "Key": ledger.sweep_total(sweep_id),
                         "UpdateExpression": "ADD reserved :release, spent :spent",
                         "ExpressionAttributeValues": {
                             ":release": {"N": str(-reserved)},
@@ -387,7 +355,7 @@ def reconcile_boot(
                 {
                     "Update": {
                         "TableName": table,
-                        "Key": _key(f"MONTH#{month}", "TOTAL"),
+                        "Key": ledger.month_total(month),
                         "UpdateExpression": "ADD committed :delta",
                         "ExpressionAttributeValues": {":delta": {"N": str(spent - reserved)}},
                     }
@@ -395,7 +363,7 @@ def reconcile_boot(
             ]
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "TransactionCanceledException":
+        if error_code(exc) != "TransactionCanceledException":
             raise
         now_item = boot_record(ddb, table, sweep_id, rig, boot)
         if now_item.get("status", {}).get("S") == "reserved":
@@ -433,7 +401,7 @@ def _bill_late(
                     {
                         "Update": {
                             "TableName": table,
-                            "Key": _key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+                            "Key": ledger.boot(sweep_id, rig, boot),
                             "UpdateExpression": "ADD spent :spent, seconds :secs, billed_ids :id",
                             "ConditionExpression": "NOT contains(billed_ids, :one)",
                             "ExpressionAttributeValues": {
@@ -447,7 +415,7 @@ def _bill_late(
                     {
                         "Update": {
                             "TableName": table,
-                            "Key": _key(f"SWEEP#{sweep_id}", "TOTAL"),
+                            "Key": ledger.sweep_total(sweep_id),
                             "UpdateExpression": "ADD spent :spent",
                             "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
                         }
@@ -455,7 +423,7 @@ def _bill_late(
                     {
                         "Update": {
                             "TableName": table,
-                            "Key": _key(f"MONTH#{month}", "TOTAL"),
+                            "Key": ledger.month_total(month),
                             "UpdateExpression": "ADD committed :spent",
                             "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
                         }
@@ -463,7 +431,7 @@ def _bill_late(
                 ]
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise
             continue  # billed by a concurrent caller
         total += spent
@@ -484,7 +452,7 @@ def anchor_launch(ddb: Any, table: str, sweep_id: str, rig: str, boot: int, now:
     try:
         item = ddb.update_item(
             TableName=table,
-            Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+            Key=ledger.boot(sweep_id, rig, boot),
             UpdateExpression="SET launch_anchor = if_not_exists(launch_anchor, :now)",
             ConditionExpression="#s = :reserved",
             ExpressionAttributeNames={"#s": "status"},
@@ -495,7 +463,7 @@ def anchor_launch(ddb: Any, table: str, sweep_id: str, rig: str, boot: int, now:
             ReturnValues="ALL_NEW",
         )["Attributes"]
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise BootEnded(
                 f"{rig} boot {boot} of sweep {sweep_id} has no open reservation (it was "
                 "already ended): not launching"
@@ -509,7 +477,7 @@ def record_instance(
 ) -> None:
     ddb.update_item(
         TableName=table,
-        Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+        Key=ledger.boot(sweep_id, rig, boot),
         UpdateExpression=(
             "ADD instance_ids :id SET launched_at = if_not_exists(launched_at, :at), "
             "last_seen = if_not_exists(last_seen, :at), "
@@ -532,7 +500,7 @@ def saw_instance(
     """The boot's instance answered at `now`: what a vanished instance is billed up to."""
     ddb.update_item(
         TableName=table,
-        Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+        Key=ledger.boot(sweep_id, rig, boot),
         UpdateExpression="SET last_seen = :now, #seen = :now",
         ConditionExpression="attribute_exists(pk)",
         ExpressionAttributeNames={"#seen": f"last_seen:{instance_id}"},
@@ -558,7 +526,7 @@ def boot_record(ddb: Any, table: str, sweep_id: str, rig: str, boot: int) -> dic
     return dict(
         ddb.get_item(
             TableName=table,
-            Key=_key(f"SWEEP#{sweep_id}", boot_sk(rig, boot)),
+            Key=ledger.boot(sweep_id, rig, boot),
             ConsistentRead=True,
         ).get("Item", {})
     )
@@ -568,13 +536,13 @@ def close_sweep(ddb: Any, table: str, sweep_id: str) -> None:
     try:
         ddb.update_item(
             TableName=table,
-            Key=_key(f"SWEEP#{sweep_id}", "TOTAL"),
+            Key=ledger.sweep_total(sweep_id),
             UpdateExpression="REMOVE #open",
             ConditionExpression="attribute_exists(pk)",
             ExpressionAttributeNames={"#open": OPEN_ATTRIBUTE},
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+        if error_code(exc) != "ConditionalCheckFailedException":
             raise  # no reservation was ever made: nothing to close
 
 
@@ -597,13 +565,15 @@ def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     for page in ddb.get_paginator("query").paginate(
         TableName=table,
         KeyConditionExpression="pk = :pk AND begins_with(sk, :boot)",
-        ExpressionAttributeValues={":pk": {"S": f"SWEEP#{sweep_id}"}, ":boot": {"S": "BOOT#"}},
+        ExpressionAttributeValues={
+            ":pk": {"S": ledger.sweep_pk(sweep_id)},
+            ":boot": {"S": ledger.BOOT_PREFIX},
+        },
         ConsistentRead=True,
     ):
         for item in page["Items"]:
             if item["status"]["S"] == "reserved":
-                _, rig, boot = item["sk"]["S"].split("#")
-                found.append((rig, int(boot)))
+                found.append(ledger.rig_boot_of_sk(item["sk"]["S"]))
     return found
 
 

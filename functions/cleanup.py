@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from functions import clock
 from functions.budget import boot_record, reconcile_boot, record_times
+from functions.errors import error_code
 from functions.observability import logger
 from functions.settings import BOOT_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG
 
@@ -56,7 +57,7 @@ def instances_by_id(ec2: Any, instance_ids: list[str]) -> dict[str, dict[str, An
         try:
             reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "InvalidInstanceID.NotFound":
+            if error_code(exc) != "InvalidInstanceID.NotFound":
                 raise
             continue
         for reservation in reservations:
@@ -71,7 +72,7 @@ def terminate(ec2: Any, instance_id: str) -> None:
     try:
         ec2.terminate_instances(InstanceIds=[instance_id])
     except ClientError as exc:
-        code = exc.response["Error"]["Code"]
+        code = error_code(exc)
         if code == "InvalidInstanceID.NotFound":
             return
         if code != "OperationNotPermitted":

@@ -11,6 +11,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from functions.errors import error_code
+
 SCHEDULE_GROUP = "default"
 TERMINATE_TARGET = "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
 
@@ -38,5 +40,5 @@ def schedule_deadline(scheduler: Any, role_arn: str, instance_id: str, deadline_
             },
         )
     except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConflictException":
+        if error_code(exc) != "ConflictException":
             raise

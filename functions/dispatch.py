@@ -7,7 +7,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions import clock
-from functions.errors import CommandFailed, CommandTimedOut, InstanceLost
+from functions.errors import CommandFailed, CommandTimedOut, InstanceLost, error_code
 from functions.events import BootState, CommandState, Instance
 from functions.instance_commands import bench_commands
 from functions.instance_state import ensure_alive
@@ -87,7 +87,7 @@ def poll_bench(state: BootState, clients: Clients, settings: Settings, now: floa
         status = str(invocation["Status"])
     except ClientError as exc:
         # Right after SendCommand the invocation may not exist yet: poll again.
-        if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
+        if error_code(exc) != "InvocationDoesNotExist":
             raise
         invocation, status = {}, "Pending"
     elapsed = now - command.sent_at

@@ -84,3 +84,13 @@ def error_message(cause: str) -> str:
     if isinstance(parsed, dict) and parsed.get("errorMessage"):
         return str(parsed["errorMessage"])
     return cause.strip()
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ("" for anything else): the one place
+    that reads it."""
+    from botocore.exceptions import ClientError  # loaded already wherever one is raised
+
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.execution_input import SweepInput
+from functions.execution_input import Scalar, SweepInput
 
 
 class _Model(BaseModel):
@@ -38,9 +38,27 @@ class SweepConfig(SweepInput):
     created_at: str
 
 
+class BootPlan(BaseModel):
+    """What one boot runs with (`functions.boot_plan.plan_boot`): planned once, by
+    ValidateInput, then carried in the state."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rig: str
+    instance_type: str
+    arch: Literal["x86_64", "aarch64"]
+    compute_capability: str
+    image: str  # an SSM parameter name (resolved at launch) or an AMI id
+    image_source: Literal["base", "baked"]
+    dtype: str
+    dtype_reason: str
+    settings: dict[str, Scalar]
+
+
 class BootItem(_Model):
     rig: str
     boot: int
+    plan: BootPlan  # ValidateInput plans each rig once; every later step reads this plan
 
 
 class ValidateEvent(_Model):
@@ -125,6 +143,7 @@ class BootState(_Model):
     reservation: Reservation
     rig: str
     boot: int
+    plan: BootPlan  # image, dtype, serve settings: launched, bootstrapped and stored as is
     instance: Instance | None = None
     agent: AgentCheck | None = None
     ready: ReadyCheck | None = None

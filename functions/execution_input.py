@@ -243,7 +243,7 @@ class SweepInput(_Strict):
     @field_validator("instance_type")
     @classmethod
     def _catalogued_type(cls, instance_type: str) -> str:
-        from functions.instance_types import GPU_TYPES
+        from hardware.instance_types import GPU_TYPES
 
         if instance_type not in GPU_TYPES:
             raise ValueError(
@@ -318,6 +318,12 @@ class SweepInput(_Strict):
 
     def history_events(self) -> int:
         return HISTORY_EVENTS_RESERVED + self.boot_count() * self.history_events_per_boot()
+
+
+def execution_input(sweep: SweepInput) -> dict[str, Any]:
+    """The execution input of a parsed sweep, as the caller gave it (defaults stay implicit,
+    as in a file: ValidateInput applies the deployed stack's)."""
+    return sweep.model_dump(mode="json", exclude_unset=True)
 
 
 def describe_errors(error: ValidationError) -> str:

@@ -6,8 +6,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from functions.budget import saw_instance
-from functions.errors import InstanceInterrupted, InstanceLost
+from functions.errors import InstanceInterrupted, InstanceLost, error_code
 from functions.events import BootState
+from functions.tables import ledger
 
 SPOT_RECLAIMED = "Server.SpotInstanceTermination"  # EC2's StateReason code for a reclaim
 
@@ -15,7 +16,7 @@ SPOT_RECLAIMED = "Server.SpotInstanceTermination"  # EC2's StateReason code for 
 def interruption_of(ddb: Any, ledger_table: str, instance_id: str) -> str | None:
     item = ddb.get_item(
         TableName=ledger_table,
-        Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": "INTERRUPTION"}},
+        Key=ledger.interruption(instance_id),
         ConsistentRead=True,
     ).get("Item")
     return item["warned_at"]["S"] if item else None
@@ -30,7 +31,7 @@ def described_state(ec2: Any, instance_id: str) -> tuple[str, str]:
     try:
         reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
+        if error_code(exc) == "InvalidInstanceID.NotFound":
             return "gone", ""
         raise
     if not reservations:

@@ -11,6 +11,7 @@ from functions.events import SpotInterruptionEvent
 from functions.instance_state import instance_state
 from functions.observability import instrumented, logger
 from functions.settings import PROJECT_TAG, Clients, Settings
+from functions.tables import ledger
 
 
 def record_interruption(event: SpotInterruptionEvent, clients: Clients, settings: Settings) -> bool:
@@ -25,8 +26,7 @@ def record_interruption(event: SpotInterruptionEvent, clients: Clients, settings
         return False  # not ours
     warned_at = event.time or datetime.now(UTC).isoformat(timespec="seconds")
     item = {
-        "pk": {"S": f"INSTANCE#{instance_id}"},
-        "sk": {"S": "INTERRUPTION"},
+        **ledger.interruption(instance_id),
         "warned_at": {"S": warned_at},
         "action": {"S": event.detail.instance_action},
     }

@@ -16,12 +16,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions import clock
-from functions.boot_plan import plan_boot
 from functions.bootstrap import instance_plan, user_data
 from functions.budget import BootEnded, anchor_launch, boot_record, record_instance, subnet_zones
 from functions.cleanup import end_boot
 from functions.deadline import schedule_deadline
-from functions.errors import CapacityUnavailable
+from functions.errors import CapacityUnavailable, error_code
 from functions.events import BootState, Instance
 from functions.observability import instrumented, logger, metrics
 from functions.settings import (
@@ -177,9 +176,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
         clients.dynamodb, settings.ledger_table, sweep.sweep_id, state.rig, state.boot, now
     )
     deadline_at = float(int(anchor + sweep.deadlines.instance_s))
-    image = launch_image(
-        clients.ec2, clients.ssm, plan_boot(sweep, state.rig, settings.ami_parameter).image
-    )
+    image = launch_image(clients.ec2, clients.ssm, state.plan.image)
     zones = subnet_zones(clients.ec2, sweep.subnets)
     refused: list[str] = []
     for subnet in sweep.subnets:
@@ -188,7 +185,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
                 **run_params(state, settings, image, subnet, deadline_at)
             )
         except ClientError as exc:
-            code = exc.response["Error"]["Code"]
+            code = error_code(exc)
             if code not in CAPACITY_ERRORS:
                 raise
             refused.append(f"{subnet} ({zones.get(subnet, '?')}): {code}")

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 
 from functions import clock
 from functions.bootstrap import InstancePlan, instance_plan
-from functions.errors import AgentNeverOnline, InstallFailed, RigNeverReady
+from functions.errors import AgentNeverOnline, InstallFailed, RigNeverReady, error_code
 from functions.events import AgentCheck, BootState, Instance, ReadyCheck
 from functions.instance_commands import parse_probe, probe_commands
 from functions.instance_state import ensure_alive
@@ -95,7 +95,7 @@ def check_ready(state: BootState, clients: Clients, settings: Settings, now: flo
                 )
             )
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "InvocationDoesNotExist":
+            if error_code(exc) != "InvocationDoesNotExist":
                 raise
             invocation = {"Status": "Pending"}
         if invocation["Status"] not in FINISHED:

@@ -17,8 +17,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions import clock
-from functions.budget import _key, close_sweep, open_boots, open_sweeps
+from functions.budget import close_sweep, open_boots, open_sweeps
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
+from functions.errors import error_code
 from functions.observability import instrumented, logger, metrics
 from functions.settings import (
     BOOT_TAG,
@@ -29,6 +30,7 @@ from functions.settings import (
     Clients,
     Settings,
 )
+from functions.tables import ledger
 
 
 class ReaperFailed(Exception):
@@ -71,7 +73,7 @@ class ExecutionStatus:
     def running(self, sweep_id: str) -> bool:
         if sweep_id not in self._cache:
             item = self._ddb.get_item(
-                TableName=self._table, Key=_key(f"SWEEP#{sweep_id}", "OWNER"), ConsistentRead=True
+                TableName=self._table, Key=ledger.sweep_owner(sweep_id), ConsistentRead=True
             ).get("Item", {})
             arn = item.get("execution_arn", {}).get("S", "")
             self._cache[sweep_id] = self._status(arn) == "RUNNING" if arn else True
@@ -81,7 +83,7 @@ class ExecutionStatus:
         try:
             return str(self._sfn.describe_execution(executionArn=arn)["status"])
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ExecutionDoesNotExist":
+            if error_code(exc) == "ExecutionDoesNotExist":
                 return "GONE"
             raise
 
@@ -90,7 +92,7 @@ def finish_gave_up(ddb: Any, ledger_table: str, tags: dict[str, str]) -> bool:
     """Finish failed every retry for this instance's boot (MarkFinishFailed in the ASL)."""
     if not (SWEEP_TAG in tags and RIG_TAG in tags and BOOT_TAG in tags):
         return False
-    key = _key(f"SWEEP#{tags[SWEEP_TAG]}", f"FINISH_FAILED#{tags[RIG_TAG]}#{int(tags[BOOT_TAG])}")
+    key = ledger.finish_failed(tags[SWEEP_TAG], tags[RIG_TAG], int(tags[BOOT_TAG]))
     return "Item" in ddb.get_item(TableName=ledger_table, Key=key, ConsistentRead=True)
 
 
@@ -138,10 +140,10 @@ def reap(
                 },
             )  # fmt: skip
         except ClientError as exc:
-            reaped.failures.append(f"{instance_id}: {exc.response['Error']['Code']}: {exc}")
+            reaped.failures.append(f"{instance_id}: {error_code(exc)}: {exc}")
             logger.exception("could not reap an instance", extra={"instance": instance_id})
     for item in open_sweeps(clients.dynamodb, ledger_table):
-        sweep = item["pk"]["S"].removeprefix("SWEEP#")
+        sweep = ledger.sweep_of_pk(item["pk"]["S"])
         try:
             if executions.running(sweep):
                 continue
@@ -150,7 +152,7 @@ def reap(
             close_sweep(clients.dynamodb, ledger_table, sweep)
             reaped.released_sweeps.append(sweep)
         except ClientError as exc:
-            reaped.failures.append(f"sweep {sweep}: {exc.response['Error']['Code']}: {exc}")
+            reaped.failures.append(f"sweep {sweep}: {error_code(exc)}: {exc}")
             logger.exception("could not release a sweep", extra={"sweep": sweep})
     metrics.add_metric(name="InstancesReaped", unit=MetricUnit.Count, value=len(reaped.instances))
     metrics.add_metric(name="OverdueInstances", unit=MetricUnit.Count, value=len(reaped.overdue))

@@ -12,14 +12,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
-from functions.boot_plan import plan_boot
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
 from functions.observability import instrumented, metrics
 from functions.report import InstanceProvenance, Report
 from functions.report_keys import PROVENANCE, REPORT
 from functions.settings import Clients, Settings
-from functions.tables.results import config_key, month_of, row_key, to_item
+from functions.tables.ledger import month_of
+from functions.tables.results import config_key, row_key, to_item
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,7 +64,7 @@ def result_rows(
         "gpu": found.gpu,
         "rig": found.rig,
         # What the boot was asked to serve with (image, dtype and why, every serve setting).
-        "boot_plan": plan_boot(sweep, state.rig).model_dump(mode="json"),
+        "boot_plan": state.plan.model_dump(mode="json"),
     }
     rows = []
     agreement = report.row_agreement()  # on every row of the boot: any one row gives it

@@ -79,10 +79,13 @@ def check_sweep(
         created_at=created_at,
     )
     # Image, dtype and settings per rig: refused here (a missing baked image too), not at launch.
-    plans = [plan_boot(config, rig, settings.ami_parameter) for rig in sweep.rigs]
-    require_baked_images(clients.ssm, plans)
+    # The one plan of each rig: the later steps read it from the state, never plan again.
+    plans = {rig: plan_boot(config, rig, settings.ami_parameter) for rig in sweep.rigs}
+    require_baked_images(clients.ssm, list(plans.values()))
     items = [
-        BootItem(rig=rig, boot=b) for b in range(1, sweep.boots_per_rig + 1) for rig in sweep.rigs
+        BootItem(rig=rig, boot=b, plan=plans[rig])
+        for b in range(1, sweep.boots_per_rig + 1)
+        for rig in sweep.rigs
     ]
     return SweepState(sweep=config, items=items)
 

@@ -32,6 +32,7 @@ from rich.text import Text
 
 from harness.agreement import PairAgreement
 from harness.agreement_view import render_agreement
+from harness.schemas import cell_label
 from harness.stats import (
     ALPHA,
     DEFAULT_CONFIDENCE,
@@ -235,15 +236,6 @@ class Comparison(BaseModel):
     @property
     def any_flip(self) -> bool:
         return any(m.flips is not None and m.flips.flipped for c in self.cells for m in c.metrics)
-
-
-def cell_label(cell: Mapping[str, Any]) -> str:
-    """`c=4` for a fixed-concurrency cell, `rate=2.5/s` for a Poisson-rate cell."""
-    if cell.get("concurrency") is not None:
-        return f"c={cell['concurrency']}"
-    if cell.get("rate") is not None:
-        return f"rate={cell['rate']}/s"
-    raise ValueError(f"report cell has neither 'concurrency' nor 'rate': keys {sorted(cell)}")
 
 
 def _read_metric(cell: Mapping[str, Any], key: str) -> float | None:

@@ -16,6 +16,7 @@ from harness.schemas import (
     MetricSummary,
     MetricValidity,
     RequestRecord,
+    cell_label,
 )
 
 
@@ -77,10 +78,6 @@ def _load(cell: CellReport) -> tuple[str, str, str]:
     achieved = "-" if cell.achieved_concurrency is None else f"{cell.achieved_concurrency:.1f}"
     rate = "-" if cell.achieved_request_rate is None else f"{cell.achieved_request_rate:.1f}"
     return nominal, achieved, rate
-
-
-def cell_label(cell: CellReport) -> str:
-    return f"c={cell.concurrency}" if cell.concurrency is not None else f"{cell.rate} req/s"
 
 
 def _invalid_figures(summary: MetricSummary, validity: MetricValidity) -> list[str]:

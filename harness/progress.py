@@ -14,8 +14,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from harness.output import cell_label
-from harness.schemas import BenchmarkReport, CellReport
+from harness.schemas import BenchmarkReport, CellReport, cell_label
 
 
 def cell_line(index: int, cells: int, cell: CellReport) -> str:

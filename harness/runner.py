@@ -24,9 +24,8 @@ from harness.load import (
     run_rate,
 )
 from harness.metrics import cell_report
-from harness.output import cell_label
 from harness.prompts import text_prompts, token_id_prompts
-from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord
+from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord, cell_label
 from harness.version import harness_version
 from harness.workers import Share, WorkerPool, split
 

@@ -8,7 +8,8 @@ the run's start, so records from several worker processes share one time base.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -339,6 +340,20 @@ class CellReport(_Model):
         "were under 0.2 ms, so the server emits tokens in groups and ITL describes the groups, "
         "not a per-token pace; compare such cells on TPOT.",
     )
+
+
+def cell_label(cell: CellReport | Mapping[str, Any]) -> str:
+    """The one label of a load cell, wherever one is shown: `c=4` for a fixed concurrency,
+    `rate=2.5/s` for a Poisson rate (a parsed cell, or a report's or a row's plain dict)."""
+    if isinstance(cell, CellReport):
+        concurrency, rate = cell.concurrency, cell.rate
+    else:
+        concurrency, rate = cell.get("concurrency"), cell.get("rate")
+    if concurrency is not None:
+        return f"c={concurrency}"
+    if rate is not None:
+        return f"rate={rate}/s"
+    raise ValueError(f"report cell has neither 'concurrency' nor 'rate': keys {sorted(cell)}")
 
 
 class BenchmarkReport(_Model):

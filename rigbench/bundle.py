@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BUNDLED = ("harness", "rigs", "rigbench", "functions", "pyproject.toml", "README.md")
+BUNDLED = ("harness", "hardware", "rigs", "rigbench", "functions", "pyproject.toml", "README.md")
 RIG_DEFINITION = "rig.toml"
 MANIFEST_KEY = "bundle/current.json"
 SKIPPED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}

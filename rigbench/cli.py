@@ -69,7 +69,7 @@ app.command("bench", cls=BenchCommand)(bench)
 app.command("bench-demo")(demo)
 
 from rigbench import cloud  # noqa: E402
-from rigbench.local.cli import demo_command  # noqa: E402
+from rigbench.commands.local import demo_command  # noqa: E402
 
 cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)

@@ -28,12 +28,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from functions.errors import InvalidInput
-from functions.execution_input import read_input_file
+from functions.execution_input import SweepInput, read_input_file
 from rigbench.bundle import REPO_ROOT
-from rigbench.local import cli as local_cli
+from rigbench.commands import local as local_cli
 from rigbench.progress import PhaseLines, explain_failure, status_table
-from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError
-from rigbench.stack.client import validate_sweep_input
+from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError, parse_sweep
 
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
 
@@ -101,17 +100,14 @@ def open_stack(
 # ---------------------------------------------------------------------------------- run
 
 
-def sweep_body(input_file: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
-    """The execution input from a JSON file and/or flags (flags win), checked before sending."""
+def sweep_body(input_file: Path | None, flags: dict[str, Any]) -> SweepInput:
+    """The sweep from a JSON file and/or flags (flags win), parsed here, before anything
+    starts (InvalidInput names the field)."""
     body: dict[str, Any] = {}
     if input_file is not None:
-        try:
-            body.update(read_input_file(input_file))
-        except InvalidInput as exc:
-            raise CloudError(str(exc)) from exc
+        body.update(read_input_file(input_file))
     body.update({k: v for k, v in flags.items() if v is not None})
-    validate_sweep_input(body)
-    return body
+    return parse_sweep(body)
 
 
 def follow(stack: StackClient, execution_arn: str, console: Console) -> Any:
@@ -178,7 +174,7 @@ def run_command(
             )  # fmt: skip
             raise typer.Exit(code)
         body = sweep_body(input_file, flags)
-    except (CloudError, ValueError) as exc:
+    except (CloudError, InvalidInput, ValueError) as exc:
         fail(exc)
     with open_stack(False, stack) as client:
         try:
@@ -308,7 +304,7 @@ def render_results(results: list[ResultRow], fmt: Format) -> str | Table:
 
 def _load(row: dict[str, Any]) -> str:
     """The cell as the comparison labels it (c=1, rate=2.5/s), else its stored key."""
-    from harness.compare import cell_label
+    from harness.schemas import cell_label
 
     try:
         return cell_label(row.get("metrics") or {})

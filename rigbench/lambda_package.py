@@ -42,7 +42,7 @@ LAYER_ALLOWANCE = 30_000_000
 # sam build builds each function on its own; each package is built once per content of its
 # sources (these folders, the requirements, template.yaml) and copied from here.
 CACHE = Path(".aws-sam") / "lambda-package"
-SOURCES = ("functions", "rigs", "rigbench", "harness")
+SOURCES = ("functions", "hardware", "rigs", "rigbench", "harness")
 PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
 
 

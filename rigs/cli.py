@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from functions.instance_types import GPU_TYPES, UnknownInstanceType, get_instance_type
+from hardware.instance_types import GPU_TYPES, UnknownInstanceType, get_instance_type
 from rigs.contract import RigDefinitionError, Scalar
 from rigs.coverage import DEFAULT_WHEEL_CACHE, check_rig
 from rigs.launch import compute_capability, exec_rig, launch_plan

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from functions.instance_types import InstanceType
+from hardware.instance_types import InstanceType
 from rigs.contract import RigDefinition
 from rigs.kernels import KernelReport, read_kernels
 

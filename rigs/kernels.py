@@ -30,6 +30,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import BinaryIO
 
+from hardware.instance_types import cc_number
+
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 KIND_PTX = 1
@@ -131,14 +133,6 @@ class KernelReport:
                 for name, a in raw.items()
             }
         )
-
-
-def cc_number(compute_capability: str) -> int:
-    """ "7.5" -> 75 ("12.0" -> 120)."""
-    major, sep, minor = compute_capability.partition(".")
-    if not sep or not major.isdigit() or not minor.isdigit():
-        raise ValueError(f"compute capability {compute_capability!r} is not MAJOR.MINOR")
-    return int(major) * 10 + int(minor)
 
 
 def fatbin_entries(data: bytes) -> Iterator[tuple[int, int]]:

@@ -72,7 +72,7 @@ class FinishedSweep:
 def run_once(root: Path) -> FinishedSweep:
     """The shared sweep under `root` (a folder every worker of this run shares): run by the
     first caller, read back by the others."""
-    from rigbench.local.cli import run_local
+    from rigbench.commands.local import run_local
 
     home = root / "home"
     record = root / "finished.json"

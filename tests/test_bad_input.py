@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from rigbench import cloud
 from rigbench.cli import app
-from rigbench.local import cli as local_cli
+from rigbench.commands import local as local_cli
 
 GOOD = {"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1, "boots_per_rig": 1}
 runner = CliRunner()

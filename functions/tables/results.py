@@ -27,11 +27,6 @@ def row_key(rig: str, boot: int, cell_key: str) -> str:
     return f"{rig}#{boot:02d}#{cell_key}"
 
 
-def month_of(started_at: str) -> str:
-    """The `by_month` partition of an ISO timestamp: YYYY-MM."""
-    return started_at[:7]
-
-
 def to_item(row: dict[str, Any]) -> dict[str, Any]:
     """A row (plain JSON values) as a DynamoDB item; floats become Decimals, None is dropped."""
     as_decimals = json.loads(json.dumps(row), parse_float=Decimal)

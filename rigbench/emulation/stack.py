@@ -31,7 +31,7 @@ from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import ACCOUNT_ID, Faults, Seams
 from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
-from rigbench.stack.models import StackRefs
+from rigbench.stack_refs import StackRefs
 
 
 def baked_image_parameters() -> list[str]:

@@ -1,4 +1,5 @@
-"""Local mode: the sweep's control plane on an embedded AWS emulation, instances as processes.
+"""Local mode's infrastructure: the sweep's control plane on an embedded AWS emulation,
+instances as processes. Below the stack client; the commands are in `rigbench.commands`.
 
 - `home`: where local state lives (`$RIGBENCH_HOME`, else `./.rigbench`).
 - `procs`: process groups with pidfiles, so nothing outlives a run (`watchdog` covers SIGKILL;
@@ -8,7 +9,5 @@
 - `persist`: emulated DynamoDB tables and S3 objects saved to and restored from disk.
 - `session`: one run: emulation + fleet + saved state, cleaned up however it ends.
 - `executions`: execution descriptions and histories saved for later `status --local`.
-- `sweep`, `dryrun`: the local sweep with its comparison table; the cloud rehearsal.
-- `cli`: `rigbench demo`, and what `rigbench run/status/results/reap --local` call.
 `rigbench.stack.local.LocalStack` is the stack client over all of this.
 """

@@ -265,19 +265,6 @@ class LocalSession:
             events.extend(page["events"])
         return events
 
-    def reports(self, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
-        """The raw harness reports a sweep stored, per rig, in boot order (read as its report
-        reads them: only from the instances the ledger recorded for each boot)."""
-        from rigbench.report.data import ReportError, gather
-        from rigbench.report.writer import store_from
-
-        try:
-            return gather(
-                store_from(self.emu.client, self.emu.stack_refs()), sweep_id
-            ).reports_by_rig()
-        except ReportError:
-            return {}
-
 
 def home_for(root: Path | None) -> LocalHome:
     return LocalHome.resolve(root)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from rigbench.cloud import DEFAULT_STACK, StackOption, connect_aws, use_local
-from rigbench.local import cli as local_cli
+from rigbench.commands import local as local_cli
 from rigbench.stack import StackError
 
 MCP_STOP_CAUSE = (

@@ -24,6 +24,7 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.errors import InvalidInput
 from functions.execution_input import SCHEMA_PATH, SweepInput
 from rigbench import version
 from rigbench.mcp.models import (
@@ -41,7 +42,7 @@ from rigbench.mcp.models import (
     Terminated,
 )
 from rigbench.mcp.tools import Refused, SweepTools
-from rigbench.stack import ResultsQuery, StackClient, StackError
+from rigbench.stack import ResultsQuery, StackClient, StackError, parse_sweep
 
 T = TypeVar("T")
 
@@ -71,7 +72,7 @@ def _refusals(fn: Callable[[], T]) -> T:
     """Run a tool body; what it refuses reaches the client as a tool error with its reason."""
     try:
         return fn()
-    except (Refused, StackError) as exc:
+    except (Refused, InvalidInput, StackError) as exc:
         raise ToolError(str(exc)) from exc
 
 
@@ -167,7 +168,7 @@ def sweep_from(arguments: dict[str, Any]) -> SweepInput:
             if isinstance(value, BaseModel)
             else value
         )
-    return SweepInput.model_validate(given)
+    return parse_sweep(given)
 
 
 def sweep_tool(

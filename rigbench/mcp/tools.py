@@ -45,11 +45,6 @@ class Refused(Exception):
     """A tool call this server will not carry out; the message says why."""
 
 
-def sweep_body(sweep: SweepInput) -> dict[str, Any]:
-    """The execution input as the caller gave it (defaults stay implicit, as in a file)."""
-    return sweep.model_dump(mode="json", exclude_unset=True)
-
-
 def explain(progress: SweepProgress) -> list[str]:
     """One line per failure, sweep first: what failed, where, and why."""
     lines = []
@@ -148,7 +143,7 @@ class SweepTools:
     def runnable_rigs(self) -> list[str]:
         """The rigs a sweep on this stack can boot: on the embedded emulation, those this
         machine can serve; on the deployed stack, every rig of the repository."""
-        from rigbench.local.sweep import local_rigs
+        from rigbench.commands.local_sweep import local_rigs
         from rigs.registry import discover
 
         return local_rigs() if self.stack.kind == "local" else sorted(discover())
@@ -174,7 +169,7 @@ class SweepTools:
         if rigs:
             plan = SweepPlan(valid=False, error=rigs)
         else:
-            plan = self._call(lambda: self.stack.check_plan(sweep_body(sweep)))
+            plan = self._call(lambda: self.stack.check_plan(sweep))
             if plan.sweep and sweep.sweep_id is None:  # named by the start that follows
                 plan = plan.model_copy(update={"sweep": {**plan.sweep, "sweep_id": None}})
         reasons = [r for r in (plan.error, self._ceiling_refusal(sweep)) if r]
@@ -192,7 +187,7 @@ class SweepTools:
         refusal = self._ceiling_refusal(sweep) or self._rig_refusal(sweep)
         if refusal:
             raise Refused(f"sweep not started, nothing launched: {refusal}")
-        started = self._call(lambda: self.stack.start_sweep(sweep_body(sweep)))
+        started = self._call(lambda: self.stack.start_sweep(sweep))
         return SweepStart(
             sweep_id=started.sweep_id,
             execution_arn=started.execution_arn,
@@ -281,7 +276,7 @@ class SweepTools:
 
     # -- rigs --------------------------------------------------------------------------------
     def list_rigs(self) -> RigList:
-        from rigbench.local.sweep import local_rigs
+        from rigbench.commands.local_sweep import local_rigs
         from rigs.registry import discover
 
         here = set(local_rigs())

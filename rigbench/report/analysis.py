@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.compare import cell_label
+from harness.schemas import cell_label
 from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
 

@@ -18,7 +18,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
+from functions.errors import error_code
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
+from functions.tables import ledger
 from rigbench.report.errors import ReportError
 from rigbench.stack.history import fold
 
@@ -92,7 +94,7 @@ class SweepData(BaseModel):
 
 def _micro(item: dict[str, Any], name: str) -> float | None:
     value = item.get(name, {}).get("N")
-    return None if value is None else int(value) / 1_000_000
+    return None if value is None else ledger.usd(int(value))
 
 
 def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str, int], Any]]:
@@ -101,23 +103,22 @@ def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str
     pages = store.dynamodb.get_paginator("query").paginate(
         TableName=store.ledger_table,
         KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"SWEEP#{sweep_id}"}},
+        ExpressionAttributeValues={":pk": {"S": ledger.sweep_pk(sweep_id)}},
     )
     for page in pages:
         for item in page["Items"]:
             sk = item["sk"]["S"]
-            if sk == "TOTAL":
+            if sk == ledger.TOTAL:
                 total = item
-            elif sk.startswith("BOOT#"):
-                _, rig, boot = sk.split("#")
-                boots[(rig, int(boot))] = item
+            elif sk.startswith(ledger.BOOT_PREFIX):
+                boots[ledger.rig_boot_of_sk(sk)] = item
     return total, boots
 
 
-def _recorded_instances(ledger: dict[str, Any]) -> list[str]:
-    """The instances Launch recorded for a boot, the last launched last."""
-    ids = ledger.get("instance_ids", {}).get("SS", [])
-    return sorted(ids, key=lambda i: float(ledger.get(f"launched_at:{i}", {}).get("N", "0")))
+def _recorded_instances(boot_item: dict[str, Any]) -> list[str]:
+    """The instances Launch recorded for a boot (its ledger item), the last launched last."""
+    ids = boot_item.get("instance_ids", {}).get("SS", [])
+    return sorted(ids, key=lambda i: float(boot_item.get(f"launched_at:{i}", {}).get("N", "0")))
 
 
 def _bucket_objects(
@@ -163,7 +164,7 @@ def _execution(store: Store, sweep_id: str) -> tuple[dict[str, Any], list[dict[s
     try:
         described = dict(sfn.describe_execution(executionArn=arn))
     except ClientError as exc:
-        if exc.response["Error"]["Code"] in ("ExecutionDoesNotExist", "ResourceNotFound"):
+        if error_code(exc) in ("ExecutionDoesNotExist", "ResourceNotFound"):
             return None
         raise
     events: list[dict[str, Any]] = []
@@ -219,9 +220,9 @@ def gather(store: Store, sweep_id: str) -> SweepData:
     boots = []
     for rig, boot in sorted(keys):
         files = objects.get((rig, boot), {})
-        ledger = ledger_boots.get((rig, boot), {})
+        boot_item = ledger_boots.get((rig, boot), {})
         found = progress.get((rig, boot))
-        seconds = ledger.get("seconds", {}).get("N")
+        seconds = boot_item.get("seconds", {}).get("N")
         boots.append(
             BootData(
                 rig=rig,
@@ -230,10 +231,10 @@ def gather(store: Store, sweep_id: str) -> SweepData:
                 records=_records(files.get(RECORDS)),
                 provenance=provenance.get((rig, boot))
                 or (json.loads(files[PROVENANCE]) if PROVENANCE in files else {}),
-                price_usd_per_hour=_micro(ledger, "price"),
+                price_usd_per_hour=_micro(boot_item, "price"),
                 instance_seconds=None if seconds is None else float(seconds),
-                cost_usd=_micro(ledger, "spent"),
-                ledger_status=ledger.get("status", {}).get("S"),
+                cost_usd=_micro(boot_item, "spent"),
+                ledger_status=boot_item.get("status", {}).get("S"),
                 outcome=(found.outcome or None) if found else None,
                 error=(f"{found.error}: {found.cause}" if found.error else "") if found else "",
             )

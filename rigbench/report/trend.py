@@ -5,7 +5,8 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from harness.compare import METRICS, cell_label
+from harness.compare import METRICS
+from harness.schemas import cell_label
 from harness.stats import aggregate_boots
 from rigbench.report import analysis, figures
 from rigbench.report.errors import ReportError

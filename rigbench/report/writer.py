@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def store_from(client: Callable[[str], Any], refs: Any) -> "Store":
-    """A Store over a stack's outputs (`rigbench.cloud.StackRefs`) and a client factory."""
+    """A Store over a stack's outputs (`rigbench.stack_refs.StackRefs`) and a client factory."""
     from rigbench.report.data import Store
 
     return Store(

@@ -2,7 +2,7 @@
 emulation). The CLI depends on this package; the two implementations depend on nothing of
 the CLI. See `rigbench.stack.client` for the interface."""
 
-from rigbench.stack.client import StackClient, StackError
+from rigbench.stack.client import StackClient, StackError, parse_sweep
 from rigbench.stack.models import (
     DONE,
     BootProgress,
@@ -14,12 +14,12 @@ from rigbench.stack.models import (
     ResultRow,
     ResultsQuery,
     StackInstance,
-    StackRefs,
     SweepPlan,
     SweepProgress,
     SweepStarted,
     SweepSummary,
 )
+from rigbench.stack_refs import StackRefs
 
 __all__ = [
     "DONE",
@@ -39,4 +39,5 @@ __all__ = [
     "SweepProgress",
     "SweepStarted",
     "SweepSummary",
+    "parse_sweep",
 ]

@@ -4,7 +4,7 @@ import boto3
 
 from rigbench.stack.boto import BotoStack, aws_errors
 from rigbench.stack.client import StackError
-from rigbench.stack.models import StackRefs
+from rigbench.stack_refs import StackRefs
 
 OUTPUTS = {
     "state_machine_arn": "StateMachineArn",

@@ -15,6 +15,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.cleanup import terminate
+from functions.errors import error_code
+from functions.execution_input import SweepInput, execution_input
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
 from functions.settings import (
@@ -29,7 +31,7 @@ from functions.settings import (
 from functions.tables import results as results_table
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
-from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError
 from rigbench.stack.deployed_plan import VALIDATE_STATE, deployed_settings, plan_deployed
 from rigbench.stack.history import fold
 from rigbench.stack.models import (
@@ -39,23 +41,15 @@ from rigbench.stack.models import (
     ResultRow,
     ResultsQuery,
     StackInstance,
-    StackRefs,
     SweepPlan,
     SweepProgress,
     SweepStarted,
     SweepSummary,
 )
+from rigbench.stack_refs import StackRefs
 
 FOLLOW_POLL_S = 2.0
 RESULTS_DEFAULT_DAYS = 30
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of a botocore ClientError ("" for anything else): the one place
-    that reads it."""
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
 
 
 def aws_errors(what: str) -> "_AwsErrors":
@@ -83,8 +77,8 @@ class _AwsErrors:
             raise StackError(f"{self.what}: cannot reach AWS: {exc}") from exc
 
 
-def sweep_name(sweep_input: dict[str, Any], name: str | None) -> str:
-    return name or sweep_input.get("sweep_id") or f"sweep-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+def sweep_name(sweep: SweepInput, name: str | None) -> str:
+    return name or sweep.sweep_id or f"sweep-{datetime.now(UTC):%Y%m%d-%H%M%S}"
 
 
 def _instance(entry: dict[str, Any], now: float) -> StackInstance:
@@ -137,13 +131,12 @@ class BotoStack:
         return None
 
     # -- sweeps ------------------------------------------------------------------------------
-    def start_sweep(self, sweep_input: dict[str, Any], name: str | None = None) -> SweepStarted:
-        validate_sweep_input(sweep_input)
-        name = sweep_name(sweep_input, name)
+    def start_sweep(self, sweep: SweepInput, name: str | None = None) -> SweepStarted:
+        name = sweep_name(sweep, name)
         with aws_errors(f"starting sweep {name!r}"):
             arn = self.client("stepfunctions").start_execution(
                 stateMachineArn=self.refs.state_machine_arn, name=name,
-                input=json.dumps(sweep_input),
+                input=json.dumps(execution_input(sweep)),
             )["executionArn"]  # fmt: skip
         return SweepStarted(execution_arn=str(arn), sweep_id=name)
 
@@ -193,15 +186,14 @@ class BotoStack:
             for e in listed
         ]
 
-    def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+    def plan(self, sweep: SweepInput) -> SweepPlan:
         """A dry run against the deployed stack, read-only (`rigbench.stack.deployed_plan`)."""
-        return self.check_plan(sweep_input)
+        return self.check_plan(sweep)
 
-    def check_plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
-        validate_sweep_input(sweep_input)
+    def check_plan(self, sweep: SweepInput) -> SweepPlan:
         with aws_errors(f"planning against stack {self.refs.stack_name!r}"):
             return plan_deployed(
-                self._handler_clients(), self.client("lambda"), self.refs, sweep_input,
+                self._handler_clients(), self.client("lambda"), self.refs, execution_input(sweep),
                 datetime.now(UTC),
             )  # fmt: skip
 

@@ -3,7 +3,8 @@
     from rigbench.stack import open_stack
 
     with open_stack(local=True) as stack:              # or local=False: the deployed stack
-        started = stack.start_sweep({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
+        sweep = parse_sweep({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
+        started = stack.start_sweep(sweep)
         progress = stack.follow_sweep(started.execution_arn, on_update=print)
         rows = stack.results(ResultsQuery(sweep=started.sweep_id))
 
@@ -13,7 +14,8 @@ Implementations:
   state machine, instances as local processes), state kept under `.rigbench/`.
 
 Every method returns the pydantic models of `rigbench.stack.models`; every failure the user
-can act on is a `StackError` whose message says what was wrong and what to do.
+can act on is a `StackError` whose message says what was wrong and what to do, except an
+invalid input: `parse_sweep` refuses it, with `InvalidInput`, before a client is called.
 """
 
 from collections.abc import Callable
@@ -21,8 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
-from functions.errors import InvalidInput
-from functions.execution_input import parse_sweep_input
+from functions.execution_input import SweepInput, parse_sweep_input
 from rigbench.bundle import REPO_ROOT, rig_names
 from rigbench.stack.models import (
     BundleManifest,
@@ -31,12 +32,12 @@ from rigbench.stack.models import (
     ResultRow,
     ResultsQuery,
     StackInstance,
-    StackRefs,
     SweepPlan,
     SweepProgress,
     SweepStarted,
     SweepSummary,
 )
+from rigbench.stack_refs import StackRefs
 
 REPORT_URL_EXPIRES_S = 24 * 3600
 
@@ -45,13 +46,11 @@ class StackError(Exception):
     """A stack operation cannot go on; the message says why and what to do."""
 
 
-def validate_sweep_input(sweep_input: dict[str, Any]) -> None:
-    """Check an execution input as the ValidateInput state will (rigs: the repository's),
-    before anything starts; a StackError names the field that is wrong."""
-    try:
-        parse_sweep_input(sweep_input, context={"rigs": set(rig_names(REPO_ROOT))})
-    except InvalidInput as exc:
-        raise StackError(str(exc)) from exc
+def parse_sweep(raw: Any) -> SweepInput:
+    """Parse an execution input as the ValidateInput state will (rigs: the repository's):
+    the one parse on this side, at the edge (CLI, MCP), before anything starts; InvalidInput
+    names the field that is wrong. The stack client takes the parsed `SweepInput`."""
+    return parse_sweep_input(raw, context={"rigs": set(rig_names(REPO_ROOT))})
 
 
 @runtime_checkable
@@ -79,9 +78,9 @@ class StackClient(Protocol):
     ) -> None: ...
 
     # -- sweeps ------------------------------------------------------------------------------
-    def start_sweep(self, sweep_input: dict[str, Any], name: str | None = None) -> SweepStarted:
-        """Validate the input (StackError naming the field when bad) and start an execution;
-        `name` (or the input's sweep_id, or a timestamp) becomes the sweep id."""
+    def start_sweep(self, sweep: SweepInput, name: str | None = None) -> SweepStarted:
+        """Start an execution of a parsed input (`parse_sweep`); `name` (or the input's
+        sweep_id, or a timestamp) becomes the sweep id."""
         ...
 
     def describe_sweep(self, execution: str) -> SweepProgress:
@@ -102,12 +101,12 @@ class StackClient(Protocol):
         """The most recent executions, newest first."""
         ...
 
-    def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+    def plan(self, sweep: SweepInput) -> SweepPlan:
         """A dry run: what a run of this input would launch and reserve (nothing is launched,
         nothing spent); `valid` is False with the reason when a run would fail."""
         ...
 
-    def check_plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+    def check_plan(self, sweep: SweepInput) -> SweepPlan:
         """A read-only plan: the sweep's validation, quota and budget checks evaluated against
         the stack's settings and the account as they are; writes nothing anywhere (no
         execution, no ledger item, no object, no local state)."""

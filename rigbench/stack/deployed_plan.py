@@ -16,15 +16,15 @@ from functions.budget import (
     over_monthly_cap,
     price_sweep,
     sweep_owner,
-    to_micro,
-    usd,
 )
 from functions.errors import InvalidInput, OverBudget, QuotaExhausted
 from functions.events import ValidateEvent
 from functions.quota import check_quota
 from functions.settings import Clients, Settings
+from functions.tables.ledger import to_micro, usd
 from functions.validate import check_sweep
-from rigbench.stack.models import MonthSpend, PlannedBoot, StackRefs, SweepPlan
+from rigbench.stack.models import MonthSpend, PlannedBoot, SweepPlan
+from rigbench.stack_refs import StackRefs
 
 # The sweep states whose functions' settings a plan applies (statemachine/sweep.asl.json).
 VALIDATE_STATE = "ValidateInput"

@@ -11,16 +11,17 @@ from typing import Any
 
 from rich.console import Console
 
+from functions.execution_input import SweepInput, execution_input
 from rigbench.local import executions
-from rigbench.local.dryrun import plan_from
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord
 from rigbench.local.session import LocalSession
 from rigbench.stack.boto import BotoStack
-from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError, validate_sweep_input
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError
 from rigbench.stack.history import fold
 from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
+from rigbench.stack.rehearsal import plan_from
 
 LOCAL_POLL_S = 0.5
 PLAN_TIMEOUT_S = 300.0
@@ -73,9 +74,9 @@ class LocalStack(BotoStack):
         return self.session.stale
 
     # -- sweeps ------------------------------------------------------------------------------
-    def start_sweep(self, sweep_input: dict[str, Any], name: str | None = None) -> SweepStarted:
-        validate_sweep_input(sweep_input)
-        arn = self.session.start(sweep_input, name=name)  # names it local-<time>-<random>
+    def start_sweep(self, sweep: SweepInput, name: str | None = None) -> SweepStarted:
+        # The session names it local-<time>-<random>.
+        arn = self.session.start(execution_input(sweep), name=name)
         return SweepStarted(execution_arn=arn, sweep_id=arn.rsplit(":", 1)[-1])
 
     def _live(self, arn: str) -> bool:
@@ -113,25 +114,24 @@ class LocalStack(BotoStack):
         ]
         return sorted(live + saved, key=lambda s: s.started_at, reverse=True)[:limit]
 
-    def plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+    def plan(self, sweep: SweepInput) -> SweepPlan:
         """Rehearse the sweep on the emulation: the real state machine and handlers with the
         emulated quota and price; every launch is recorded and refused, so nothing starts."""
-        validate_sweep_input(sweep_input)
         if any(s.status == "RUNNING" for s in super().list_sweeps()):
             raise StackError("a dry run refuses every launch: wait for the running sweep to end")
         fleet = self.session.fleet
         requests = fleet.rehearse()
         try:
-            started = self.start_sweep(sweep_input)
+            started = self.start_sweep(sweep)
             self.session.emu.wait(started.execution_arn, timeout_s=PLAN_TIMEOUT_S)
             events = self.history(started.execution_arn)
         finally:
             fleet.rehearse(False)
         return plan_from(events, requests).model_copy(update={"planned_against": self._against()})
 
-    def check_plan(self, sweep_input: dict[str, Any]) -> SweepPlan:
+    def check_plan(self, sweep: SweepInput) -> SweepPlan:
         """The read-only plan of the deployed stack, against the emulated account."""
-        plan = super().check_plan(sweep_input)
+        plan = super().check_plan(sweep)
         return plan.model_copy(update={"planned_against": self._against()})
 
     def _against(self) -> str:

@@ -20,23 +20,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class StackRefs(_Model):
-    """The stack's outputs every command works on (CloudFormation outputs on AWS; the
-    emulation's physical names locally)."""
-
-    stack_name: str
-    state_machine_arn: str
-    results_table: str
-    ledger_table: str
-    bucket: str
-
-    def execution_arn(self, name: str) -> str:
-        """The ARN of the execution called `name` (an ARN is returned as it is)."""
-        if name.startswith("arn:"):
-            return name
-        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
-
-
 class SweepStarted(_Model):
     """A started execution of the sweep state machine; its name is the sweep id."""
 

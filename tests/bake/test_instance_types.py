@@ -2,11 +2,12 @@
 
 import pytest
 
-from functions.instance_types import (
+from hardware.instance_types import (
     BUILDERS,
     DLAMI_PARAMETERS,
     GPU_TYPES,
     UnknownInstanceType,
+    cc_number,
     get_instance_type,
 )
 
@@ -39,3 +40,10 @@ def test_unknown_types_and_regions_are_named() -> None:
         UnknownInstanceType, match=r"no on-demand price for g4dn\.xlarge in eu-west-9"
     ):
         get_instance_type("g4dn.xlarge").price("eu-west-9")
+
+
+def test_compute_capability_numbers() -> None:
+    assert cc_number("7.5") == 75
+    assert cc_number("12.0") == 120
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR"):
+        cc_number("75")

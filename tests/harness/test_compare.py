@@ -14,7 +14,6 @@ from harness.compare import (
     DEFAULT_METRICS,
     Comparison,
     app,
-    cell_label,
     compare,
     delivers_in_bursts,
     ratio_words,
@@ -24,7 +23,7 @@ from harness.compare import (
     values_from_reports,
 )
 from harness.runner import run_benchmark
-from harness.schemas import BenchmarkConfig
+from harness.schemas import BenchmarkConfig, cell_label
 from harness.stats import Direction, Verdict, verdict
 from tests.harness.conftest import StartServer
 

@@ -20,8 +20,8 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rigbench.cli import app
+from rigbench.commands.local import local_stack, run_local
 from rigbench.local import persist
-from rigbench.local.cli import local_stack, run_local
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import processes_under, wait_for

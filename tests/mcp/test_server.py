@@ -17,7 +17,7 @@ from mcp.types import TextResourceContents
 from functions.execution_input import SCHEMA_PATH, SweepInput
 from functions.settings import PROJECT_TAG
 from harness.version import harness_version
-from rigbench.local.sweep import local_rigs
+from rigbench.commands.local_sweep import local_rigs
 from rigbench.mcp.server import (
     COMPARISON_URI,
     REPORT_HTML_URI,
@@ -246,6 +246,12 @@ def test_malformed_arguments_are_tool_errors_and_the_server_keeps_serving(
             ("plan_sweep", sweep_input(budget_usd="lots"), "budget_usd"),
             ("plan_sweep", sweep_input(cells={"concurrency": [1], "colour": 2}), "cells.colour"),
             ("plan_sweep", {}, "rigs"),
+            # Past the tool's schema: the one parse of the input, its one error and message.
+            (
+                "plan_sweep",
+                sweep_input(rig_settings={"jax": {"max_slots": 2}}),
+                "invalid sweep input: rig_settings: settings for rig 'jax'",
+            ),
             ("terminate", {"instance_id": "not-an-instance"}, "instance_id"),
             ("list_sweeps", {"since": "yesterday-ish"}, "since"),
             ("query_results", {"sweep": "x", "colour": "red"}, "colour"),

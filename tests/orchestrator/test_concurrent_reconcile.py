@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.budget import boot_sk, reconcile_boot, record_instance, to_micro
+from functions.budget import reconcile_boot, record_instance
+from functions.tables.ledger import boot_sk, to_micro
 from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import ledger_items
 

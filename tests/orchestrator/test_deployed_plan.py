@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from functions.execution_input import SweepInput
 from functions.quota import SPOT_G_VT_QUOTA
 from rigbench.emulation import Emulation
 from rigbench.mcp.tools import SweepTools
+from rigbench.stack import parse_sweep
 from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import error_of, start_emulation, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet
@@ -82,7 +82,7 @@ def test_a_plan_applies_the_deployed_quota_price_and_settings(
     try:
         before = account_state(deployed)
         stack = BotoStack(deployed.session(), deployed.stack_refs())
-        plan = stack.plan(sweep_input(rigs=["torch", "vllm"], boots_per_rig=2))
+        plan = stack.plan(parse_sweep(sweep_input(rigs=["torch", "vllm"], boots_per_rig=2)))
         assert account_state(deployed) == before, "a plan writes nothing to the account"
     finally:
         deployed.client("ec2").terminate_instances(InstanceIds=[other])
@@ -110,7 +110,8 @@ def test_a_plan_refuses_an_instance_type_the_deployed_stack_does_not_allow(
     deployed: Emulation, fleet: ScriptedFleet
 ) -> None:
     stack = BotoStack(deployed.session(), deployed.stack_refs())
-    plan = stack.plan(sweep_input(instance_type="g4dn.xlarge"))  # the template default allows it
+    # The client side knows the type; the template's default stack allows only g5g.2xlarge.
+    plan = stack.plan(parse_sweep(sweep_input(instance_type="g4dn.xlarge")))
     assert not plan.valid
     assert "instance_type" in plan.error
     assert "g4dn.xlarge" in plan.error
@@ -128,9 +129,9 @@ def test_a_plan_counts_the_month_already_committed_against_the_deployed_cap(
         assert fleet.bench_started.wait(60)
         before = account_state(deployed)
         stack = BotoStack(deployed.session(), deployed.stack_refs())
-        plan = stack.plan(body)
+        plan = stack.plan(parse_sweep(body))
         tools = SweepTools(stack, ceiling_usd=10.0)
-        report = tools.plan_sweep(SweepInput.model_validate(body))
+        report = tools.plan_sweep(parse_sweep(body))
         assert account_state(deployed) == before, "a plan writes nothing to the account"
     finally:
         fleet.bench = "failed"  # let the holding sweep end
@@ -150,7 +151,7 @@ def test_a_plan_refuses_an_estimate_over_the_deployed_cap_alone(
 ) -> None:
     stack = BotoStack(deployed.session(), deployed.stack_refs())
     plan = stack.plan(  # $1.20
-        sweep_input(boots_per_rig=2, deadlines=HOURS_2, max_interruptions_per_boot=0)
+        parse_sweep(sweep_input(boots_per_rig=2, deadlines=HOURS_2, max_interruptions_per_boot=0))
     )
     assert not plan.valid
     assert "alone is over the monthly cap $1.00 by $0.20" in plan.error

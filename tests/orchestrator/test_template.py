@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_yaml((ROOT / "template.yaml").read_text())
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
 FUNCTIONS = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"}
-REPOSITORY_TOP_LEVEL = ("functions", "rigs", "rigbench", "harness", "pyproject.toml")
+REPOSITORY_TOP_LEVEL = ("functions", "hardware", "rigs", "rigbench", "harness", "pyproject.toml")
 PROJECT_TAG_CONDITIONS = {"ec2:ResourceTag/rigbench:project", "aws:ResourceTag/rigbench:project"}
 
 
@@ -64,14 +64,13 @@ def test_cfn_lint() -> None:
 
 def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
     files = {str(p) for p in package_files()}
-    assert {f.split("/")[0] for f in files} == {"functions", "rigs"}
+    assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs"}
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]
         if package_of(logical_id) == SHARED:
             assert f"{module.replace('.', '/')}.py" in files, logical_id
     rig_files = {f for f in files if f.startswith("rigs/")}
-    # rigs/kernels.py: the instance-type catalog reads compute capabilities with it.
-    allowed = {"rigs/__init__.py", "rigs/contract.py", "rigs/registry.py", "rigs/kernels.py"}
+    allowed = {"rigs/__init__.py", "rigs/contract.py", "rigs/registry.py"}
     extra = {
         f for f in rig_files
         if f not in allowed and not f.startswith("rigs/bootstrap/")
@@ -369,7 +368,7 @@ def test_launch_only_allowed_types_with_imdsv2() -> None:
 
 
 def test_builder_types_parameter_matches_the_catalog() -> None:
-    from functions.instance_types import BUILDERS
+    from hardware.instance_types import BUILDERS
 
     default = TEMPLATE["Parameters"]["BuilderInstanceTypes"]["Default"]
     assert set(default.split(",")) == set(BUILDERS.values())

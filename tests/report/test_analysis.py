@@ -1,6 +1,6 @@
 import pytest
 
-from harness.compare import cell_label
+from harness.schemas import cell_label
 from rigbench.report.analysis import chosen_cell, metric_series, usd_per_million_tokens
 from rigbench.report.data import BootData, SweepData
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from harness.agreement_view import agreement_line, counts_words
 from harness.compare import Comparison, footnotes, render_text
 from rigbench.cli import app
+from rigbench.commands.local import local_stack
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
-from rigbench.local.cli import local_stack
 from rigbench.report.agreement import agreement_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page

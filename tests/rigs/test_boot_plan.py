@@ -13,7 +13,8 @@ import pytest
 from functions.boot_plan import plan_boot
 from functions.errors import InvalidInput
 from functions.execution_input import parse_sweep_input
-from functions.instance_types import DLAMI_PARAMETERS
+from functions.settings import EMULATED_AMI_PARAMETER
+from hardware.instance_types import DLAMI_PARAMETERS
 from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.conftest import FAST, result_rows, sweep_id_of, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet
@@ -152,6 +153,9 @@ def test_an_emulated_sweep_launches_and_stores_the_plan(
         assert plan["instance_type"] == instance_type
         concurrency = {"torch": "max_batch", "vllm": "max_num_seqs"}[row["rig"]]
         assert plan["settings"][concurrency] == 4
+        # The plan stored is the plan launched: the stack's own AmiParameter, else the baked one.
+        baked_here = row["rig"] == "vllm" and instance_type == "g5g.2xlarge"
+        assert plan["image"] == (BAKED_VLLM_PARAMETER if baked_here else EMULATED_AMI_PARAMETER)
     assert json.dumps(rows)  # stored rows stay plain JSON
 
 
@@ -184,3 +188,11 @@ def test_a_labelled_entry_runs_its_rig_with_its_own_settings() -> None:
     labelled = plan_boot(sweep, "torch@serial")
     assert labelled.rig == "torch"
     assert labelled.settings["batching"] == "serial"
+
+
+def test_only_the_validate_step_plans_a_boot() -> None:
+    """Validate plans each rig once and places the plan in the state; no later step plans
+    again (a second plan could differ from the one launched)."""
+    functions_dir = Path(__file__).resolve().parents[2] / "functions"
+    planners = sorted(p.name for p in functions_dir.glob("*.py") if "plan_boot(" in p.read_text())
+    assert planners == ["boot_plan.py", "validate.py"]

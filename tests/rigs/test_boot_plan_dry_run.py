@@ -14,7 +14,7 @@ def test_a_cloud_dry_run_plans_each_type_with_its_own_quota_and_price(
 ) -> None:
     from rich.console import Console
 
-    from rigbench.local.cli import run_local
+    from rigbench.commands.local import run_local
 
     path = tmp_path / "input.json"
     body = {

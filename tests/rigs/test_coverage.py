@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from functions.instance_types import get_instance_type
+from hardware.instance_types import get_instance_type
 from rigs.cli import app
 from rigs.coverage import check_rig
 from rigs.registry import get_rig

@@ -1,7 +1,7 @@
 """The instance types rigbench knows: architecture, GPU, compute capability, size, price, AMI.
 
 One table, read by the sweep (quota, price, AMI, dtype), the bake (builder type, AMI) and
-`rigbench rig check` (which GPU code a rig's install must carry). A type missing here is not
+`rig check` (which GPU code a rig's install must carry). A type missing here is not
 supported: the sweep refuses it by name before anything is spent.
 
 Prices are on-demand Linux list prices (USD/h) per region; the spot price is read at run
@@ -14,8 +14,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-
-from rigs.kernels import cc_number
 
 Architecture = Literal["x86_64", "aarch64"]
 
@@ -31,6 +29,14 @@ DLAMI_PARAMETERS: dict[Architecture, str] = {
 # Where the DLAMI keeps its PyTorch (a conda-free venv in the 2.x DLAMIs).
 DLAMI_PYTORCH_VENV = "/opt/pytorch"
 BFLOAT16_MIN_CC = "8.0"  # Ampere: below it (Turing 7.5) there is no bfloat16 datapath
+
+
+def cc_number(compute_capability: str) -> int:
+    """ "7.5" -> 75 ("12.0" -> 120)."""
+    major, sep, minor = compute_capability.partition(".")
+    if not sep or not major.isdigit() or not minor.isdigit():
+        raise ValueError(f"compute capability {compute_capability!r} is not MAJOR.MINOR")
+    return int(major) * 10 + int(minor)
 
 
 class InstanceType(BaseModel):

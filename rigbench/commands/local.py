@@ -15,6 +15,7 @@ from rigbench.local.home import HOME_ENV, PRICE_ENV, QUOTA_ENV, LocalHome
 
 # The emulation, moto and the handlers load only when a local command runs (seconds).
 if TYPE_CHECKING:
+    from functions.execution_input import SweepInput
     from rigbench.local.emulated import EmulatedAccount
     from rigbench.stack.local import LocalStack
 
@@ -66,7 +67,7 @@ def _account(quota_vcpus: float | None, spot_price: float | None) -> "EmulatedAc
 
 
 def run_local(
-    sweep: Path | dict[str, Any] | None = None,
+    sweep: "Path | dict[str, Any] | SweepInput | None" = None,
     *,
     dry_run: bool = False,
     quota_vcpus: float | None = None,
@@ -75,16 +76,17 @@ def run_local(
     console: Console | None = None,
 ) -> int:
     """The local sweep (the demo when no input is given) or, with `dry_run`, its rehearsal.
-    `sweep` is an input file or the input itself.
+    `sweep` is an input file, the input itself, or the input parsed (`parse_sweep`).
 
     Returns the exit code: 0 when the sweep succeeded (or the plan is valid), 1 when not,
     2 for bad input, 130 when interrupted.
     """
     from functions.errors import InvalidInput
-    from functions.execution_input import parse_sweep_input
+    from functions.execution_input import SweepInput
+    from rigbench.commands.local_sweep import demo_input, local_rigs, read_input, run_sweep
     from rigbench.comparison import LOCAL_EMULATION
     from rigbench.local.session import interrupts_as_keyboard_interrupt
-    from rigbench.local.sweep import demo_input, local_rigs, read_input, run_sweep
+    from rigbench.stack import parse_sweep
 
     console = console or Console()
     account = _account(quota_vcpus, spot_price)
@@ -100,26 +102,28 @@ def run_local(
         if not rigs:
             console.print("[red]error:[/] no rig supports this machine (see rigbench rig list)")
             return 2
-        sweep_input: dict[str, Any] = demo_input(rigs)
+        parsed = parse_sweep(demo_input(rigs))
         console.print(
-            f"local sweep: {', '.join(rigs)} with {sweep_input['model']}, "
-            f"{sweep_input['boots_per_rig']} boots each (the fewest at which one comparison "
+            f"local sweep: {', '.join(rigs)} with {parsed.model}, "
+            f"{parsed.boots_per_rig} boots each (the fewest at which one comparison "
             "finds a 1.5x difference 9 times in 10), concurrency "
-            f"{','.join(map(str, sweep_input['cells']['concurrency']))}; "
+            f"{','.join(map(str, parsed.cells.concurrency))}; "
             f"{LOCAL_EMULATION}"
         )
     else:
-        try:
-            sweep_input = read_input(sweep) if isinstance(sweep, Path) else dict(sweep)
-            parse_sweep_input(sweep_input)  # fail fast, before starting anything
+        try:  # parsed here, once, before starting anything
+            if isinstance(sweep, SweepInput):
+                parsed = sweep
+            else:
+                parsed = parse_sweep(read_input(sweep) if isinstance(sweep, Path) else sweep)
         except (ValueError, InvalidInput) as exc:
             console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
     try:
         with interrupts_as_keyboard_interrupt():
             if dry_run:
-                return _dry_run(sweep_input, local_home, account, console)
-            return run_sweep(sweep_input, home=local_home, account=account, console=console)
+                return _dry_run(parsed, local_home, account, console)
+            return run_sweep(parsed, home=local_home, account=account, console=console)
     except KeyboardInterrupt:
         console.print(
             "[yellow]interrupted:[/] the sweep was stopped, its local instances terminated, "
@@ -129,15 +133,15 @@ def run_local(
 
 
 def _dry_run(
-    sweep_input: dict[str, Any], home: LocalHome, account: "EmulatedAccount", console: Console
+    sweep: "SweepInput", home: LocalHome, account: "EmulatedAccount", console: Console
 ) -> int:
-    from rigbench.local.dryrun import print_plan
+    from rigbench.commands.dry_run import print_plan
     from rigbench.stack import StackError
     from rigbench.stack.local import LocalStack
 
     with LocalStack(home, account, console=console, keep_results=False) as stack:
         try:
-            plan = stack.plan(sweep_input)
+            plan = stack.plan(sweep)
         except StackError as exc:
             console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2

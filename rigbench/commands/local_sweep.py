@@ -10,8 +10,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from functions.execution_input import DEFAULT_BOOTS_PER_RIG, read_input_file
-from harness.compare import cell_label, print_comparison
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG, SweepInput, read_input_file
+from harness.compare import print_comparison
+from harness.schemas import cell_label
 from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
@@ -65,7 +66,7 @@ def read_input(path: Path) -> dict[str, Any]:
 
 
 def run_sweep(
-    sweep_input: dict[str, Any],
+    sweep: SweepInput,
     *,
     home: LocalHome,
     account: EmulatedAccount,
@@ -79,17 +80,18 @@ def run_sweep(
             rows = sum(restored.tables.values())
             console.print(f"[dim]restored {rows} stored items from {home.data}[/]")
         try:
-            started = stack.start_sweep(sweep_input)
+            started = stack.start_sweep(sweep)
         except StackError as exc:
             console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
         sweep_id = started.sweep_id
-        rigs = ", ".join(sweep_input.get("rigs", []))
-        boots = sweep_input.get("boots_per_rig", DEFAULT_BOOTS_PER_RIG)
-        title = f"sweep {sweep_id}: {rigs} x {boots} boots, {sweep_input.get('model')}"
+        title = (
+            f"sweep {sweep_id}: {', '.join(sweep.rigs)} x {sweep.boots_per_rig} boots, "
+            f"{sweep.model}"
+        )
         if console.is_terminal:
             began = datetime.now(UTC)
-            expected = len(sweep_input.get("rigs", [])) * int(boots)
+            expected = sweep.boot_count()
 
             def table(p: SweepProgress) -> Table:
                 return sweep_table(p, title, expected_boots=expected, started_at=began)
@@ -106,8 +108,9 @@ def run_sweep(
             console.print(title)
             progress = stack.follow_sweep(started.execution_arn, on_update=PhaseLines(console))
             console.print(sweep_table(progress, title))
-        reports = stack.session.reports(sweep_id)
         report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
+        # each boot's report as the report reads it: only from the instance recorded for it
+        reports = gathered.reports_by_rig() if gathered is not None else {}
     status = progress.status
     console.print()
     if reports:

@@ -1,0 +1,67 @@
+"""Print a cloud sweep's rehearsal: the real state machine and handlers, quota/price/budget
+applied, every launch refused at the EC2 seam, so nothing starts and nothing is spent
+(`rigbench.stack.rehearsal` reads the plan from the rehearsal's history)."""
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table
+
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG
+from rigbench.local.emulated import EmulatedAccount
+from rigbench.stack.models import SweepPlan
+
+
+def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]) -> Group:
+    parts: list[Any] = []
+    if not plan.valid:
+        parts.append(f"[red]a cloud run of this input would fail:[/] {escape(plan.error)}")
+        return Group(*parts)
+    sweep = plan.sweep
+    deadline_h = (sweep.get("deadlines") or {}).get("instance_s", 0) / 3600
+    rigs = ", ".join(sweep.get("rigs", []))
+    parts.append(
+        f"[green]valid[/]: sweep {sweep.get('sweep_id')}: {rigs} x {sweep.get('boots_per_rig')} "
+        f"boots of {sweep.get('model')} on {sweep.get('instance_type')} ({sweep.get('market')})"
+    )
+    boots = int(sweep.get("boots_per_rig") or 0)
+    if boots == 1:
+        parts.append(
+            "[yellow]1 boot per rig: the comparison can give no verdict (it needs 2 or more; "
+            f"{DEFAULT_BOOTS_PER_RIG}, the default, tells one 1.5x difference at 10% spread about "
+            "9 times in 10)[/]"
+        )
+    if plan.quota is not None:
+        q = plan.quota
+        parts.append(
+            f"quota {q.quota_code}: {q.quota_vcpus:g} vCPU (emulated) - {q.used_vcpus} in use = "
+            f"{q.room_vcpus:g}; {q.instance_vcpus} per instance -> at most {q.max_concurrency} "
+            "instances at once"
+        )
+    if plan.reservation is not None:
+        r = plan.reservation
+        parts.append(
+            f"price ${r.price_usd_per_hour:.4f}/h ({r.price_source}; emulated spot price "
+            f"${account.spot_price_usd_per_hour:.4f}/h) x {deadline_h:g} h deadline = "
+            f"${r.per_boot_usd:.2f} per boot; {len(plan.boots)} boots reserve "
+            f"${r.total_usd:.2f} of the ${float(sweep.get('budget_usd', 0)):.2f} budget ({r.month})"
+        )
+    per_boot = f"${plan.reservation.per_boot_usd:.2f}" if plan.reservation else "?"
+    table = Table(title="would launch", title_justify="left")
+    for column in ("rig", "boot", "instance type", "market", "reserved"):
+        table.add_column(column)
+    for boot in plan.boots:
+        table.add_row(boot.rig, str(boot.boot), boot.instance_type, boot.market, per_boot)
+    parts.append(table)
+    if plan.boots:
+        order = ", ".join(f"{s} ({zones.get(s, '?')})" for s in plan.boots[0].subnets)
+        parts.append(f"each launch tries the subnets in this order on capacity errors: {order}")
+    parts.append("[dim]dry run: no instance was launched and nothing was spent[/]")
+    return Group(*parts)
+
+
+def print_plan(
+    console: Console, plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
+) -> None:
+    console.print(render_plan(plan, account, zones))
