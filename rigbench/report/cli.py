@@ -21,6 +21,16 @@ if TYPE_CHECKING:
 TREND_DAYS = 365
 
 
+# The options every report command shares: where the sweep's results are.
+StackName = Annotated[str, typer.Option("--stack", help="CloudFormation stack name")]
+LocalResults = Annotated[
+    bool, typer.Option("--local", help="The results local sweeps saved on this machine")
+]
+LocalHomeDir = Annotated[
+    Path | None, typer.Option("--home", help="Local state directory (default ./.rigbench)")
+]
+
+
 @contextlib.contextmanager
 def _store(local: bool, home: Path | None, stack: str) -> Iterator["Store"]:
     from rigbench.cloud import open_stack
@@ -56,13 +66,9 @@ def report_command(
     since: Annotated[
         str | None, typer.Option(help=f"--trend: from this date (default: {TREND_DAYS} days ago)")
     ] = None,
-    stack: Annotated[str, typer.Option("--stack", help="CloudFormation stack name")] = "rigbench",
-    local: Annotated[
-        bool, typer.Option("--local", help="The results local sweeps saved on this machine")
-    ] = False,
-    home: Annotated[
-        Path | None, typer.Option("--home", help="Local state directory (default ./.rigbench)")
-    ] = None,
+    stack: StackName = "rigbench",
+    local: LocalResults = False,
+    home: LocalHomeDir = None,
 ) -> None:
     """Write a sweep's report (comparison, plots, cost per token, provenance) as one HTML file
     that opens offline; --trend: a rig's figures across sweeps over time."""
@@ -109,13 +115,9 @@ def compare_command(
     output: Annotated[
         Format, typer.Option("--format", help="table, or the comparison model as JSON")
     ] = Format.TABLE,
-    stack: Annotated[str, typer.Option("--stack", help="CloudFormation stack name")] = "rigbench",
-    local: Annotated[
-        bool, typer.Option("--local", help="The results local sweeps saved on this machine")
-    ] = False,
-    home: Annotated[
-        Path | None, typer.Option("--home", help="Local state directory (default ./.rigbench)")
-    ] = None,
+    stack: StackName = "rigbench",
+    local: LocalResults = False,
+    home: LocalHomeDir = None,
 ) -> None:
     """Print a finished sweep's comparison: the object the report draws and MCP `compare`
     returns (JSON: per cell, metric and rig its value, interval, n and verdict, the rigs'
