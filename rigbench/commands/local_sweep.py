@@ -34,7 +34,8 @@ DEMO_CELLS: dict[str, Any] = {
     "warmup_requests": 1,
 }
 DEMO_DEADLINES = {"ready_s": 300, "bench_s": 300, "instance_s": 900}
-DEMO_WAITS = {"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2}
+# polls of 4 s keep every rig there is x the default boots within Step Functions' history cap
+DEMO_WAITS = {"agent_poll_s": 4, "ready_poll_s": 4, "command_poll_s": 4}
 
 
 def local_rigs() -> list[str]:
