@@ -33,9 +33,10 @@ DEMO_CELLS: dict[str, Any] = {
     "output_tokens": 16,
     "warmup_requests": 1,
 }
-DEMO_DEADLINES = {"ready_s": 300, "bench_s": 300, "instance_s": 900}
-# polls of 4 s keep every rig there is x the default boots within Step Functions' history cap
-DEMO_WAITS = {"agent_poll_s": 4, "ready_poll_s": 4, "command_poll_s": 4}
+# The JAX rig compiles ~30 programs before it is ready: 1-2 min on two idle cores, more if busy.
+DEMO_DEADLINES = {"ready_s": 480, "bench_s": 300, "instance_s": 1200}
+# polls of 5 s keep every rig there is x the default boots within Step Functions' history cap
+DEMO_WAITS = {"agent_poll_s": 5, "ready_poll_s": 5, "command_poll_s": 5}
 
 
 def local_rigs() -> list[str]:
