@@ -1,0 +1,105 @@
+"""Regression alerts, end to end on the emulation: an earlier sweep stores its rows through
+the state machine's own Store step (the history), a later sweep's Summarize compares each rig
+with it, publishes what got worse to the stack's SNS topic (read here from a subscribed SQS
+queue) and keeps it in the ledger, where `list_regressions` finds it."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from functions.alerts import list_regressions
+from functions.execution_input import DEFAULT_REGRESSION_RATIO
+from functions.regressions import HEADLINE
+from rigbench.emulation import Emulation
+from tests.orchestrator.conftest import fleet_of, run_sweep, sweep_input
+
+SPREAD = 0.03  # boot to boot, as real boots vary
+CELLS = 2  # concurrency 1 and 4 (sweep_input)
+
+
+@pytest.fixture
+def queue(emu: Emulation) -> Any:
+    """An SQS queue subscribed to the stack's alarm topic: what a subscriber receives."""
+    sqs, sns = emu.client("sqs"), emu.client("sns")
+    url = sqs.create_queue(QueueName=f"alerts-{datetime.now(UTC):%H%M%S%f}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sns.subscribe(TopicArn=emu.physical["AlarmTopic"], Protocol="sqs", Endpoint=arn)
+    return url
+
+
+def received(emu: Emulation, url: str) -> list[dict[str, Any]]:
+    sqs, messages = emu.client("sqs"), []
+    while True:
+        batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not batch:
+            return messages
+        messages += [json.loads(m["Body"]) for m in batch]
+
+
+def sweep(emu: Emulation, rig: str, slowdown: float) -> dict[str, Any]:
+    fleet = fleet_of(emu)
+    fleet.boot_spread = SPREAD
+    fleet.slowdown_by_rig = {rig: slowdown}
+    described = run_sweep(emu, sweep_input(rigs=[rig], boots_per_rig=3))
+    assert described["status"] == "SUCCEEDED", described
+    summary: dict[str, Any] = json.loads(described["output"])
+    return summary
+
+
+def test_a_rig_slower_than_its_history_raises_an_alert(emu: Emulation, queue: Any) -> None:
+    rig = "torch@regress"
+    first = sweep(emu, rig, 1.0)
+    assert first["regressions"] == []
+    assert first["regressions_tested"] == 0, "no history yet: nothing to compare"
+    later = sweep(emu, rig, 1.5)  # every time 1.5x: latencies up, throughput down
+
+    found = later["regressions"]
+    assert later["regressions_tested"] == len(HEADLINE) * CELLS
+    assert {(r["cell_label"], r["metric"]) for r in found} == {
+        (cell, metric) for cell in ("c=1", "c=4") for metric in HEADLINE
+    }
+    for regression in found:
+        assert regression["rig"] == rig
+        assert regression["worse_by"] == pytest.approx(1.5, rel=1e-6)
+        assert (regression["n_now"], regression["n_history"]) == (3, 3)
+        assert regression["history_sweeps"] == [first["sweep_id"]]
+        assert regression["threshold"] == DEFAULT_REGRESSION_RATIO
+        assert regression["p_holm"] < 0.05
+        assert (
+            regression["report"] == f"s3://{emu.physical['ArtifactBucket']}/{later['report_key']}"
+        )
+
+    messages = received(emu, queue)
+    assert len(messages) == len(found)
+    body = next(m["Message"] for m in messages if "output_tok_s" in m["Subject"])
+    assert "1.50x worse than its history" in body
+    assert "3 boots now vs 3 boots in 1 earlier sweep(s)" in body
+    assert "Holm-adjusted over 6 comparisons" in body
+    assert later["report_key"] in body
+
+    since = datetime.now(UTC) - timedelta(days=1)
+    stored = list_regressions(
+        emu.client("dynamodb"), emu.table("LedgerTable"), since=since, until=datetime.now(UTC),
+        sweep=later["sweep_id"],
+    )  # fmt: skip
+    assert {(r.cell, r.metric) for r in stored} == {(r["cell"], r["metric"]) for r in found}
+
+
+def test_matching_history_or_a_change_within_the_ratio_raises_none(
+    emu: Emulation, queue: Any
+) -> None:
+    rig = "torch@steady"
+    sweep(emu, rig, 1.0)
+    same = sweep(emu, rig, 1.0)
+    assert same["regressions"] == []
+    assert same["regressions_missing"] == ""
+    assert same["regressions_tested"] == len(HEADLINE) * CELLS, "tested, not skipped"
+    # 3% slower on every boot: a real change, but within the 5% the alert allows
+    within = sweep(emu, rig, 1.03)
+    assert within["regressions"] == []
+    assert within["regressions_tested"] == len(HEADLINE) * CELLS
+    assert received(emu, queue) == []
