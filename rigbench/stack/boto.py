@@ -14,11 +14,13 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from functions.alerts import list_regressions
 from functions.cleanup import terminate
 from functions.errors import error_code
 from functions.execution_input import SweepInput, execution_input
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
+from functions.regressions import Regression
 from functions.settings import (
     BOOT_TAG,
     DEADLINE_TAG,
@@ -217,6 +219,16 @@ class BotoStack:
             )  # fmt: skip
         rows.sort(key=lambda r: (r.get("started_at", ""), r["sweep_id"], r["row_key"]))
         return [ResultRow.model_validate(r) for r in rows]
+
+    def regressions(
+        self, since: datetime | None = None, sweep: str | None = None
+    ) -> list[Regression]:
+        now = datetime.now(UTC)
+        with aws_errors("reading regression alerts"):
+            return list_regressions(
+                self.client("dynamodb"), self.refs.ledger_table,
+                since=since or now - timedelta(days=RESULTS_DEFAULT_DAYS), until=now, sweep=sweep,
+            )  # fmt: skip
 
     # -- instances and spend -----------------------------------------------------------------
     def _handler_clients(self) -> Clients:

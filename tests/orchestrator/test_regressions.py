@@ -7,16 +7,23 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from functions.alerts import list_regressions
 from functions.execution_input import DEFAULT_REGRESSION_RATIO
 from functions.regressions import HEADLINE
+from rigbench import cloud
+from rigbench.commands.regressions import regressions_command
 from rigbench.emulation import Emulation
+from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import fleet_of, run_sweep, sweep_input
 
 SPREAD = 0.03  # boot to boot, as real boots vary
 CELLS = 2  # concurrency 1 and 4 (sweep_input)
+runner = CliRunner()
 
 
 @pytest.fixture
@@ -50,7 +57,9 @@ def sweep(emu: Emulation, rig: str, slowdown: float) -> dict[str, Any]:
     return summary
 
 
-def test_a_rig_slower_than_its_history_raises_an_alert(emu: Emulation, queue: Any) -> None:
+def test_a_rig_slower_than_its_history_raises_an_alert(
+    emu: Emulation, queue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rig = "torch@regress"
     first = sweep(emu, rig, 1.0)
     assert first["regressions"] == []
@@ -87,6 +96,26 @@ def test_a_rig_slower_than_its_history_raises_an_alert(emu: Emulation, queue: An
         sweep=later["sweep_id"],
     )  # fmt: skip
     assert {(r.cell, r.metric) for r in stored} == {(r["cell"], r["metric"]) for r in found}
+
+    # `rigbench regressions` lists them from the ledger, by Query
+    monkeypatch.setattr(
+        cloud, "connect_aws", lambda name: BotoStack(boto3.session.Session(), emu.stack_refs())
+    )
+    app = typer.Typer()
+    app.command()(regressions_command)
+    listed = runner.invoke(app, ["--sweep", later["sweep_id"], "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert {(r["cell"], r["metric"]) for r in json.loads(listed.output)} == {
+        (r["cell"], r["metric"]) for r in found
+    }
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    table = runner.invoke(app, ["--since", today], env={"COLUMNS": "300"})
+    assert table.exit_code == 0, table.output
+    assert "6 regression alert(s)" in table.output
+    assert later["sweep_id"] in table.output
+    bad = runner.invoke(app, ["--format", "xml"])
+    assert bad.exit_code == 2
+    assert "--format must be table or json, not 'xml'" in bad.output
 
 
 def test_matching_history_or_a_change_within_the_ratio_raises_none(
