@@ -18,6 +18,7 @@ from functions.regressions import HEADLINE
 from rigbench import cloud
 from rigbench.commands.regressions import regressions_command
 from rigbench.emulation import Emulation
+from rigbench.mcp.tools import SweepTools
 from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import fleet_of, run_sweep, sweep_input
 
@@ -113,6 +114,13 @@ def test_a_rig_slower_than_its_history_raises_an_alert(
     assert table.exit_code == 0, table.output
     assert "6 regression alert(s)" in table.output
     assert later["sweep_id"] in table.output
+    # and so does MCP `list_regressions`, on the same stack client
+    stack = BotoStack(boto3.session.Session(), emu.stack_refs())
+    listed_by_mcp = SweepTools(stack, 1.0).list_regressions(since=None, sweep=later["sweep_id"])
+    assert {(r.cell, r.metric) for r in listed_by_mcp.regressions} == {
+        (r["cell"], r["metric"]) for r in found
+    }
+    assert "Holm" in listed_by_mcp.method
     bad = runner.invoke(app, ["--format", "xml"])
     assert bad.exit_code == 2
     assert "--format must be table or json, not 'xml'" in bad.output
