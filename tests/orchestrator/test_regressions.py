@@ -5,6 +5,7 @@ queue) and keeps it in the ledger, where `list_regressions` finds it."""
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,6 +20,7 @@ from rigbench import cloud
 from rigbench.commands.regressions import regressions_command
 from rigbench.emulation import Emulation
 from rigbench.mcp.tools import SweepTools
+from rigbench.report.writer import store_from, write_trend_report
 from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import fleet_of, run_sweep, sweep_input
 
@@ -59,7 +61,7 @@ def sweep(emu: Emulation, rig: str, slowdown: float) -> dict[str, Any]:
 
 
 def test_a_rig_slower_than_its_history_raises_an_alert(
-    emu: Emulation, queue: Any, monkeypatch: pytest.MonkeyPatch
+    emu: Emulation, queue: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rig = "torch@regress"
     first = sweep(emu, rig, 1.0)
@@ -114,6 +116,16 @@ def test_a_rig_slower_than_its_history_raises_an_alert(
     assert table.exit_code == 0, table.output
     assert "6 regression alert(s)" in table.output
     assert later["sweep_id"] in table.output
+    # the rig's trend page marks them
+    page = write_trend_report(
+        store_from(emu.client, emu.stack_refs()), tmp_path / "trend.html",
+        rig=rig, model="random:tiny", instance_type=None, since=since,
+    ).read_text()  # fmt: skip
+    assert "6 regression alert(s) in this period, in 1 sweep(s)" in page
+    assert page.count('"name":"regression alert"') == len(found)  # a cross on each point
+    assert "1.50x (&gt; 1.05x)" in page
+    assert "3 boots now vs 3 boots in 1 earlier sweep(s)" in page
+
     # and so does MCP `list_regressions`, on the same stack client
     stack = BotoStack(boto3.session.Session(), emu.stack_refs())
     listed_by_mcp = SweepTools(stack, 1.0).list_regressions(since=None, sweep=later["sweep_id"])
