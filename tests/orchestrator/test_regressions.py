@@ -11,12 +11,20 @@ from typing import Any
 import boto3
 import pytest
 import typer
+from rich.table import Table
 from typer.testing import CliRunner
 
 from functions.alerts import list_regressions
 from functions.execution_input import DEFAULT_REGRESSION_RATIO
-from functions.regressions import HEADLINE
+from functions.regressions import (
+    HEADLINE,
+    HISTORY_SWEEPS,
+    METHOD,
+    RegressionCheck,
+    find_regressions,
+)
 from rigbench import cloud
+from rigbench.commands.regression_table import check_lines
 from rigbench.commands.regressions import regressions_command
 from rigbench.emulation import Emulation
 from rigbench.mcp.tools import SweepTools
@@ -152,3 +160,75 @@ def test_matching_history_or_a_change_within_the_ratio_raises_none(
     assert within["regressions"] == []
     assert within["regressions_tested"] == len(HEADLINE) * CELLS
     assert received(emu, queue) == []
+
+
+def row(
+    sweep_id: str, boot: int, tok_s: float, *, day: int, dtype: str = "float16"
+) -> dict[str, Any]:
+    """A results row as functions/store.py writes it (the fields the check reads)."""
+    return {
+        "sweep_id": sweep_id, "rig": "torch", "boot": boot, "model": "m",
+        "instance_type": "g5g.2xlarge", "cell": "c00001",
+        "started_at": f"2026-11-{day:02d}T00:00:{boot:02d}+00:00",
+        "provenance": {"boot_plan": {"dtype": dtype, "settings": {"batching": "continuous"}}},
+        "metrics": {
+            "concurrency": 1, "requests_ok": 4, "output_tokens": 64, "output_tok_s": tok_s,
+            "ttft_ms": {"p50": 1000 / tok_s}, "tpot_ms": {"p50": 100 / tok_s},
+        },
+    }  # fmt: skip
+
+
+def boots(
+    sweep_id: str, centre: float, *, day: int, dtype: str = "float16"
+) -> list[dict[str, Any]]:
+    return [
+        row(sweep_id, b, centre * f, day=day, dtype=dtype) for b, f in enumerate((1, 1.03, 0.97))
+    ]
+
+
+def check(now: list[dict[str, Any]], history: list[dict[str, Any]]) -> RegressionCheck:
+    return find_regressions(
+        now, {"torch": history + now}, sweep_id=now[0]["sweep_id"],
+        started_at=now[0]["started_at"], regression_ratio=1.05,
+    )  # fmt: skip
+
+
+def test_history_is_the_same_setup_in_the_latest_earlier_sweeps() -> None:
+    now = boots("now", 50.0, day=20)
+    # an older fast era, then HISTORY_SWEEPS sweeps at today's speed: only the latter count
+    old = [r for d in range(1, 4) for r in boots(f"old{d}", 100.0, day=d)]
+    recent = [r for d in range(10, 10 + HISTORY_SWEEPS) for r in boots(f"r{d}", 50.0, day=d)]
+    assert check(now, old + recent).regressions == []
+    assert check(now, old).family == len(HEADLINE)
+    assert {r.metric for r in check(now, old).regressions} == set(HEADLINE)
+    # float32 boots are another setup: no history for a float16 sweep
+    other = check(now, [r for r in boots("f32", 100.0, day=5, dtype="float32")])
+    assert other.family == 0
+    assert other.untested == {
+        "no earlier sweep of the same rig, model, instance type and setup": len(HEADLINE)
+    }
+    # a later sweep is not history
+    assert check(now, boots("later", 100.0, day=25)).family == 0
+
+
+def test_one_boot_now_is_untested_and_said_so() -> None:
+    found = check(boots("now", 50.0, day=20)[:1], boots("then", 100.0, day=1)[:1])
+    assert found.family == 0
+    assert found.untested == {"no test possible: 1 boot": len(HEADLINE)}
+
+
+def test_a_local_sweep_says_what_its_check_found() -> None:
+    lines = check_lines([], {"regressions_tested": 6}, 1.05, "home")
+    assert lines == [
+        f"no regression: 6 comparisons with the rigs' earlier sweeps, none worse by more than "
+        f"1.05x ({METHOD})"
+    ]
+    assert "no earlier sweep" in str(check_lines([], {"regressions_tested": 0}, 1.05, "home")[0])
+    assert "did not run:[/] boom" in str(
+        check_lines([], {"regressions_missing": "boom"}, 1.05, "h")[0]
+    )
+    alerts = check(boots("now", 50.0, day=20), boots("then", 100.0, day=1)).regressions
+    table, kept = check_lines(alerts, {}, 1.05, "the home")
+    assert isinstance(table, Table)
+    assert table.row_count == len(HEADLINE)
+    assert kept == "kept in the home"
