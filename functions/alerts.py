@@ -15,6 +15,7 @@ from functions.tables import ledger
 from functions.tables.results import months_between, query_rows
 
 SUBJECT_LIMIT = 100  # SNS caps a subject at 100 characters
+PUBLISH_BATCH = 10  # SNS PublishBatch takes at most 10 messages
 
 
 def check_sweep(
@@ -84,9 +85,19 @@ def message(found: Regression, region: str) -> tuple[str, str]:
 
 
 def publish(sns: Any, topic_arn: str, regressions: list[Regression], region: str) -> int:
-    for found in regressions:
-        subject, body = message(found, region)
-        sns.publish(TopicArn=topic_arn, Subject=subject, Message=body)
+    """One message per regression, ten to a PublishBatch call (IAM: sns:Publish)."""
+    for start in range(0, len(regressions), PUBLISH_BATCH):
+        entries = []
+        for n, found in enumerate(regressions[start : start + PUBLISH_BATCH]):
+            subject, body = message(found, region)
+            entries.append({"Id": f"r{start + n}", "Subject": subject, "Message": body})
+        answer = sns.publish_batch(TopicArn=topic_arn, PublishBatchRequestEntries=entries)
+        if answer.get("Failed"):
+            failed = answer["Failed"][0]
+            raise RuntimeError(
+                f"SNS refused {len(answer['Failed'])} alert(s): {failed.get('Code')}: "
+                f"{failed.get('Message')}"
+            )
     return len(regressions)
 
 

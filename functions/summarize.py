@@ -18,6 +18,9 @@ from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
 MAX_REPORT_WHY = 1_000
+# A sweep's regressions in its output: at most this many (1.5 kB each at the longest), so
+# that the output stays far below Step Functions' 256 KiB; every one is in the ledger.
+MAX_OUTPUT_REGRESSIONS = 20
 
 
 class Summary(BaseModel):
@@ -33,7 +36,8 @@ class Summary(BaseModel):
     error: str = ""
     cause: str = ""
     # Regression alerts: rigs worse than their own recent history (functions/regressions.py)
-    regressions: list[Regression] = []
+    regressions: list[Regression] = []  # the first MAX_OUTPUT_REGRESSIONS
+    regressions_found: int = 0  # all of them (`rigbench regressions --sweep` lists every one)
     regressions_tested: int = 0  # comparisons the check made (Holm's family)
     regressions_missing: str = ""  # why no check ran: a failed check fails nothing else
 
@@ -98,7 +102,11 @@ def alert_regressions(
     for found in check.regressions:
         logger.warning("regression", extra={"alert": found.headline, "basis": found.basis})
     return summary.model_copy(
-        update={"regressions": check.regressions, "regressions_tested": check.family}
+        update={
+            "regressions": check.regressions[:MAX_OUTPUT_REGRESSIONS],
+            "regressions_found": len(check.regressions),
+            "regressions_tested": check.family,
+        }
     )
 
 

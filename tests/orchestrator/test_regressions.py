@@ -20,9 +20,12 @@ from functions.regressions import (
     HEADLINE,
     HISTORY_SWEEPS,
     METHOD,
+    Regression,
     RegressionCheck,
     find_regressions,
 )
+from functions.summarize import MAX_OUTPUT_REGRESSIONS
+from harness.stats import Direction
 from rigbench import cloud
 from rigbench.commands.regression_table import check_lines
 from rigbench.commands.regressions import regressions_command
@@ -79,6 +82,7 @@ def test_a_rig_slower_than_its_history_raises_an_alert(
 
     found = later["regressions"]
     assert later["regressions_tested"] == len(HEADLINE) * CELLS
+    assert later["regressions_found"] == len(found)
     assert {(r["cell_label"], r["metric"]) for r in found} == {
         (cell, metric) for cell in ("c=1", "c=4") for metric in HEADLINE
     }
@@ -232,3 +236,33 @@ def test_a_local_sweep_says_what_its_check_found() -> None:
     assert isinstance(table, Table)
     assert table.row_count == len(HEADLINE)
     assert kept == "kept in the home"
+
+
+def test_an_alert_that_cannot_be_published_fails_nothing_else(emu: Emulation) -> None:
+    lam, name = emu.client("lambda"), emu.physical["SummarizeFunction"]
+    env = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
+    gone = env["ALERT_TOPIC_ARN"] + "-deleted"
+    rig = "torch@unheard"
+    sweep(emu, rig, 1.0)
+    lam.update_function_configuration(
+        FunctionName=name, Environment={"Variables": {**env, "ALERT_TOPIC_ARN": gone}}
+    )
+    try:
+        later = sweep(emu, rig, 1.5)  # SUCCEEDED: asserted by sweep()
+    finally:
+        lam.update_function_configuration(FunctionName=name, Environment={"Variables": env})
+    assert later["regressions"] == []
+    assert "NotFound" in later["regressions_missing"], later["regressions_missing"]
+    assert later["report_key"], "the rest of the summary is there"
+
+
+def test_the_output_holds_a_bounded_number_of_regressions() -> None:
+    longest = Regression(
+        sweep_id="s" * 63, sweep_started_at="2026-12-03T00:00:00+00:00", rig="r" * 32 + "@b" * 16,
+        model="m" * 256, instance_type="g5g.2xlarge", cell="r0000000.0001", cell_label="rate=1/s",
+        metric="output_tok_s", direction=Direction.HIGHER_IS_BETTER, now=1.0, history=2.0,
+        worse_by=2.0, threshold=1.05, p_value=1e-9, p_holm=1e-7, n_now=10, n_history=50,
+        history_sweeps=["s" * 63] * HISTORY_SWEEPS, family=1536, report="s3://" + "k" * 300,
+    )  # fmt: skip
+    output = [longest.model_dump(mode="json")] * MAX_OUTPUT_REGRESSIONS
+    assert len(json.dumps(output).encode()) < 256 * 1024 / 4
