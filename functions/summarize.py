@@ -39,6 +39,7 @@ class Summary(BaseModel):
     regressions: list[Regression] = []  # the first MAX_OUTPUT_REGRESSIONS
     regressions_found: int = 0  # all of them (`rigbench regressions --sweep` lists every one)
     regressions_tested: int = 0  # comparisons the check made (Holm's family)
+    regressions_untested: dict[str, int] = {}  # why the others were not made: count by reason
     regressions_missing: str = ""  # why no check ran: a failed check fails nothing else
 
 
@@ -106,6 +107,7 @@ def alert_regressions(
             "regressions": check.regressions[:MAX_OUTPUT_REGRESSIONS],
             "regressions_found": len(check.regressions),
             "regressions_tested": check.family,
+            "regressions_untested": check.untested,
         }
     )
 

@@ -37,9 +37,12 @@ def check_lines(
     if output.get("regressions_missing"):
         return [f"[yellow]regression check did not run:[/] {escape(output['regressions_missing'])}"]
     tested = int(output.get("regressions_tested") or 0)
+    untested = output.get("regressions_untested") or {}
+    skipped = "; ".join(f"{reason}: {n}" for reason, n in sorted(untested.items()))
     if tested:
-        return [
+        line = (
             f"no regression: {tested} comparisons with the rigs' earlier sweeps, none worse by "
             f"more than {ratio:g}x ({METHOD})"
-        ]
-    return ["no regression check: no earlier sweep of these rigs with this model and setup"]
+        )
+        return [line + (f"; not compared: {skipped}" if skipped else "")]
+    return [f"no regression check possible: {skipped or 'nothing to compare'}"]

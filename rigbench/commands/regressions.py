@@ -10,7 +10,6 @@ from rich.console import Console
 
 from rigbench.cloud import DEFAULT_STACK, CloudError, StackOption, fail, open_stack, parse_since
 from rigbench.commands import local as local_cli
-from rigbench.commands.regression_table import regressions_table
 
 
 def regressions_command(
@@ -37,6 +36,8 @@ def regressions_command(
     if fmt == "json":
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in found], indent=2) + "\n")
         return
+    from rigbench.commands.regression_table import regressions_table
+
     console = Console()
     if not found:
         console.print("no regression alerts in the period asked (widen it with --since)")

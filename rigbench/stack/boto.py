@@ -8,19 +8,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.alerts import list_regressions
 from functions.cleanup import terminate
 from functions.errors import error_code
 from functions.execution_input import SweepInput, execution_input
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
-from functions.regressions import Regression
 from functions.settings import (
     BOOT_TAG,
     DEADLINE_TAG,
@@ -49,6 +47,9 @@ from rigbench.stack.models import (
     SweepSummary,
 )
 from rigbench.stack_refs import StackRefs
+
+if TYPE_CHECKING:
+    from functions.regressions import Regression
 
 FOLLOW_POLL_S = 2.0
 RESULTS_DEFAULT_DAYS = 30
@@ -222,7 +223,9 @@ class BotoStack:
 
     def regressions(
         self, since: datetime | None = None, sweep: str | None = None
-    ) -> list[Regression]:
+    ) -> "list[Regression]":
+        from functions.alerts import list_regressions  # the statistics load only here
+
         now = datetime.now(UTC)
         with aws_errors("reading regression alerts"):
             return list_regressions(

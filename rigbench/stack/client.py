@@ -22,10 +22,9 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from functions.execution_input import SweepInput, parse_sweep_input
-from functions.regressions import Regression
 from rigbench.bundle import REPO_ROOT, rig_names
 from rigbench.stack.models import (
     BundleManifest,
@@ -40,6 +39,9 @@ from rigbench.stack.models import (
     SweepSummary,
 )
 from rigbench.stack_refs import StackRefs
+
+if TYPE_CHECKING:  # the statistics (scipy) load only when regressions are read
+    from functions.regressions import Regression
 
 REPORT_URL_EXPIRES_S = 24 * 3600
 
@@ -125,7 +127,7 @@ class StackClient(Protocol):
 
     def regressions(
         self, since: datetime | None = None, sweep: str | None = None
-    ) -> list[Regression]:
+    ) -> "list[Regression]":
         """Regression alerts the sweeps raised (kept in the ledger by Summarize), of sweeps
         started since `since` (default 30 days ago), oldest first, by Query."""
         ...

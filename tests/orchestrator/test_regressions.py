@@ -78,6 +78,9 @@ def test_a_rig_slower_than_its_history_raises_an_alert(
     first = sweep(emu, rig, 1.0)
     assert first["regressions"] == []
     assert first["regressions_tested"] == 0, "no history yet: nothing to compare"
+    assert first["regressions_untested"] == {
+        "no earlier sweep of the same rig, model, instance type and setup": len(HEADLINE) * CELLS
+    }
     later = sweep(emu, rig, 1.5)  # every time 1.5x: latencies up, throughput down
 
     found = later["regressions"]
@@ -227,7 +230,9 @@ def test_a_local_sweep_says_what_its_check_found() -> None:
         f"no regression: 6 comparisons with the rigs' earlier sweeps, none worse by more than "
         f"1.05x ({METHOD})"
     ]
-    assert "no earlier sweep" in str(check_lines([], {"regressions_tested": 0}, 1.05, "home")[0])
+    reason = "no earlier sweep of the same rig, model, instance type and setup"
+    untested = {"regressions_tested": 0, "regressions_untested": {reason: 6}}
+    assert check_lines([], untested, 1.05, "home") == [f"no regression check possible: {reason}: 6"]
     assert "did not run:[/] boom" in str(
         check_lines([], {"regressions_missing": "boom"}, 1.05, "h")[0]
     )
