@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("boto3", "botocore", "moto", "aws_lambda_powertools", "torch", "transformers", "jax")
+HEAVY = (
+    "boto3", "botocore", "moto", "aws_lambda_powertools", "scipy", "torch", "transformers", "jax",
+)  # fmt: skip
 
 
 def loaded_after_import(module: str) -> set[str]:
