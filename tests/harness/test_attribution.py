@@ -149,7 +149,7 @@ def test_a_note_never_contradicts_itself() -> None:
     # One request of twenty read its chunks in pairs: ITL's tail spoiled by under 3% of the
     # chunks. The note names the figures it invalidates, and never says "0%".
     records = [*(streamed(0.01 * k) for k in range(19)), read_late(streamed(0.5), 2)]
-    cell = cell_report(records, loop_lag_s=[0.03] * 10)
+    cell = cell_report(records, concurrency=4, loop_lag_s=[0.03] * 10)  # a report's cell has one
     report = BenchmarkReport(
         harness_version="test", url="http://x", model="m", started_at="now", endpoint="completions",
         config=BenchmarkConfig(url="http://x", model="m"), cells=[cell], harness_ceiling_note="",
