@@ -5,6 +5,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from functions.events import BootState
+
 ROOT = Path(__file__).resolve().parents[2]
 # The template substitutes numbers too (retry intervals): the file is JSON once they are in.
 NUMBER_SUBSTITUTIONS = {
@@ -142,6 +144,14 @@ def test_a_spot_reclaim_relaunches_up_to_the_input_s_limit() -> None:
     relaunch = states[choice["Choices"][0]["Next"]]
     assert relaunch["Next"] == "Launch"
     assert relaunch["Parameters"]["interruptions.$"] == "States.MathAdd($.interruptions, 1)"
+    # the new attempt starts from the boot's state as the Map gave it: every field Launch needs
+    # (the plan too: a relaunch without it failed every Task after it)
+    given = {key.removesuffix(".$") for key in relaunch["Parameters"]}
+    assert given == {
+        key.removesuffix(".$") for key in DEFINITION["States"]["RunBoots"]["ItemSelector"]
+    }
+    required = {n for n, f in BootState.model_fields.items() if f.is_required()}
+    assert required <= given
 
 
 def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
