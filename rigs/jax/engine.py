@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rigs.jax import compiles, model, steps
-from rigs.serving.engine import SamplingParams, ScoredToken
+from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 
 # tokens (scored for a request that asked for logprobs), a failure, or the end
 Item = list[int] | list[ScoredToken] | BaseException | None
@@ -177,7 +177,7 @@ class Stats:
     warm_up_seconds: float | None = None
 
 
-class JaxEngine:
+class JaxEngine(ScoredStreams):
     """Serves `Engine` (rigs/serving/engine.py) from a Gemma 4 model in JAX."""
 
     def __init__(
@@ -247,20 +247,6 @@ class JaxEngine:
         }
 
     max_top_logprobs = steps.TOP_LOGPROBS
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        async for item in self._stream(prompt_ids, params, None):
-            assert isinstance(item, int)
-            yield item
-
-    async def generate_scored(
-        self, prompt_ids: list[int], params: SamplingParams, top_n: int
-    ) -> AsyncIterator[ScoredToken]:
-        if not 0 <= top_n <= self.max_top_logprobs:
-            raise ValueError(f"top_n must be in [0, {self.max_top_logprobs}], got {top_n}")
-        async for item in self._stream(prompt_ids, params, top_n):
-            assert isinstance(item, ScoredToken)
-            yield item
 
     async def _stream(
         self, prompt_ids: list[int], params: SamplingParams, top_n: int | None

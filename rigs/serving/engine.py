@@ -69,3 +69,29 @@ class ScoringEngine(Engine, Protocol):
     ) -> AsyncIterator[ScoredToken]:
         """As `generate`, each token with its logprob and the `top_n` most likely tokens."""
         ...
+
+
+class ScoredStreams:
+    """`generate` and `generate_scored` over one `_stream` that yields plain token ids, or
+    scored tokens when `top_n` is given: the engines' shared half of `ScoringEngine`."""
+
+    max_top_logprobs: int
+
+    def _stream(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int | None
+    ) -> AsyncIterator[int | ScoredToken]:
+        raise NotImplementedError
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
+        async for item in self._stream(prompt_ids, params, None):
+            assert isinstance(item, int)
+            yield item
+
+    async def generate_scored(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int
+    ) -> AsyncIterator[ScoredToken]:
+        if not 0 <= top_n <= self.max_top_logprobs:
+            raise ValueError(f"top_n must be in [0, {self.max_top_logprobs}], got {top_n}")
+        async for item in self._stream(prompt_ids, params, top_n):
+            assert isinstance(item, ScoredToken)
+            yield item

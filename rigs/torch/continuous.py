@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from rigs.serving.engine import SamplingParams, ScoredToken
+from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 from rigs.sources import ModelSource
 from rigs.torch.engine import (
     DEFAULT_MAX_MODEL_LEN,
@@ -64,7 +64,7 @@ def widths_for(slots: int) -> list[int]:
     return [*widths, slots]
 
 
-class ContinuousEngine:
+class ContinuousEngine(ScoredStreams):
     """Slots that join and leave between decode steps, over one static cache."""
 
     def __init__(
@@ -199,18 +199,6 @@ class ContinuousEngine:
             "ready_s": f"{self.ready_s:.1f}",
             "recent_prefill_batches": ",".join(map(str, self.prefill_batches[-64:])),
         }
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        async for item in self._stream(prompt_ids, params, None):
-            assert isinstance(item, int)
-            yield item
-
-    async def generate_scored(
-        self, prompt_ids: list[int], params: SamplingParams, top_n: int
-    ) -> AsyncIterator[ScoredToken]:
-        async for item in self._stream(prompt_ids, params, top_n):
-            assert isinstance(item, ScoredToken)
-            yield item
 
     async def _stream(
         self, prompt_ids: list[int], params: SamplingParams, top_n: int | None

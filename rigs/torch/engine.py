@@ -33,7 +33,7 @@ from transformers import (
 )
 from transformers.generation.streamers import BaseStreamer
 
-from rigs.serving.engine import SamplingParams, ScoredToken
+from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 from rigs.sources import ModelSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -193,7 +193,7 @@ class _BatchStreamer(BaseStreamer):
         pass
 
 
-class TorchEngine:
+class TorchEngine(ScoredStreams):
     """transformers `generate` on one device, serially or in static batches."""
 
     def __init__(
@@ -258,18 +258,6 @@ class TorchEngine:
             "recent_batches": ",".join(map(str, self.batch_sizes[-64:])),
             **perturbation_provenance(self.logit_perturbation),
         }
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
-        async for item in self._stream(prompt_ids, params, None):
-            assert isinstance(item, int)
-            yield item
-
-    async def generate_scored(
-        self, prompt_ids: list[int], params: SamplingParams, top_n: int
-    ) -> AsyncIterator[ScoredToken]:
-        async for item in self._stream(prompt_ids, params, top_n):
-            assert isinstance(item, ScoredToken)
-            yield item
 
     async def _stream(
         self, prompt_ids: list[int], params: SamplingParams, top_n: int | None
