@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,16 +78,26 @@ def time_chunks(run_chunk: Any, width: int, steps_per_call: int) -> dict[str, fl
     return {"ms_per_step": round(ms, 3), "tok_s": round(width * 1000 / ms, 1)}
 
 
-def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    from rigs.jax import xla_flags
+@dataclass
+class StartedEngine:
+    """The JAX engine as the server builds it, started and warm, with what it took."""
 
-    xla_flags.configure()
+    counter: Any  # rigs.jax.compiles' counter, installed before anything compiled
+    device: Any
+    cfg: Any
+    params: Any
+    options: Any
+    engine: Any
+    load_s: float  # checkpoint onto the device
+    warm_s: float  # compile and warm-up
+
+
+def start_engine(args: argparse.Namespace) -> StartedEngine:
     import jax
     import jax.numpy as jnp
 
-    from rigs.jax import checkpoint, compiles, steps
+    from rigs.jax import checkpoint, compiles
     from rigs.jax.engine import EngineOptions, JaxEngine
-    from rigs.serving.engine import SamplingParams
     from rigs.sources import resolve_model
 
     counter = compiles.install()
@@ -107,7 +118,28 @@ def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     t = time.perf_counter()
     engine.start()
     engine.wait_ready()
-    warm_s = time.perf_counter() - t
+    return StartedEngine(
+        counter, device, cfg, params, options, engine, load_s, time.perf_counter() - t
+    )
+
+
+def engine_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from rigs.jax import xla_flags
+
+    xla_flags.configure()
+    import jax
+
+    from rigs.jax import steps
+    from rigs.serving.engine import SamplingParams
+
+    started = start_engine(args)
+    counter, device, cfg, params = started.counter, started.device, started.cfg, started.params
+    options, engine, load_s, warm_s = (
+        started.options,
+        started.engine,
+        started.load_s,
+        started.warm_s,
+    )
     ready_s = time.perf_counter() - PROCESS_START
     result: dict[str, Any] = {
         "device": str(device.device_kind),
@@ -200,31 +232,14 @@ def profile_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     time in matrix products, the costliest kernels). Its options are the server's, so a
     compilation cache the server filled makes this start warm."""
     import jax
-    import jax.numpy as jnp
 
-    from rigs.jax import checkpoint, compiles
-    from rigs.jax.engine import EngineOptions, JaxEngine
-    from rigs.sources import resolve_model
-
-    counter = compiles.install()
-    jax.config.update("jax_compilation_cache_dir", args.compile_cache)
-    source = resolve_model(args.model, seed=0)
-    device = jax.devices()[0]
-    cfg = checkpoint.load_config(source.path)
-    params = checkpoint.load_params(source.path, cfg, jnp.dtype(args.dtype), device=device)
-    options = EngineOptions(
-        max_slots=args.max_slots,
-        max_model_len=args.max_model_len,
-        steps_per_call=args.steps_per_call,
-    )
-    engine = JaxEngine(params, cfg, options, model_name=args.model, device=device)
-    t = time.perf_counter()
-    engine.start()
-    engine.wait_ready()
+    started = start_engine(args)
+    counter, device, cfg, params = started.counter, started.device, started.cfg, started.params
+    options, engine = started.options, started.engine
     result: dict[str, Any] = {
         "device": str(device.device_kind),
         "options": repr(options),
-        "warm_up_s": round(time.perf_counter() - t, 2),
+        "warm_up_s": round(started.warm_s, 2),
         "compiles_at_ready": counter.snapshot(),
         "roofline": roofline(params, engine, args),
     }
