@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.schemas import cell_label, metric_value
 from harness.stats import (
     ALPHA,
     Difference,
@@ -127,19 +128,8 @@ def _value(row: dict[str, Any], metric: str) -> float | None:
     cell = row.get("metrics") or {}
     if (cell.get("requests_ok") or 0) <= 0:
         return None
-    node: Any = cell
-    for part in metric.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, bool) or not isinstance(node, int | float) or node <= 0:
-        return None
-    return float(node)
-
-
-def _label(row: dict[str, Any]) -> str:
-    cell = row.get("metrics") or {}
-    if cell.get("concurrency") is not None:
-        return f"c={cell['concurrency']}"
-    return f"rate={cell.get('rate')}/s"
+    value = metric_value(cell, metric)
+    return value if value is not None and value > 0 else None
 
 
 def recent_history(
@@ -197,7 +187,7 @@ def _regression(
         model=row["model"],
         instance_type=row["instance_type"],
         cell=row["cell"],
-        cell_label=_label(row),
+        cell_label=cell_label(row.get("metrics") or {}),
         metric=tested.metric,
         direction=direction,
         now=now,

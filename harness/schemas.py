@@ -8,6 +8,7 @@ the run's start, so records from several worker processes share one time base.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -340,6 +341,17 @@ class CellReport(_Model):
         "were under 0.2 ms, so the server emits tokens in groups and ITL describes the groups, "
         "not a per-token pace; compare such cells on TPOT.",
     )
+
+
+def metric_value(cell: Mapping[str, Any], key: str) -> float | None:
+    """A report cell's (or a results row's) metric by its dotted key, `ttft_ms.p50`: None
+    where it is missing or not a finite number (an older row, a failed cell)."""
+    node: Any = cell
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if isinstance(node, bool) or not isinstance(node, int | float) or not math.isfinite(node):
+        return None
+    return float(node)
 
 
 def cell_label(cell: CellReport | Mapping[str, Any]) -> str:

@@ -2,13 +2,12 @@
 their geometric means with intervals (harness.stats), cost per million output tokens, request
 latencies."""
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.schemas import cell_label
+from harness.schemas import cell_label, metric_value
 from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
 
@@ -36,15 +35,6 @@ def load_kind(data: SweepData) -> str:
         for cell in (boot.report or {}).get("cells", []):
             return "concurrency" if cell.get("concurrency") is not None else "rate (requests/s)"
     return "concurrency"
-
-
-def read(cell: dict[str, Any], key: str) -> float | None:
-    node: Any = cell
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, bool) or not isinstance(node, int | float) or not math.isfinite(node):
-        return None
-    return float(node)
 
 
 def _measured_cells(boot: BootData) -> Iterable[dict[str, Any]]:
@@ -77,7 +67,7 @@ def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
 
 
 def metric_series(data: SweepData, key: str) -> dict[str, list[Point]]:
-    return series(data, lambda boot, cell: read(cell, key))
+    return series(data, lambda boot, cell: metric_value(cell, key))
 
 
 def usd_per_million_tokens(price_usd_per_hour: float, output_tok_s: float) -> float | None:
@@ -91,7 +81,7 @@ def cost_series(data: SweepData) -> dict[str, list[Point]]:
     """$ per million output tokens per rig and cell, from the price each boot paid."""
 
     def value(boot: BootData, cell: dict[str, Any]) -> float | None:
-        tok_s = read(cell, "output_tok_s")
+        tok_s = metric_value(cell, "output_tok_s")
         if boot.price_usd_per_hour is None or tok_s is None:
             return None
         return usd_per_million_tokens(boot.price_usd_per_hour, tok_s)

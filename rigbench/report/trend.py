@@ -7,7 +7,7 @@ from typing import Any
 
 from functions.regressions import HEADLINE, METHOD, Regression
 from harness.compare import METRICS
-from harness.schemas import cell_label
+from harness.schemas import cell_label, metric_value
 from harness.stats import aggregate_boots
 from rigbench.report import analysis, figures
 from rigbench.report.errors import ReportError
@@ -48,7 +48,7 @@ def trend_points(rows: list[dict[str, Any]]) -> Trend:
         when = _when(row["started_at"])
         started[sweep] = min(started.get(sweep, when), when)
         for key in TREND_METRICS:
-            value = analysis.read(cell, key)
+            value = metric_value(cell, key)
             if value is not None:
                 grouped[key][label][sweep].append((int(row["boot"]), value))
     out: Trend = {}
@@ -157,7 +157,7 @@ def trend_page(
     for sweep in sweeps:
         own = [r for r in rows if r["sweep_id"] == sweep]
         tok_s = [
-            f"{cell_label(r['metrics'])}: {analysis.read(r['metrics'], 'output_tok_s') or 0:.1f}"
+            f"{cell_label(r['metrics'])}: {metric_value(r['metrics'], 'output_tok_s') or 0:.1f}"
             for r in sorted(own, key=lambda r: (r["cell"], r["boot"]))
         ]
         table_rows.append(
