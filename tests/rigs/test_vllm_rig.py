@@ -113,6 +113,7 @@ def test_dtype_and_settings_overrides(vllm: RigDefinition, tiny: ModelSource) ->
         launch_plan(vllm, model="random:tiny", dtype="int8")
 
 
+@pytest.mark.slow
 def test_cli_dry_run_prints_the_command(tiny: ModelSource) -> None:
     out = subprocess.run(
         [*SERVE_VLLM_TINY, "--port", "8123", "--dry-run", "--set", "max_num_seqs=4"],
@@ -128,6 +129,7 @@ def test_cli_dry_run_prints_the_command(tiny: ModelSource) -> None:
     assert plan["argv"][plan["argv"].index("--max-num-seqs") + 1] == "4"
 
 
+@pytest.mark.slow
 def test_serving_without_vllm_installed_says_so(tiny: ModelSource, tmp_path: Path) -> None:
     out = subprocess.run(
         [*SERVE_VLLM_TINY, "--rig-venv", str(tmp_path)],
@@ -149,6 +151,7 @@ def _install_script(vllm: RigDefinition) -> str:
     )
 
 
+@pytest.mark.slow
 def test_install_script_passes_shellcheck(vllm: RigDefinition) -> None:
     script = _install_script(vllm)
     shellcheck(script)
@@ -211,6 +214,7 @@ def _run_install(
     )
 
 
+@pytest.mark.slow
 def test_aarch64_gpu_boot_without_the_baked_image_refuses_to_build(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -221,6 +225,7 @@ def test_aarch64_gpu_boot_without_the_baked_image_refuses_to_build(
     assert calls.read_text().splitlines() == ["uname -m"]
 
 
+@pytest.mark.slow
 def test_aarch64_bake_builds_torch_then_vllm_for_turing(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -239,6 +244,7 @@ def test_aarch64_bake_builds_torch_then_vllm_for_turing(
     assert "patch --forward --batch -p1 -d /site" in lines
 
 
+@pytest.mark.slow
 def test_x86_64_install_uses_the_released_wheel_and_patches_it(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -253,6 +259,7 @@ def test_x86_64_install_uses_the_released_wheel_and_patches_it(
     assert not any(line.startswith("git") for line in lines)
 
 
+@pytest.mark.slow
 def test_install_is_skipped_when_the_prebuilt_marker_exists(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -265,6 +272,7 @@ def test_install_is_skipped_when_the_prebuilt_marker_exists(
     assert not calls.exists()
 
 
+@pytest.mark.slow
 def test_the_patch_applies_to_the_pinned_release(tmp_path: Path) -> None:
     """`patch` itself, against the file as vLLM 0.34.0 ships it: only the hunk's context
     lines are in the repo, so rebuild that much of the original from the patch."""
@@ -291,6 +299,7 @@ def replay() -> Iterator[tuple[str, Replay]]:
         yield server
 
 
+@pytest.mark.slow
 def test_ready_on_a_real_completion(replay: tuple[str, Replay]) -> None:
     base, server = replay
     server.scenario = "ready"
@@ -302,6 +311,7 @@ def test_ready_on_a_real_completion(replay: tuple[str, Replay]) -> None:
     assert sent["temperature"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scenario", "phase", "detail"),
     [
