@@ -10,10 +10,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from packaging.version import Version
+from typer.testing import CliRunner, Result
 
+from rigbench.cli import app
 from rigs.contract import RigDefinition, RigDefinitionError
 from rigs.launch import launch_plan
 from rigs.readiness import probe_ready
@@ -22,16 +25,23 @@ from rigs.sources import ModelSource
 from tests.rigs.replay_server import Replay, replay_server
 from tests.rigs.rig_process import REPO, free_port
 
-SERVE_VLLM_TINY = [
-    sys.executable,
-    "-m",
-    "rigbench",
-    "rig",
-    "serve",
-    "vllm",
-    "--model",
-    "random:tiny",
-]
+
+def serve_vllm_tiny(tiny: ModelSource, *args: str) -> Result:
+    """`rigbench rig serve vllm --model random:tiny ARGS` in this process; exec refused."""
+
+    def refuse(*_: object) -> NoReturn:
+        raise AssertionError("the rig was started")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "execvpe", refuse)  # it would replace this process
+        return CliRunner().invoke(
+            app,
+            ["rig", "serve", "vllm", "--model", "random:tiny", *args],
+            env={"RIGBENCH_CACHE": str(tiny.path.parents[1])},
+            catch_exceptions=False,
+        )
+
+
 SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
 
 
@@ -115,14 +125,8 @@ def test_dtype_and_settings_overrides(vllm: RigDefinition, tiny: ModelSource) ->
 
 @pytest.mark.slow
 def test_cli_dry_run_prints_the_command(tiny: ModelSource) -> None:
-    out = subprocess.run(
-        [*SERVE_VLLM_TINY, "--port", "8123", "--dry-run", "--set", "max_num_seqs=4"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-        env={**os.environ, "RIGBENCH_CACHE": str(tiny.path.parents[1])},
-    )
+    out = serve_vllm_tiny(tiny, "--port", "8123", "--dry-run", "--set", "max_num_seqs=4")
+    assert out.exit_code == 0, out.output
     plan = json.loads(out.stdout)
     assert plan["argv"][1:3] == ["serve", str(tiny.path)]
     assert plan["argv"][plan["argv"].index("--port") + 1] == "8123"
@@ -131,15 +135,8 @@ def test_cli_dry_run_prints_the_command(tiny: ModelSource) -> None:
 
 @pytest.mark.slow
 def test_serving_without_vllm_installed_says_so(tiny: ModelSource, tmp_path: Path) -> None:
-    out = subprocess.run(
-        [*SERVE_VLLM_TINY, "--rig-venv", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        env={**os.environ, "RIGBENCH_CACHE": str(tiny.path.parents[1])},
-    )
-    assert out.returncode == 2
+    out = serve_vllm_tiny(tiny, "--rig-venv", str(tmp_path))
+    assert out.exit_code == 2
     assert f"{tmp_path}/bin/vllm is not installed here" in out.stderr
 
 
