@@ -25,6 +25,7 @@ from functions.errors import InvalidInput
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "statemachine" / "sweep-input.schema.json"
 MAX_BOOTS_PER_RIG = 10
+DEFAULT_REGRESSION_RATIO = 1.05
 MAX_BOOTS_PER_SWEEP = 40  # inline Map concurrency limit and one ledger transaction
 SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Names that reach a shell on the instance: letters, digits and . _ - / : only.
@@ -205,6 +206,13 @@ class SweepInput(_Strict):
         le=3,
         description="spot reclaims a boot survives: a reclaimed instance is replaced by a new "
         "one (any allowed zone) under the boot's reservation and deadline",
+    )
+    regression_ratio: float = Field(
+        default=DEFAULT_REGRESSION_RATIO,
+        ge=1.0,
+        le=100.0,
+        description="a rig is reported as regressed (an alert) when it is significantly worse "
+        "than its own recent history on a headline metric by more than this factor: 1.05 is 5%",
     )
     rig_settings: dict[str, dict[str, Scalar]] = Field(
         default_factory=dict,

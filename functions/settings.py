@@ -4,7 +4,7 @@ import os
 import threading
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -68,6 +68,7 @@ class Settings(BaseModel):
     deadline_role_arn: str = ""  # the Scheduler role that may terminate project instances
     # arn:<partition>:ec2:<region>:<account>:instance/ - an instance's ARN is this + its id.
     instance_arn_prefix: str = ""
+    alert_topic_arn: str = ""  # where Summarize publishes regression alerts (SNS)
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -95,6 +96,7 @@ class Settings(BaseModel):
             min_poll_s=int(env.get("MIN_POLL_S", "1")),
             deadline_role_arn=env.get("DEADLINE_ROLE_ARN", ""),
             instance_arn_prefix=env.get("INSTANCE_ARN_PREFIX", ""),
+            alert_topic_arn=env.get("ALERT_TOPIC_ARN", ""),
         )
 
 
@@ -164,6 +166,11 @@ class Clients:
     def scheduler(self) -> "EventBridgeSchedulerClient":
         with _SESSION_LOCK:
             return self._session.client("scheduler", config=CLIENT_CONFIG)
+
+    @cached_property
+    def sns(self) -> Any:  # no mypy-boto3-sns stubs installed
+        with _SESSION_LOCK:
+            return self._session.client("sns", config=CLIENT_CONFIG)
 
     @cached_property
     def service_quotas(self) -> "ServiceQuotasClient":

@@ -1,5 +1,7 @@
-"""After the Map: say what the sweep did; the Choice after it fails the execution with this
-error and cause when any boot failed."""
+"""After the Map: say what the sweep did, and whether a rig got worse than its own history
+(regression alerts: published to the stack's SNS topic and kept in the ledger,
+functions/alerts.py); the Choice after it fails the execution with this error and cause when
+any boot failed."""
 
 from typing import Any
 
@@ -7,13 +9,18 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
+from functions import alerts
 from functions.budget import close_sweep, open_boots
 from functions.events import CaughtError, ReportWritten, SummarizeEvent
 from functions.observability import instrumented, logger
+from functions.regressions import Regression
 from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
 MAX_REPORT_WHY = 1_000
+# A sweep's regressions in its output: at most this many (1.5 kB each at the longest), so
+# that the output stays far below Step Functions' 256 KiB; every one is in the ledger.
+MAX_OUTPUT_REGRESSIONS = 20
 
 
 class Summary(BaseModel):
@@ -28,6 +35,12 @@ class Summary(BaseModel):
     report_missing: str = ""  # why there is none: a report that failed fails nothing else
     error: str = ""
     cause: str = ""
+    # Regression alerts: rigs worse than their own recent history (functions/regressions.py)
+    regressions: list[Regression] = []  # the first MAX_OUTPUT_REGRESSIONS
+    regressions_found: int = 0  # all of them (`rigbench regressions --sweep` lists every one)
+    regressions_tested: int = 0  # comparisons the check made (Holm's family)
+    regressions_untested: dict[str, int] = {}  # why the others were not made: count by reason
+    regressions_missing: str = ""  # why no check ran: a failed check fails nothing else
 
 
 def _report_fields(report: ReportWritten | CaughtError | None) -> dict[str, str]:
@@ -63,13 +76,50 @@ def summarize(event: SummarizeEvent) -> Summary:
     )
 
 
+def alert_regressions(
+    event: SummarizeEvent, summary: Summary, clients: Clients, settings: Settings
+) -> Summary:
+    """Check the sweep's rows against each rig's history; publish and keep what it finds."""
+    sweep = event.sweep
+    if not summary.rows:
+        return summary.model_copy(update={"regressions_missing": "the sweep stored no results"})
+    try:
+        check = alerts.check_sweep(
+            clients.dynamodb, settings.results_table, sweep_id=sweep.sweep_id,
+            started_at=sweep.created_at, model=sweep.model, instance_type=sweep.instance_type,
+            regression_ratio=sweep.regression_ratio,
+            report=alerts.report_uri(settings.bucket, summary.report_key),
+        )  # fmt: skip
+        if check.regressions:
+            if settings.alert_topic_arn:
+                alerts.publish(
+                    clients.sns, settings.alert_topic_arn, check.regressions, settings.region
+                )
+            alerts.store(clients.dynamodb, settings.ledger_table, check.regressions)
+    except Exception as exc:  # an alert that fails must not fail the sweep
+        logger.exception("regression check failed")
+        why = f"{type(exc).__name__}: {exc}"[:MAX_REPORT_WHY]
+        return summary.model_copy(update={"regressions_missing": why})
+    for found in check.regressions:
+        logger.warning("regression", extra={"alert": found.headline, "basis": found.basis})
+    return summary.model_copy(
+        update={
+            "regressions": check.regressions[:MAX_OUTPUT_REGRESSIONS],
+            "regressions_found": len(check.regressions),
+            "regressions_tested": check.family,
+            "regressions_untested": check.untested,
+        }
+    )
+
+
 @instrumented
 @event_parser(model=SummarizeEvent)
 def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
-    summary = summarize(event)
+    clients, settings = Clients(), Settings.from_env()
+    summary = alert_regressions(event, summarize(event), clients, settings)
     if summary.report_missing:
         logger.warning("sweep report missing", extra={"why": summary.report_missing})
-    ddb, table = Clients().dynamodb, Settings.from_env().ledger_table
+    ddb, table = clients.dynamodb, settings.ledger_table
     # A boot whose Finish kept failing still holds its reservation: leave the sweep open so
     # the status-change handler (this execution fails) or the reaper ends and bills it.
     if not open_boots(ddb, table, event.sweep.sweep_id):

@@ -70,9 +70,11 @@ app.command("bench-demo")(demo)
 
 from rigbench import cloud  # noqa: E402
 from rigbench.commands.local import demo_command  # noqa: E402
+from rigbench.commands.regressions import regressions_command  # noqa: E402
 
 cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
 app.command("demo")(demo_command)
+app.command("regressions")(regressions_command)
 
 from rigbench.report.cli import compare_command, report_command  # noqa: E402
 

@@ -176,6 +176,8 @@ def run_command(
         body = sweep_body(input_file, flags)
     except (CloudError, InvalidInput, ValueError) as exc:
         fail(exc)
+    from rigbench.commands.regression_table import check_lines
+
     with open_stack(False, stack) as client:
         try:
             started = client.start_sweep(body, name)
@@ -186,12 +188,20 @@ def run_command(
             return
         progress = follow(client, started.execution_arn, console)
         report = report_line(client, started.sweep_id)
+        alerts = client.regressions(sweep=started.sweep_id)
+    # the alerts are printed as a table, not inside the output's JSON
+    summary = {k: v for k, v in (progress.output or {}).items() if k != "regressions"}
+    check = check_lines(alerts, summary, body.regression_ratio, "the stack's ledger table")
     if progress.status != "SUCCEEDED":
         console.print(f"[red]{progress.status}: {explain_failure(progress)}[/]")
+        for line in check if alerts else []:
+            console.print(line)
         print(report, flush=True)
         raise typer.Exit(1)
-    output = json.dumps(progress.output, separators=(",", ":")) if progress.output else ""
+    output = json.dumps(summary, separators=(",", ":")) if summary else ""
     console.print(f"[green]SUCCEEDED[/] {output}")
+    for line in check:
+        console.print(line)
     print(report, flush=True)
 
 

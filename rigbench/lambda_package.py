@@ -13,7 +13,8 @@ server code, `.rigbench/` and anything else under the repository stay out.
 
 Every function shares one package, except those in `OWN_PACKAGES`: the ReportFunction's
 plotting and statistics (requirements-report.txt) fill most of Lambda's 250 MB, so only its
-package carries them, with only what its own handler imports.
+package (and Summarize's, whose regression check needs the statistics) carries them, with
+only what its own handler imports.
 """
 
 import hashlib
@@ -33,7 +34,11 @@ from rigbench.bundle import REPO_ROOT
 TEMPLATE = "template.yaml"
 REQUIREMENTS = "requirements.txt"
 # Functions whose package is their own: their handler's modules, requirements.txt and these.
-OWN_PACKAGES = {"ReportFunction": "requirements-report.txt"}
+OWN_PACKAGES = {
+    "ReportFunction": "requirements-report.txt",
+    # Summarize's regression check runs harness.stats (numpy, scipy) on the sweep's results.
+    "SummarizeFunction": "requirements-report.txt",
+}
 SHARED = "shared"
 # What Lambda allows unzipped, function and layers together, and what is kept for the
 # Powertools layer (about 13 MB installed for arm64 without the runtime's boto3, 2026-12).

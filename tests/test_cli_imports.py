@@ -11,7 +11,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("boto3", "botocore", "moto", "aws_lambda_powertools", "torch", "transformers", "jax")
+HEAVY = (
+    "boto3", "botocore", "moto", "aws_lambda_powertools", "scipy", "torch", "transformers", "jax",
+)  # fmt: skip
 
 
 def loaded_after_import(module: str) -> set[str]:

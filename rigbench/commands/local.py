@@ -102,23 +102,22 @@ def run_local(
         if not rigs:
             console.print("[red]error:[/] no rig supports this machine (see rigbench rig list)")
             return 2
-        parsed = parse_sweep(demo_input(rigs))
+        sweep = demo_input(rigs)
         console.print(
-            f"local sweep: {', '.join(rigs)} with {parsed.model}, "
-            f"{parsed.boots_per_rig} boots each (the fewest at which one comparison "
+            f"local sweep: {', '.join(rigs)} with {sweep['model']}, "
+            f"{sweep['boots_per_rig']} boots each (the fewest at which one comparison "
             "finds a 1.5x difference 9 times in 10), concurrency "
-            f"{','.join(map(str, parsed.cells.concurrency))}; "
+            f"{','.join(map(str, sweep['cells']['concurrency']))}; "
             f"{LOCAL_EMULATION}"
         )
-    else:
-        try:  # parsed here, once, before starting anything
-            if isinstance(sweep, SweepInput):
-                parsed = sweep
-            else:
-                parsed = parse_sweep(read_input(sweep) if isinstance(sweep, Path) else sweep)
-        except (ValueError, InvalidInput) as exc:
-            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-            return 2
+    try:  # parsed here, once, before starting anything
+        if isinstance(sweep, SweepInput):
+            parsed = sweep
+        else:
+            parsed = parse_sweep(read_input(sweep) if isinstance(sweep, Path) else sweep)
+    except (ValueError, InvalidInput) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        return 2
     try:
         with interrupts_as_keyboard_interrupt():
             if dry_run:

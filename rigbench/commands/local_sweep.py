@@ -13,6 +13,7 @@ from rich.table import Table
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG, SweepInput, read_input_file
 from harness.compare import print_comparison
 from harness.schemas import cell_label
+from rigbench.commands.regression_table import check_lines
 from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
@@ -33,8 +34,10 @@ DEMO_CELLS: dict[str, Any] = {
     "output_tokens": 16,
     "warmup_requests": 1,
 }
-DEMO_DEADLINES = {"ready_s": 300, "bench_s": 300, "instance_s": 900}
-DEMO_WAITS = {"agent_poll_s": 2, "ready_poll_s": 2, "command_poll_s": 2}
+# The JAX rig compiles ~30 programs before it is ready: 1-2 min on two idle cores, more if busy.
+DEMO_DEADLINES = {"ready_s": 480, "bench_s": 300, "instance_s": 1200}
+# polls of 5 s keep every rig there is x the default boots within Step Functions' history cap
+DEMO_WAITS = {"agent_poll_s": 5, "ready_poll_s": 5, "command_poll_s": 5}
 
 
 def local_rigs() -> list[str]:
@@ -109,6 +112,7 @@ def run_sweep(
             progress = stack.follow_sweep(started.execution_arn, on_update=PhaseLines(console))
             console.print(sweep_table(progress, title))
         report_line, gathered = report_after_run(stack.session.emu, sweep_id, home.report(sweep_id))
+        alerts = stack.regressions(sweep=sweep_id)
         # each boot's report as the report reads it: only from the instance recorded for it
         reports = gathered.reports_by_rig() if gathered is not None else {}
     status = progress.status
@@ -120,6 +124,9 @@ def run_sweep(
             console.print(f"[red]{note}[/]")
     else:
         console.print("[red]no reports were stored: nothing to compare[/]")
+    kept = f"{home.data} (list them with: rigbench regressions --local)"
+    for line in check_lines(alerts, progress.output or {}, sweep.regression_ratio, kept):
+        console.print(line)
     if status != "SUCCEEDED":
         cause = progress.cause or progress.error
         console.print(f"[red]sweep {status.lower()}:[/] {cause}")

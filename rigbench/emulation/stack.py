@@ -264,6 +264,7 @@ class Emulation:
         self.resolver = resolver
         self._create_tables(resolver)
         self._create_buckets(resolver)
+        self._create_topics(resolver)
         self._create_iam(resolver)
         self._create_security_groups(resolver)
         self._create_functions(resolver)
@@ -300,6 +301,15 @@ class Emulation:
             name = f"{self.stack_name}-{logical_id.lower()}-{ACCOUNT_ID}"
             s3.create_bucket(Bucket=name)
             self._ref(resolver, logical_id, name, Arn=f"arn:aws:s3:::{name}")
+
+    def _create_topics(self, resolver: Resolver) -> None:
+        """SNS topics (the alarm topic Summarize publishes regression alerts to); their
+        subscriptions and encryption are not emulated: a test subscribes a queue to read."""
+        sns = self.client("sns")
+        for logical_id in self.template.of_type("AWS::SNS::Topic"):
+            name = self._name(logical_id)
+            arn = sns.create_topic(Name=name)["TopicArn"]
+            self._ref(resolver, logical_id, arn, TopicName=name, TopicArn=arn)
 
     def _create_iam(self, resolver: Resolver) -> None:
         iam = self.client("iam")

@@ -4,6 +4,7 @@ answers with structured content. Tool inputs are typed by the models they alread
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.regressions import Regression
 from harness.agreement import PairAgreement
 from harness.compare import Comparison
 from rigbench.stack.models import (
@@ -19,6 +20,14 @@ from rigbench.stack.models import (
 
 class _Out(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+class RegressionList(_Out):
+    """Regression alerts: a rig significantly worse than its own recent history (same model,
+    instance type and setup) by more than its sweep's regression_ratio; oldest first."""
+
+    regressions: list[Regression]
+    method: str = Field(description="the test every alert rests on")
 
 
 class Quotas(_Out):

@@ -32,6 +32,7 @@ from rigbench.mcp.models import (
     PlanReport,
     Quotas,
     Reaped,
+    RegressionList,
     ReportSummary,
     ResultsPage,
     RigList,
@@ -273,6 +274,20 @@ def build_server(stack: StackClient, ceiling_usd: float) -> MCPServer:
                 limit,
             )
         )
+
+    @server.tool(annotations=READ_ONLY)
+    def list_regressions(
+        since: Annotated[
+            datetime | None,
+            Field(description="sweeps started at or after this time (ISO 8601); default: 30 days"),
+        ] = None,
+        sweep: Annotated[str | None, Field(description="only this sweep id")] = None,
+    ) -> RegressionList:
+        """Regression alerts: a rig significantly worse than its own recent history (same
+        model, instance type and setup) by more than its sweep's regression_ratio, from
+        Welch's t-test on log boot values against that ratio, Holm-corrected across the
+        sweep; each with its figures, boots now and in history, and the report."""
+        return _refusals(lambda: tools.list_regressions(since, sweep))
 
     @server.tool(annotations=READ_ONLY)
     def compare(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from functions.execution_input import SweepInput
+from functions.regressions import METHOD
 from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
 from harness.agreement_view import agreement_line
 from harness.compare import Comparison
@@ -25,6 +26,7 @@ from rigbench.mcp.models import (
     PlanReport,
     Quotas,
     Reaped,
+    RegressionList,
     ReportSummary,
     ResultsPage,
     RigInfo,
@@ -210,6 +212,12 @@ class SweepTools:
     def query_results(self, query: ResultsQuery, limit: int) -> ResultsPage:
         rows = self._call(lambda: self.stack.results(query))
         return ResultsPage(rows=rows[:limit], total=len(rows), truncated=len(rows) > limit)
+
+    def list_regressions(self, since: datetime | None, sweep: str | None) -> RegressionList:
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+        found = self._call(lambda: self.stack.regressions(since=since, sweep=sweep))
+        return RegressionList(regressions=found, method=METHOD)
 
     def report(self, sweep_id: str) -> str:
         """The sweep's self-contained HTML report, as its WriteReport step stored it."""

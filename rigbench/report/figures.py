@@ -386,3 +386,21 @@ def trend_figure(
             )
     fig.update_yaxes(rangemode="tozero")
     return _style(fig, title, height=260 * len(metrics) + 80)
+
+
+def mark_regressions(
+    fig: go.Figure, marks: Sequence[tuple[int, datetime, float, str]]
+) -> go.Figure:
+    """A cross over each point that raised a regression alert: (subplot row, when, y, text)."""
+    for n, (row, when, y, text) in enumerate(marks):
+        fig.add_trace(
+            go.Scatter(
+                x=[when], y=[y], mode="markers", name="regression alert",
+                legendgroup="regression", showlegend=n == 0,
+                marker={"color": "#d62728", "size": 16, "symbol": "x-thin-open",
+                        "line": {"width": 3, "color": "#d62728"}},
+                text=[text], hovertemplate="%{text}<extra></extra>",
+            ),
+            row=row, col=1,
+        )  # fmt: skip
+    return fig

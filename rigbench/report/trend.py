@@ -5,6 +5,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from functions.regressions import HEADLINE, METHOD, Regression
 from harness.compare import METRICS
 from harness.schemas import cell_label
 from harness.stats import aggregate_boots
@@ -12,7 +13,7 @@ from rigbench.report import analysis, figures
 from rigbench.report.errors import ReportError
 from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 
-TREND_METRICS = ("output_tok_s", "ttft_ms.p50", "tpot_ms.p50")
+TREND_METRICS = tuple(HEADLINE)  # the metrics regression alerts watch
 TITLES = {
     "output_tok_s": "output tokens/s",
     "ttft_ms.p50": "TTFT p50 (ms)",
@@ -74,7 +75,51 @@ def _sweeps(n: int) -> str:
     return f"{n} sweep" if n == 1 else f"{n} sweeps"
 
 
-def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: str | None) -> Page:
+def regression_marks(
+    points: Trend, regressions: list[Regression], several_types: bool
+) -> list[tuple[int, datetime, float, str]]:
+    """Where each alert's sweep sits on the figure: (subplot row, when, value, hover text)."""
+    marks = []
+    for found in regressions:
+        if found.metric not in points:
+            continue
+        label = found.cell_label + (f" {found.instance_type}" if several_types else "")
+        row = list(points).index(found.metric) + 1
+        for when, sweep, point in points[found.metric].get(label, []):
+            if sweep == found.sweep_id:
+                text = f"{found.headline}<br>{found.basis}"
+                marks.append((row, when, point.aggregate.value, text))
+    return marks
+
+
+def regressions_section(regressions: list[Regression]) -> Section:
+    rows = [
+        [
+            r.sweep_id, r.cell_label, TITLES.get(r.metric, r.metric), f"{r.now:.4g}",
+            f"{r.history:.4g}", f"{r.worse_by:.2f}x (> {r.threshold:g}x)", r.basis,
+        ]
+        for r in regressions
+    ]  # fmt: skip
+    return Section(
+        "Regression alerts",
+        "regressions",
+        intro=f"A sweep whose rig was worse than its own recent history (same model, instance "
+        f"type and setup) by more than the sweep's regression_ratio, marked x above. {METHOD}.",
+        blocks=[
+            render_table(
+                ["sweep", "cell", "metric", "now", "history", "worse by", "rests on"], rows
+            )
+        ],
+    )
+
+
+def trend_page(
+    rows: list[dict[str, Any]],
+    rig: str,
+    model: str,
+    instance_type: str | None,
+    regressions: list[Regression] | None = None,
+) -> Page:
     where = f"{rig} serving {model}" + (f" on {instance_type}" if instance_type else "")
     if not rows:
         raise ReportError(
@@ -92,6 +137,19 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
     fig = figures.trend_figure(
         points, TITLES, f"{where}: geometric mean over boots per sweep (o: each boot)"
     )
+    shown = {r["sweep_id"] for r in rows}
+    alerts = [
+        r for r in regressions or []
+        if r.sweep_id in shown and r.rig == rig and r.model == model
+        and (instance_type is None or r.instance_type == instance_type)
+    ]  # fmt: skip
+    several_types = len({r.get("instance_type") for r in rows}) > 1
+    figures.mark_regressions(fig, regression_marks(points, alerts, several_types))
+    if alerts:
+        notes.append(
+            f"{len(alerts)} regression alert(s) in this period, in "
+            f"{len({a.sweep_id for a in alerts})} sweep(s): marked x, listed below."
+        )
     if len(sweeps) == 1:  # one instant: a day either side, not an axis of microseconds
         when = min(_when(r["started_at"]) for r in rows)
         fig.update_xaxes(range=[when - timedelta(days=1), when + timedelta(days=1)])
@@ -114,8 +172,9 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
     return Page(
         title=f"rigbench trend: {rig}",
         subtitle=f"{where}, {_sweeps(len(sweeps))}",
-        status="ok" if len(sweeps) > 1 else "warn",
-        status_text=_sweeps(len(sweeps)),
+        status="warn" if alerts or len(sweeps) == 1 else "ok",
+        status_text=_sweeps(len(sweeps))
+        + (f", {len(alerts)} regression alert(s)" if alerts else ""),
         notes=notes,
         sections=[
             Section(
@@ -135,5 +194,6 @@ def trend_page(rows: list[dict[str, Any]], rig: str, model: str, instance_type: 
                     )
                 ],
             ),
+            *([regressions_section(alerts)] if alerts else []),
         ],
     )

@@ -60,6 +60,7 @@ def write_trend_report(
     instance_type: str | None,
     since: datetime,
 ) -> Path:
+    from functions.alerts import list_regressions
     from functions.tables.results import query_rows
     from rigbench.report.html import write
     from rigbench.report.trend import trend_page
@@ -73,7 +74,10 @@ def write_trend_report(
         instance_type=instance_type,
         since=since,
     )
-    return write(trend_page(rows, rig, model, instance_type), out)
+    alerts = list_regressions(
+        store.dynamodb, store.ledger_table, since=since, until=datetime.now(UTC)
+    )
+    return write(trend_page(rows, rig, model, instance_type, alerts), out)
 
 
 def report_after_run(emulation: Any, sweep_id: str, out: Path) -> tuple[str, "SweepData | None"]:

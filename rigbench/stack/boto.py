@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -47,6 +47,9 @@ from rigbench.stack.models import (
     SweepSummary,
 )
 from rigbench.stack_refs import StackRefs
+
+if TYPE_CHECKING:
+    from functions.regressions import Regression
 
 FOLLOW_POLL_S = 2.0
 RESULTS_DEFAULT_DAYS = 30
@@ -217,6 +220,18 @@ class BotoStack:
             )  # fmt: skip
         rows.sort(key=lambda r: (r.get("started_at", ""), r["sweep_id"], r["row_key"]))
         return [ResultRow.model_validate(r) for r in rows]
+
+    def regressions(
+        self, since: datetime | None = None, sweep: str | None = None
+    ) -> "list[Regression]":
+        from functions.alerts import list_regressions  # the statistics load only here
+
+        now = datetime.now(UTC)
+        with aws_errors("reading regression alerts"):
+            return list_regressions(
+                self.client("dynamodb"), self.refs.ledger_table,
+                since=since or now - timedelta(days=RESULTS_DEFAULT_DAYS), until=now, sweep=sweep,
+            )  # fmt: skip
 
     # -- instances and spend -----------------------------------------------------------------
     def _handler_clients(self) -> Clients:

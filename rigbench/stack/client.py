@@ -19,9 +19,10 @@ invalid input: `parse_sweep` refuses it, with `InvalidInput`, before a client is
 """
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from functions.execution_input import SweepInput, parse_sweep_input
 from rigbench.bundle import REPO_ROOT, rig_names
@@ -38,6 +39,9 @@ from rigbench.stack.models import (
     SweepSummary,
 )
 from rigbench.stack_refs import StackRefs
+
+if TYPE_CHECKING:  # the statistics (scipy) load only when regressions are read
+    from functions.regressions import Regression
 
 REPORT_URL_EXPIRES_S = 24 * 3600
 
@@ -119,6 +123,13 @@ class StackClient(Protocol):
     # -- results -----------------------------------------------------------------------------
     def results(self, query: ResultsQuery) -> list[ResultRow]:
         """Results rows by Query (never Scan), sorted by start time."""
+        ...
+
+    def regressions(
+        self, since: datetime | None = None, sweep: str | None = None
+    ) -> "list[Regression]":
+        """Regression alerts the sweeps raised (kept in the ledger by Summarize), of sweeps
+        started since `since` (default 30 days ago), oldest first, by Query."""
         ...
 
     # -- instances and spend -----------------------------------------------------------------

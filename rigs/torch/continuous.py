@@ -27,15 +27,17 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from rigs.serving.engine import SamplingParams
+from rigs.serving.engine import SamplingParams, ScoredToken
 from rigs.sources import ModelSource
 from rigs.torch.engine import (
     DEFAULT_MAX_MODEL_LEN,
     DTYPES,
+    MAX_TOP_LOGPROBS,
     _ids,
     _Request,
     base_provenance,
     gather_wave,
+    scored,
 )
 from rigs.torch.slots import ATTENTION, SlotModel
 
@@ -111,6 +113,7 @@ class ContinuousEngine:
         limit = int(text_config.max_position_embeddings)
         self.max_model_len = min(limit, max_model_len or DEFAULT_MAX_MODEL_LEN)
         self.model_name = source.spec
+        self.max_top_logprobs = MAX_TOP_LOGPROBS
         self.load_s = time.monotonic() - started
         self.slot_model = SlotModel(self.model, slots, self.max_model_len)
         self.widths = widths_for(slots)
@@ -198,12 +201,26 @@ class ContinuousEngine:
         }
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[int]:
+        async for item in self._stream(prompt_ids, params, None):
+            assert isinstance(item, int)
+            yield item
+
+    async def generate_scored(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int
+    ) -> AsyncIterator[ScoredToken]:
+        async for item in self._stream(prompt_ids, params, top_n):
+            assert isinstance(item, ScoredToken)
+            yield item
+
+    async def _stream(
+        self, prompt_ids: list[int], params: SamplingParams, top_n: int | None
+    ) -> AsyncIterator[int | ScoredToken]:
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
             raise ValueError(
                 f"{len(prompt_ids)} prompt tokens + max_tokens {params.max_tokens} exceed "
                 f"max_model_len {self.max_model_len}"
             )
-        request = _Request(list(prompt_ids), params, asyncio.get_running_loop())
+        request = _Request(list(prompt_ids), params, asyncio.get_running_loop(), top_n)
         self._pending.put(request)
         try:
             while True:
@@ -212,7 +229,6 @@ class ContinuousEngine:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                assert isinstance(item, int)  # this engine never scores (no logprobs)
                 yield item
         finally:
             request.cancel.set()  # frees its slot at the next step if the client went away
@@ -297,8 +313,15 @@ class ContinuousEngine:
     def _emit(self, indices: list[int], logits: torch.Tensor) -> None:
         """Pick the next token of each slot in `indices` (row i of `logits` is slot
         indices[i]), send it, and free the slots that are done."""
+        # the raw distribution, before EOS is masked for min_tokens (as the batched engine scores)
+        wanted = [r for r, i in enumerate(indices) if self._wants_scores(i)]
+        logprobs = (
+            dict(zip(wanted, torch.log_softmax(logits[wanted].float(), dim=-1), strict=True))
+            if wanted
+            else {}
+        )
         tokens = self._pick(indices, logits)
-        for index, token in zip(indices, tokens, strict=True):
+        for row, (index, token) in enumerate(zip(indices, tokens, strict=True)):
             slot = self._live[index]
             assert slot is not None
             request, params = slot.request, slot.request.params
@@ -308,11 +331,16 @@ class ContinuousEngine:
             if token in self.eos_token_ids and not params.ignore_eos:
                 self._finish(index)
                 continue
-            request.send(token)
+            top_n = request.top_n
+            request.send(token if top_n is None else scored(token, logprobs[row], top_n))
             slot.produced += 1
             slot.last, slot.position = token, slot.position + 1
             if slot.produced >= params.max_tokens or slot.position >= self.max_model_len:
                 self._finish(index)
+
+    def _wants_scores(self, index: int) -> bool:
+        slot = self._live[index]
+        return slot is not None and slot.request.top_n is not None
 
     def _pick(self, indices: list[int], logits: torch.Tensor) -> list[int]:
         live = [self._live[i] for i in indices]

@@ -48,6 +48,7 @@ def sweep_input(**overrides: Any) -> dict[str, Any]:
 TOOLS = {
     "check_quotas", "plan_sweep", "start_sweep", "sweep_status", "list_sweeps",
     "query_results", "compare", "list_instances", "terminate", "reap", "list_rigs",
+    "list_regressions",
 }  # fmt: skip
 DESTRUCTIVE = {"terminate", "reap"}
 SWEEP_TIMEOUT_S = 400

@@ -14,7 +14,7 @@ import boto3
 
 from functions.instance_commands import BENCH_STEP, PROBE_STEP, report_uri_of, step_of
 from functions.quota import ON_DEMAND_G_VT_QUOTA, SPOT_G_VT_QUOTA
-from functions.settings import RIG_TAG
+from functions.settings import BOOT_TAG, RIG_TAG
 from rigbench.emulation.fleet import (
     CommandNotDelivered,
     CommandResult,
@@ -46,6 +46,11 @@ class ScriptedFleet:
     install_error: str | None = None
     bench: BenchOutcome = "success"
     bench_by_rig: dict[str, BenchOutcome] = field(default_factory=dict)
+    # Times in a rig's reports scale by this factor (2.0: latencies doubled, throughput
+    # halved); boot n of a rig is further scaled by 1 + boot_spread * (n % 3 - 1), so that
+    # boots differ as real ones do (0: every boot alike).
+    slowdown_by_rig: dict[str, float] = field(default_factory=dict)
+    boot_spread: float = 0.0
     # Upload reports as a harness did before it recorded achieved load, validity and delivery.
     report_before_achieved_load: bool = False
     missing_invocations: int = 1  # GetCommandInvocation calls answered InvocationDoesNotExist
@@ -153,7 +158,7 @@ class ScriptedFleet:
             if outcome not in ("success", "bad_report") or command_id in self.uploaded:
                 return
             self.uploaded.add(command_id)
-        self._upload_report(commands, outcome)
+        self._upload_report(commands, outcome, self._slowdown(instance_id))
 
     def bench_commands(self) -> int:
         """How many harness commands were sent (one per instance that reached its benchmark)."""
@@ -174,12 +179,19 @@ class ScriptedFleet:
         state = {"ready": False, "phase": "unreachable", "detail": "ConnectError: [Errno 111]"}
         return CommandResult("Failed", stdout=json.dumps(state) + "\n", response_code=1)
 
+    def _slowdown(self, instance_id: str) -> float:
+        tags = self.instances[instance_id].tags
+        boot = int(tags.get(BOOT_TAG, "0") or 0)
+        return self.slowdown_by_rig.get(tags.get(RIG_TAG, ""), 1.0) * (
+            1 + self.boot_spread * (boot % 3 - 1)
+        )
+
     def _bench_outcome(self, instance_id: str) -> BenchOutcome:
         instance = self.instances.get(instance_id)
         rig = instance.tags.get(RIG_TAG, "") if instance else ""
         return self.bench_by_rig.get(rig, self.bench)
 
-    def _upload_report(self, commands: list[str], outcome: BenchOutcome) -> None:
+    def _upload_report(self, commands: list[str], outcome: BenchOutcome, slowdown: float) -> None:
         uri = report_uri_of(commands)
         if uri is None:
             raise ValueError("the bench command names no report URI")
@@ -188,7 +200,9 @@ class ScriptedFleet:
             b"{not json"
             if outcome == "bad_report"
             else json.dumps(
-                scripted_report(commands, achieved_load=not self.report_before_achieved_load)
+                scripted_report(
+                    commands, achieved_load=not self.report_before_achieved_load, slowdown=slowdown
+                )
             ).encode()
         )
         provenance = {
@@ -214,20 +228,24 @@ def _flag(commands: list[str], name: str) -> str | None:
     return match.group(1).strip("'\"") if match else None
 
 
-def scripted_report(commands: list[str], *, achieved_load: bool = True) -> dict[str, Any]:
+def scripted_report(
+    commands: list[str], *, achieved_load: bool = True, slowdown: float = 1.0
+) -> dict[str, Any]:
     """A report in the harness's format with one cell per concurrency the command asks for;
     without `achieved_load`, as a harness wrote it before it recorded the achieved load,
-    validity and delivery. Each cell's ITL p99 is flagged invalid, the rest valid."""
+    validity and delivery. Each cell's ITL p99 is flagged invalid, the rest valid. Every time
+    is multiplied by `slowdown`."""
     concurrency = [int(c) for c in (_flag(commands, "concurrency") or "1").split(",")]
     output_len = int(_flag(commands, "output-len") or "16")
     requests = int(_flag(commands, "requests") or "4")
     cells = []
     for c in concurrency:
         tokens = requests * output_len
-        duration = 1.0 + 0.1 * c
+        duration = (1.0 + 0.1 * c) * slowdown
 
         def summary(base: float, c: int = c) -> dict[str, float]:
-            return {"mean": base * c, "p50": base * c, "p90": base * c * 1.2, "p99": base * c * 1.5}
+            at = base * c * slowdown
+            return {"mean": at, "p50": at, "p90": at * 1.2, "p99": at * 1.5}
 
         cell: dict[str, Any] = {
             "concurrency": c,

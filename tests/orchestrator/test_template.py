@@ -85,7 +85,7 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
 
 @pytest.mark.slow
 def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rigs() -> None:
-    assert set(OWN_PACKAGES) == {"ReportFunction"}
+    assert set(OWN_PACKAGES) == {"ReportFunction", "SummarizeFunction"}
     files = {str(p) for p in package_files(package="ReportFunction")}
     assert "rigbench/report/publish.py" in files
     assert {"rigbench/report/template.html.j2", "rigbench/report/table.html.j2"} <= files
@@ -93,6 +93,12 @@ def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rig
     assert "pyproject.toml" in files
     assert not any(f.startswith(("rigs/", "rigbench/local/", "rigbench/emulation/")) for f in files)
     assert "functions/launch.py" not in files
+
+
+def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
+    files = {str(p) for p in package_files(package="SummarizeFunction")}
+    assert {"functions/summarize.py", "functions/regressions.py", "harness/stats.py"} <= files
+    assert {f.split("/")[0] for f in files} == {"functions", "harness", "pyproject.toml"}
 
 
 @pytest.mark.slow
@@ -462,7 +468,7 @@ LEDGER_ACTIONS = {
     "CheckReadyFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
     "PollFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
     "FinishFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
-    "SummarizeFunction": {"dynamodb:Query", "dynamodb:UpdateItem"},
+    "SummarizeFunction": {"dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem"},
     "ReportFunction": {"dynamodb:Query"},
     "ReaperFunction": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
     "SpotInterruptionFunction": {"dynamodb:PutItem"},
@@ -503,7 +509,22 @@ def test_nothing_scans_and_results_are_read_by_query_only() -> None:
         (o, a) for o, s in statements() if "Resource" in s and _on(s, "ResultsTable")
         for a in actions(s)
     }  # fmt: skip
-    assert readers == {("StoreFunction", "dynamodb:PutItem"), ("ReportFunction", "dynamodb:Query")}
+    assert readers == {
+        ("StoreFunction", "dynamodb:PutItem"),
+        ("ReportFunction", "dynamodb:Query"),
+        ("SummarizeFunction", "dynamodb:Query"),  # the sweep and its rigs' history
+    }
+
+
+def test_only_summarize_publishes_and_only_to_the_alarm_topic() -> None:
+    publishing = [(o, s) for o, s in statements() if any("sns:" in a for a in actions(s))]
+    assert publishing, "Summarize publishes regression alerts"
+    for owner, statement in publishing:
+        assert owner == "SummarizeFunction"
+        assert set(actions(statement)) == {"sns:Publish"}
+        assert statement["Resource"] == {"Ref": "AlarmTopic"}
+    summarize = RESOURCES["SummarizeFunction"]["Properties"]
+    assert summarize["Environment"]["Variables"]["ALERT_TOPIC_ARN"] == {"Ref": "AlarmTopic"}
 
 
 def test_s3_reads_are_scoped_by_prefix() -> None:

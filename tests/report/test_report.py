@@ -168,9 +168,12 @@ def test_float32_torch_and_jax_outputs_agree_in_the_table_and_the_report(
     assert pair.threshold_nats == 1e-3  # both rigs said float32
     assert pair.prompts == 16
     assert pair.identical + (pair.near_tie or 0) == 16
-    # the pair's own rounding noise, where both rigs gave logprobs, is far below the threshold
-    if pair.margin_shift_max is not None:
-        assert pair.margin_shift_max < pair.threshold_nats / 10
+    # Both rigs give logprobs (torch's slots score too): the pair's own rounding noise is far
+    # below the threshold (JAX's logprobs are within 1e-4 of transformers', tests/rigs/jax, so
+    # a top-2 margin within 2e-4).
+    assert pair.near_tie is not None
+    assert pair.margin_shift_max is not None
+    assert pair.margin_shift_max < pair.threshold_nats / 4
     line = agreement_line(pair)
     assert line.startswith("jax vs torch: outputs agree (")
     assert "output agreement" in sweep.terminal

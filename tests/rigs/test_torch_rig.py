@@ -357,3 +357,20 @@ def test_continuous_provenance_and_abandoned_stream(continuous_rig: str) -> None
             assert next(response.iter_lines()).startswith("data: ")
     result = _complete(continuous_rig, prompt="again", max_tokens=2, ignore_eos=True)
     assert result["usage"]["completion_tokens"] == 2
+
+
+def test_continuous_scores_tokens_as_the_batched_engine_does(
+    continuous_rig: str, batched_rig: str
+) -> None:
+    """Logprobs from the slots (the agreement probe's near-tie split needs them) match those
+    `generate` gives on the same prompt, token for token."""
+    body = {"prompt": PROMPT_IDS, "max_tokens": 6, "temperature": 0, "logprobs": 2,
+            "return_token_ids": True}  # fmt: skip
+    slots, batched = (_complete(rig, **body)["choices"][0] for rig in (continuous_rig, batched_rig))
+    assert slots["token_ids"] == batched["token_ids"]
+    got, want = slots["logprobs"], batched["logprobs"]
+    assert got["tokens"] == want["tokens"]
+    assert got["token_logprobs"] == pytest.approx(want["token_logprobs"], abs=1e-3)
+    for mine, theirs in zip(got["top_logprobs"], want["top_logprobs"], strict=True):
+        assert mine.keys() == theirs.keys()
+        assert list(mine.values()) == pytest.approx(list(theirs.values()), abs=1e-3)
