@@ -32,7 +32,7 @@ def _message() -> str:
 
 
 def _argv(args: Any, *_: Any) -> str:
-    return "the process " + " ".join(os.fsdecode(a) for a in list(args)[:4])
+    return "the process " + " ".join(os.fsdecode(a) for a in list(args)[:4])[:120]
 
 
 # subprocess (its own reference) and multiprocessing start processes through fork_exec; a

@@ -95,6 +95,7 @@ def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rig
     assert "functions/launch.py" not in files
 
 
+@pytest.mark.slow
 def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
     files = {str(p) for p in package_files(package="SummarizeFunction")}
     assert {"functions/summarize.py", "functions/regressions.py", "harness/stats.py"} <= files
