@@ -14,13 +14,15 @@ import pytest
 
 _unmarked = False  # whether the test now running is one of the fast lane's
 _started: list[str] = []
+_earlier: set[threading.Thread] = set()  # threads alive before it: not its doing
 
 
 def _guard(real: Callable[..., Any], what: Callable[..., str]) -> Callable[..., Any]:
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        if _unmarked:
+        thread = threading.current_thread()
+        if _unmarked and (thread is threading.main_thread() or thread not in _earlier):
             _started.append(what(*args))
-            if threading.current_thread() is threading.main_thread():
+            if thread is threading.main_thread():
                 raise RuntimeError(_message())
         return real(*args, **kwargs)
 
@@ -50,6 +52,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
     global _unmarked
     _unmarked = item.get_closest_marker("slow") is None
     _started.clear()
+    _earlier.clear()
+    _earlier.update(threading.enumerate())
     try:
         return (yield)
     finally:
