@@ -1,5 +1,6 @@
 # Two entry points: `make sweep` (the main job) and `make test` (every check CI runs).
-# `make check` is the developers' fast lane: lint and the tests not marked slow.
+# `make check` is the developers' fast lane: lint and the tests that start no process or server
+# (the others are marked slow; tests/fast_lane.py fails one that is not).
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)

@@ -8,6 +8,8 @@ import pytest
 
 from tests.shared_sweep import SHARED_SWEEP_GROUP, FinishedSweep, run_once
 
+pytest_plugins = ["tests.fast_lane"]
+
 REPO = Path(__file__).resolve().parents[1]
 # Kept between runs, inside the checkout and never the user's own ~/.cache/rigbench: random
 # weights (named by their config's digest) and the JAX rig's persistent compilation cache

@@ -2,6 +2,8 @@
 typer's runner (the emulation starts only where a command needs the local stack)."""
 
 import io
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -54,6 +56,15 @@ def test_version() -> None:
     assert code == 0
     assert output == f"rigbench {version()}\n"
     assert version().startswith("0.")
+
+
+@pytest.mark.slow
+def test_the_installed_rigbench_command_runs() -> None:
+    """The console script (pyproject's [project.scripts]) as a new process: its smoke test."""
+    command = Path(sys.executable).with_name("rigbench")
+    done = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"rigbench {version()}\n"
 
 
 def test_help_reflows_and_tags_no_flag_with_a_type() -> None:
@@ -123,6 +134,7 @@ def test_bake_takes_stack_like_every_command(no_aws: None) -> None:
     assert "No such option: --stack-name" in output
 
 
+@pytest.mark.slow
 def test_reap_with_nothing_to_reap_says_so_and_status_ids_stay_whole(
     no_aws: None, tmp_path: Path
 ) -> None:

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAVY = (
     "boto3", "botocore", "moto", "aws_lambda_powertools", "scipy", "torch", "transformers", "jax",

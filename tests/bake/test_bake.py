@@ -32,6 +32,7 @@ def bundle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_dry_run_bakes_records_and_terminates(bundle_root: Path) -> None:
     fleet = BuildFleet(build_checks=2)
     run = emulated_bake(BODY, fleet, bundle_root=bundle_root, baked_images=False)
@@ -69,6 +70,7 @@ def test_dry_run_bakes_records_and_terminates(bundle_root: Path) -> None:
     ],
     ids=["build-failed", "image-step-failed", "record-step-failed"],
 )
+@pytest.mark.slow
 def test_every_failure_after_launch_terminates_the_builder(
     bundle_root: Path, fleet: BuildFleet, faults: Faults, failed_in: str
 ) -> None:
@@ -82,6 +84,7 @@ def test_every_failure_after_launch_terminates_the_builder(
     assert run.recorded is None  # the rig's image parameter was not written
 
 
+@pytest.mark.slow
 def test_a_launch_whose_response_is_lost_still_ends_its_builder(bundle_root: Path) -> None:
     """RunInstances succeeds but the Lambda times out before answering: the state carries no
     instance id, so the builder is found by its tags."""
@@ -95,6 +98,7 @@ def test_a_launch_whose_response_is_lost_still_ends_its_builder(bundle_root: Pat
     assert run.builders_alive == []
 
 
+@pytest.mark.slow
 def test_over_budget_launches_nothing(bundle_root: Path) -> None:
     fleet = BuildFleet()
     run = emulated_bake(
@@ -107,6 +111,7 @@ def test_over_budget_launches_nothing(bundle_root: Path) -> None:
     assert fleet.launched_instances == []
 
 
+@pytest.mark.slow
 def test_no_quota_for_the_builder_launches_nothing(bundle_root: Path) -> None:
     fleet = BuildFleet(quota_vcpus_value=8)
     run = emulated_bake(BODY, fleet, bundle_root=bundle_root, baked_images=False)
@@ -115,6 +120,7 @@ def test_no_quota_for_the_builder_launches_nothing(bundle_root: Path) -> None:
     assert fleet.launched_instances == []
 
 
+@pytest.mark.slow
 def test_a_rig_without_a_baked_image_for_the_arch_is_refused(bundle_root: Path) -> None:
     fleet = BuildFleet()
     run = emulated_bake(
@@ -132,6 +138,7 @@ def test_bake_input_is_strict() -> None:
         BakeInput.model_validate({"rig": "vllm", "budget_usd": 1, "arch": "riscv64"})
 
 
+@pytest.mark.slow
 def test_a_sweep_needing_a_missing_baked_image_fails_before_any_launch(
     bundle_root: Path,
 ) -> None:

@@ -10,6 +10,8 @@ CPU, so the server's own record is the yardstick here.
 
 import asyncio
 
+import pytest
+
 from harness.runner import run_benchmark
 from harness.schemas import BenchmarkConfig, CellReport
 from tests.harness.conftest import (
@@ -19,6 +21,9 @@ from tests.harness.conftest import (
 )
 
 TTFT_MS, ITL_MS, OUTPUT_LEN, STREAMS = 200.0, 100.0, 8, 64
+
+
+pytestmark = pytest.mark.slow
 
 
 def measure(url: str) -> CellReport:

@@ -55,6 +55,7 @@ def table_text(report: BenchmarkReport) -> str:
     return " ".join(console.file.getvalue().split())
 
 
+@pytest.mark.slow
 def test_a_server_that_writes_tokens_together_is_named_and_measured(
     coalescing_server: str,
 ) -> None:
@@ -79,6 +80,7 @@ def test_a_server_that_writes_tokens_together_is_named_and_measured(
     assert "TTFT p50 off by" not in report.harness_ceiling_note
 
 
+@pytest.mark.slow
 def test_nagle_on_the_server_is_the_servers_latency(reference_server: StartServer) -> None:
     # Nagle's algorithm (Python's default for its own servers): the first small write goes
     # out, the next ones wait for the client's delayed ACK (about 40 ms on Linux) and leave
@@ -94,6 +96,7 @@ def test_nagle_on_the_server_is_the_servers_latency(reference_server: StartServe
     assert SERVER_BUNCHED in table_text(report)
 
 
+@pytest.mark.slow
 def test_a_client_whose_event_loop_is_stalled_is_called_out(
     reference_server: StartServer,
 ) -> None:

@@ -1,4 +1,6 @@
-"""`rigbench bench` as a user runs it: a real process, real exit codes, one-line errors."""
+"""`rigbench bench` as a user runs it: real exit codes, one-line errors. In process (typer's
+CliRunner runs the code a new process would, minus its start-up), but for Ctrl-C: a signal to a
+real `python -m rigbench` process, the entry point's smoke test."""
 
 import json
 import signal
@@ -6,31 +8,33 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
 
 from harness.runner import failed_cells
 from harness.schemas import BenchmarkReport
+from rigbench.cli import app
 from tests.harness.conftest import ROOT, StartServer
 
-
-def rigbench(
-    *args: str, timeout: float = 60, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rigbench", "bench", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+runner = CliRunner()
 
 
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+def rigbench(*args: str, env: Mapping[str, str | None] | None = None) -> Result:
+    """`rigbench bench ARGS`, in this process; `env` sets (None: unsets) variables meanwhile."""
+    return runner.invoke(app, ["bench", *args], env=env, catch_exceptions=False)
+
+
+def one_error_line(result: Result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("rigbench bench: error: ")
     return lines[0]
 
 
+@pytest.mark.slow
 def test_failed_requests_past_the_share_exit_1_after_the_report_is_written(
     reference_server: StartServer, tmp_path: Path
 ) -> None:
@@ -40,7 +44,7 @@ def test_failed_requests_past_the_share_exit_1_after_the_report_is_written(
     args = ["--url", url, "--model", "reference", "--concurrency", "1,4", "--requests", "6",
             "--warmup", "2", "--output-len", "5", "--out", str(out)]  # fmt: skip
     result = rigbench(*args)
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     error = one_error_line(result)
     assert "cells failed" in error
     assert "(first: http_error: HTTP 500: injected failure)" in error  # the server's words
@@ -82,7 +86,7 @@ def test_unreachable_url_fails_fast_with_one_line() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     result = rigbench("--url", f"http://127.0.0.1:{port}", "--model", "m")
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "cannot reach" in one_error_line(result)
 
 
@@ -93,7 +97,7 @@ def test_an_unwritable_out_is_refused_before_any_request(tmp_path: Path) -> None
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "report.json"  # its folder would have to be a file
     result = rigbench("--url", f"http://127.0.0.1:{port}", "--model", "m", "--out", str(out))
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert "cannot write in" in one_error_line(result)
 
 
@@ -105,9 +109,9 @@ def test_server_that_never_answers_fails_within_10_s() -> None:
         start = time.monotonic()
         result = rigbench("--url", f"http://127.0.0.1:{s.getsockname()[1]}", "--model", "m")
         elapsed = time.monotonic() - start
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "no answer within 10 s" in one_error_line(result)
-    assert elapsed < 20  # 10 s plus interpreter start-up on a loaded box (3-6 s)
+    assert elapsed < 20  # 10 s, and room to spare on a loaded box
 
 
 @pytest.mark.parametrize(
@@ -135,17 +139,18 @@ def test_server_that_never_answers_fails_within_10_s() -> None:
 )
 def test_invalid_arguments_exit_2_with_one_line(args: list[str], expected: str) -> None:
     result = rigbench("--url", "http://127.0.0.1:9", "--model", "m", *args)
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert expected in one_error_line(result)
 
 
 def test_missing_url_and_bad_url_are_one_line_errors() -> None:
     assert "--url and --model are required" in one_error_line(rigbench("--model", "m"))
     result = rigbench("--url", "localhost:8000", "--model", "m")
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert "--url" in one_error_line(result)
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_the_partial_report(reference_server: StartServer, tmp_path: Path) -> None:
     url = reference_server("--ttft-ms", "20", "--itl-ms", "20")
     out = tmp_path / "report.json"

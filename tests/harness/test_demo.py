@@ -1,21 +1,19 @@
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.harness.conftest import ROOT
+from rigbench.cli import app
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_benchmarks_the_reference_server_and_stops_it(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "rigbench", "bench-demo", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    result = CliRunner().invoke(app, ["bench-demo", "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
     assert "TTFT p50" in result.stdout
     report = json.loads(out.read_text())
     assert [c["concurrency"] for c in report["cells"]] == [4, 16, 32]

@@ -16,6 +16,8 @@ import pytest
 
 from tests.harness.conftest import ROOT, StartServer
 
+pytestmark = pytest.mark.slow
+
 
 def bench_process(url: str, out: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(

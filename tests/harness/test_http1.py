@@ -31,6 +31,7 @@ async def with_server(handler: Handler, client: Callable[[str], Awaitable[None]]
         await client(f"http://127.0.0.1:{port}")
 
 
+@pytest.mark.slow
 def test_chunked_body_split_anywhere_and_a_stale_keep_alive_connection() -> None:
     body = b"data: one\n\ndata: two\n\n"
     wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -62,6 +63,7 @@ def test_chunked_body_split_anywhere_and_a_stale_keep_alive_connection() -> None
     assert connections == 2  # the second request went out again on a new connection
 
 
+@pytest.mark.slow
 def test_error_status_with_content_length_and_a_stream_cut_midway() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)

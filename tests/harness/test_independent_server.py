@@ -26,6 +26,8 @@ import httpx
 import pytest
 
 TTFT_S, ITL_S, MAX_TOKENS = 0.080, 0.025, 40
+pytestmark = pytest.mark.slow
+
 FAIL_EVERY = 4
 
 
@@ -106,15 +108,15 @@ def indie_url() -> Iterator[str]:
 
 
 def bench(url: str, out: Path, output_len: int) -> dict:  # type: ignore[type-arg]
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-m", "rigbench", "bench", "--url", url, "--model", "indie",
-         "--endpoint", "chat", "--concurrency", "8", "--requests", "24", "--warmup", "2",
-         "--input-len", "20", "--output-len", str(output_len), "--out", str(out),
-         "--max-failed-share", "0.5"],  # it fails one POST in four on purpose
-        cwd=root, capture_output=True, text=True, timeout=120,
+    from tests.harness.test_cli import rigbench  # here: the script serves without the CLI
+
+    result = rigbench(
+        "--url", url, "--model", "indie", "--endpoint", "chat", "--concurrency", "8",
+        "--requests", "24", "--warmup", "2", "--input-len", "20",
+        "--output-len", str(output_len), "--out", str(out),
+        "--max-failed-share", "0.5",  # it fails one POST in four on purpose
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     return dict(json.loads(out.read_text())["cells"][0])
 
 

@@ -30,6 +30,7 @@ def run(config: BenchmarkConfig) -> tuple[list[RequestRecord], list]:  # type: i
     return records, report.cells
 
 
+@pytest.mark.slow
 def test_warmup_requests_never_enter_a_cell(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE)
     config = BenchmarkConfig(
@@ -43,6 +44,7 @@ def test_warmup_requests_never_enter_a_cell(reference_server: StartServer) -> No
     assert [c.ttft_ms.count for c in cells] == [5, 5]
 
 
+@pytest.mark.slow
 def test_concurrency_cell_keeps_exactly_c_in_flight(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE)
     config = BenchmarkConfig(url=url, model="reference", concurrency=[4], requests=12,
@@ -54,6 +56,7 @@ def test_concurrency_cell_keeps_exactly_c_in_flight(reference_server: StartServe
         assert 1 <= in_flight <= 4
 
 
+@pytest.mark.slow
 def test_queue_wait_is_reported_apart_from_latency(reference_server: StartServer) -> None:
     # 40 req/s into one slot that each request holds for ~70 ms: requests queue, but TTFT
     # and E2E still start when a request is sent.
@@ -83,6 +86,7 @@ def test_poisson_arrivals_are_seeded_with_the_right_mean() -> None:
     assert np.mean(np.diff(a)) == pytest.approx(0.2, rel=0.03)
 
 
+@pytest.mark.slow
 def test_rate_cell_sends_on_its_schedule(reference_server: StartServer) -> None:
     # Slow streams (about 0.6 s each at 20 requests/s): most requests fall due while the one
     # before still streams, by far more than an event loop on a loaded box lags.
@@ -105,6 +109,7 @@ def test_rate_cell_sends_on_its_schedule(reference_server: StartServer) -> None:
     assert all(send < end_before for send, end_before in overlapping)
 
 
+@pytest.mark.slow
 def test_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE)
     config = BenchmarkConfig(url=url, model="reference", concurrency=[6], requests=18,
@@ -120,6 +125,7 @@ def test_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
     assert_itl_matches_server(cell, url, ITL_MS)
 
 
+@pytest.mark.slow
 def test_rate_cell_shared_by_worker_processes(reference_server: StartServer) -> None:
     url = reference_server(*SCHEDULE)
     config = BenchmarkConfig(url=url, model="reference", rate=[30.0], requests=12, warmup=0,

@@ -17,6 +17,8 @@ from tests.harness.conftest import (
 # inside the tolerances (half a gap for TTFT, a quarter for ITL), while a miscounted chunk is a
 # whole gap off.
 TTFT_MS, ITL_MS = 150.0, 60.0
+pytestmark = pytest.mark.slow
+
 SCHEDULE = ("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS))
 
 

@@ -6,12 +6,11 @@ from a dataset, and goodput against SLOs. One reference server, requiring a key,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import Result
 
 from harness.dataset import DatasetError, load_dataset
 from tests.harness.conftest import ROOT, server_stats, start_reference_server
@@ -31,12 +30,9 @@ def keyed_server() -> Iterator[str]:
     proc.wait(5)
 
 
-def bench(
-    url: str, tmp_path: Path, *args: str, key: str | None = KEY
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    if key is not None:
-        env["OPENAI_API_KEY"] = key
+def bench(url: str, tmp_path: Path, *args: str, key: str | None = KEY) -> Result:
+    """OPENAI_API_KEY set to `key`, or unset."""
+    env = {"OPENAI_API_KEY": key}
     return rigbench("--url", url, "--out", str(tmp_path / "report.json"), *args, env=env)
 
 
@@ -54,28 +50,31 @@ def bench(
     ],
     ids=["http-500", "wrong-model", "stream-ignored"],
 )  # fmt: skip
+@pytest.mark.slow
 def test_a_broken_server_stops_the_run_at_the_pre_flight(
     keyed_server: str, tmp_path: Path, args: list[str], says: str
 ) -> None:
     before = server_stats(keyed_server).get("requests", 0)
     result = bench(keyed_server, tmp_path, *args, "--concurrency", "1,4", "--requests", "8")
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert says in one_error_line(result)
     assert server_stats(keyed_server)["requests"] == before + 1  # the pre-flight alone
     assert not (tmp_path / "report.json").exists()
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_without_the_key_the_server_says_so_and_the_hint_names_the_option(
     keyed_server: str, tmp_path: Path
 ) -> None:
     result = bench(keyed_server, tmp_path, "--model", "ref", key=None)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     line = one_error_line(result)
     assert "HTTP 401: Incorrect API key provided" in line
     assert "--api-key (or OPENAI_API_KEY)" in line
 
 
+@pytest.mark.slow
 def test_a_dataset_with_a_key_and_slos_end_to_end(keyed_server: str, tmp_path: Path) -> None:
     # Tokens every 5 ms after 20 ms: a request of n tokens ends near 20 + 5 (n - 1) ms. The
     # E2E target of 300 ms splits the sample's lengths (16 by default, 24..96 given).
@@ -85,7 +84,7 @@ def test_a_dataset_with_a_key_and_slos_end_to_end(keyed_server: str, tmp_path: P
         "--slo", "ttft_ms=1000,e2e_ms=300", "--percentiles", "50,95",
         "--header", "X-Run-Tag: dataset-e2e",
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["config"]["dataset"] == str(SAMPLE)
     assert KEY not in (tmp_path / "report.json").read_text()  # the key stays out of files
@@ -145,11 +144,12 @@ def test_a_bad_dataset_is_refused_naming_the_line(tmp_path: Path, text: str, say
     assert says in str(caught.value)
     # The command line says the same in one line, exit 2, before any request.
     result = rigbench("--url", "http://127.0.0.1:9", "--model", "m", "--dataset", str(path))
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert f"--dataset {path}" in one_error_line(result)
     assert says in one_error_line(result)
 
 
+@pytest.mark.slow
 def test_chat_messages_from_a_dataset_go_to_the_server(keyed_server: str, tmp_path: Path) -> None:
     path = tmp_path / "chat.jsonl"
     path.write_text(
@@ -159,7 +159,7 @@ def test_chat_messages_from_a_dataset_go_to_the_server(keyed_server: str, tmp_pa
     )  # fmt: skip
     result = bench(keyed_server, tmp_path, "--model", "ref", "--endpoint", "chat",
                    "--dataset", str(path), "--requests", "2", "--warmup", "0")  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     cell = json.loads((tmp_path / "report.json").read_text())["cells"][0]
     assert cell["requests_ok"] == 2
     assert cell["output_tokens"] == 12

@@ -39,6 +39,7 @@ def _online(fleet: LocalFleet, instance_id: str) -> None:
     assert _done(fleet, "probe0", instance_id) == "Success"
 
 
+@pytest.mark.slow
 def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) -> None:
     _online(fleet, "i-0aaa")
     _online(fleet, "i-0bbb")
@@ -65,6 +66,7 @@ def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) 
     assert sorted(fleet.online_instances()) == ["i-0aaa", "i-0bbb"]
 
 
+@pytest.mark.slow
 def test_failure_and_output_limits_are_reported_as_ssm_does(fleet: LocalFleet) -> None:
     _online(fleet, "i-0ccc")
     fleet.send_command("bad", "i-0ccc", ["echo oops >&2", "exit 3"], 30)
@@ -76,6 +78,7 @@ def test_failure_and_output_limits_are_reported_as_ssm_does(fleet: LocalFleet) -
     assert len(fleet.invocation("big", "i-0ccc").StandardOutputContent) == STDOUT_LIMIT
 
 
+@pytest.mark.slow
 def test_timed_out_command_is_killed(fleet: LocalFleet, tmp_path: Path) -> None:
     _online(fleet, "i-0ddd")
     fleet.send_command("slow", "i-0ddd", ["sleep 600"], 0.5)
@@ -83,6 +86,7 @@ def test_timed_out_command_is_killed(fleet: LocalFleet, tmp_path: Path) -> None:
     assert fleet.invocation("slow", "i-0ddd").StatusDetails == "ExecutionTimedOut"
 
 
+@pytest.mark.slow
 def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
     _online(fleet, "i-0eee")
     rig_pgid = fleet.get("i-0eee").rig_pgid
@@ -101,6 +105,7 @@ def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
         fleet.command_result("late", "i-0eee")
 
 
+@pytest.mark.slow
 def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:
     _online(fleet, "i-0fff")
     script = [
@@ -115,6 +120,7 @@ def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:
     assert json.loads(status)["phase"] == "serving"
 
 
+@pytest.mark.slow
 def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
     fleet: LocalFleet,
 ) -> None:
@@ -135,6 +141,7 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
     assert not crashing.agent_online("i-0dead")
 
 
+@pytest.mark.slow
 def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalFleet) -> None:
     _online(fleet, "i-0111")
     for _ in range(3):

@@ -43,6 +43,7 @@ def _make_results_table(ddb: Any) -> None:
     )
 
 
+@pytest.mark.slow
 def test_round_trip_into_a_fresh_emulation(tmp_path: Path) -> None:
     dest = tmp_path / "data"
     items = [
@@ -83,6 +84,7 @@ def test_round_trip_into_a_fresh_emulation(tmp_path: Path) -> None:
         assert body == b'{"x": 1}'
 
 
+@pytest.mark.slow
 def test_restore_into_existing_tables_keeps_their_definition(tmp_path: Path) -> None:
     dest = tmp_path / "data"
     with mock_aws():
@@ -99,6 +101,7 @@ def test_restore_into_existing_tables_keeps_their_definition(tmp_path: Path) -> 
         assert ddb.scan(TableName="results")["Count"] == 1
 
 
+@pytest.mark.slow
 def test_a_failed_save_keeps_the_previous_snapshot(tmp_path: Path) -> None:
     dest = tmp_path / "data"
     with mock_aws():

@@ -48,6 +48,7 @@ def _members(pgid: int) -> list[psutil.Process]:
     return out
 
 
+@pytest.mark.slow
 def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path) -> None:
     home = LocalHome(tmp_path)
     groups = ProcessGroups(home, watchdog=False)
@@ -65,6 +66,7 @@ def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path)
     groups.close()
 
 
+@pytest.mark.slow
 def test_close_stops_every_group(tmp_path: Path) -> None:
     home = LocalHome(tmp_path)
     groups = ProcessGroups(home)
@@ -108,6 +110,7 @@ def _owner(tmp_path: Path, watchdog: bool) -> subprocess.Popen[str]:
     return owner
 
 
+@pytest.mark.slow
 def test_watchdog_stops_groups_when_the_owner_is_killed(tmp_path: Path) -> None:
     owner = _owner(tmp_path, watchdog=True)
     pgids = [r.pgid for _, r in read_records(LocalHome(tmp_path)) if r]
@@ -118,6 +121,7 @@ def test_watchdog_stops_groups_when_the_owner_is_killed(tmp_path: Path) -> None:
     _wait_for(lambda: read_records(LocalHome(tmp_path)) == [], timeout=5)
 
 
+@pytest.mark.slow
 def test_next_run_reaps_what_a_killed_owner_left(tmp_path: Path) -> None:
     owner = _owner(tmp_path, watchdog=False)  # nothing guards these: only the reap can end them
     home = LocalHome(tmp_path)

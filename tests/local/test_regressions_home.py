@@ -5,6 +5,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from functions.alerts import store
@@ -15,6 +16,7 @@ from rigbench.local.home import LocalHome
 from rigbench.stack.local import LocalStack
 
 
+@pytest.mark.slow
 def test_alerts_outlast_the_run_and_are_listed_locally(tmp_path: Path) -> None:
     home = LocalHome(tmp_path / "home").ensure()
     started = datetime.now(UTC).isoformat(timespec="seconds")

@@ -40,6 +40,8 @@ from tests.mcp.conftest import (
     text,
 )
 
+pytestmark = pytest.mark.slow
+
 
 def with_client(
     stack: LocalStack, body: Callable[[Client], Awaitable[None]], mode: str = "auto"

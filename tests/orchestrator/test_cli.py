@@ -49,6 +49,7 @@ def no_scan(client: Any) -> Any:
     return client
 
 
+@pytest.mark.slow
 def test_run_follows_a_sweep_to_its_end(stack: Emulation, tmp_path: Path) -> None:
     body = sweep_input()
     body.pop("rigs")
@@ -77,6 +78,7 @@ def test_run_follows_a_sweep_to_its_end(stack: Emulation, tmp_path: Path) -> Non
     assert 'id="plot-throughput"' in fetched.text
 
 
+@pytest.mark.slow
 def test_run_says_when_there_is_no_report(stack: Emulation, tmp_path: Path) -> None:
     stack.faults.fail_lambda("ReportFunction", "raise")
     path = tmp_path / "sweep.json"
@@ -87,6 +89,7 @@ def test_run_says_when_there_is_no_report(stack: Emulation, tmp_path: Path) -> N
     assert last.startswith("report not available: no report for sweep 'cli-run-no-report'")
 
 
+@pytest.mark.slow
 def test_run_refuses_bad_input_before_starting_anything(stack: Emulation, tmp_path: Path) -> None:
     sfn = stack.client("stepfunctions")
     before = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
@@ -104,6 +107,7 @@ def test_run_refuses_bad_input_before_starting_anything(stack: Emulation, tmp_pa
     assert sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"] == before
 
 
+@pytest.mark.slow
 def test_status_shows_each_boot_and_the_failure(stack: Emulation) -> None:
     stack.fleet.bench = "failed"  # type: ignore[attr-defined]
     described = run_sweep(stack, sweep_input())
@@ -117,6 +121,7 @@ def test_status_shows_each_boot_and_the_failure(stack: Emulation) -> None:
     assert name in listing.output
 
 
+@pytest.mark.slow
 def test_results_returns_what_a_sweep_stored_by_query(stack: Emulation) -> None:
     described = run_sweep(stack, sweep_input(rigs=["torch", "vllm"]))
     sweep_id = described["executionArn"].rsplit(":", 1)[1]
@@ -175,6 +180,7 @@ def test_results_returns_what_a_sweep_stored_by_query(stack: Emulation) -> None:
     assert invoke("results", "--since", "yesterday").exit_code == 2
 
 
+@pytest.mark.slow
 def test_reap_ends_only_overdue_project_instances(stack: Emulation) -> None:
     ec2 = stack.client("ec2")
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
@@ -193,6 +199,7 @@ def test_reap_ends_only_overdue_project_instances(stack: Emulation) -> None:
     assert stack.running_instances() == []
 
 
+@pytest.mark.slow
 def test_deploy_uploads_the_bundle_named_by_its_hash(stack: Emulation) -> None:
     done = invoke("deploy", "--bundle-only")
     assert done.exit_code == 0, done.output

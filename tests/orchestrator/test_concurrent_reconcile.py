@@ -15,6 +15,9 @@ from tests.orchestrator.conftest import ledger_items
 BOOTS, PER_BOOT, MONTH, USD_PER_HOUR = 16, 1000, "2026-12", 1.8
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture
 def eager_thread_switches() -> Iterator[None]:
     # Switch threads as often as the interpreter can, so that requests served at once

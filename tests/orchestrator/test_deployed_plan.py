@@ -16,6 +16,8 @@ from rigbench.stack.boto import BotoStack
 from tests.orchestrator.conftest import error_of, start_emulation, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
+pytestmark = pytest.mark.slow
+
 MONTHLY_CAP_USD = 1.0
 HOURS_2 = {"ready_s": 20, "bench_s": 600, "instance_s": 7200}
 

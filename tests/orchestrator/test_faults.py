@@ -20,6 +20,8 @@ from tests.orchestrator.conftest import (
     sweep_input,
 )
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def earlier_rows(emulation: Emulation) -> tuple[str, list[dict[str, Any]]]:

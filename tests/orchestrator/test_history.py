@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import boto3
+import pytest
 from moto import mock_aws
 from rich.console import Console
 
@@ -67,6 +68,7 @@ SWEEP = {
 }
 
 
+@pytest.mark.slow
 def test_phases_follow_the_execution() -> None:
     seen: list[SweepProgress] = []
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):

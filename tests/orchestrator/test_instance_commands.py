@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from functions.bootstrap import InstancePlan
 from functions.execution_input import LoadCells
 from functions.instance_commands import (
@@ -28,6 +30,7 @@ from tests.harness.conftest import start_reference_server
 ARN = "arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"
 
 
+@pytest.mark.slow
 def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     emu: Emulation, tmp_path: Path
 ) -> None:
@@ -104,6 +107,7 @@ def test_probe_output_parses_both_shapes() -> None:
     assert "unparsable" in junk.explain()
 
 
+@pytest.mark.slow
 def test_commands_pass_shellcheck(tmp_path: Path) -> None:
     plan = InstancePlan(
         "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000

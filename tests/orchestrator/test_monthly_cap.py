@@ -16,6 +16,8 @@ from tests.orchestrator.conftest import (
 )
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def capped(bundle_root: Path) -> Iterator[Emulation]:

@@ -71,6 +71,7 @@ def sweep(emu: Emulation, rig: str, slowdown: float) -> dict[str, Any]:
     return summary
 
 
+@pytest.mark.slow
 def test_a_rig_slower_than_its_history_raises_an_alert(
     emu: Emulation, queue: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -153,6 +154,7 @@ def test_a_rig_slower_than_its_history_raises_an_alert(
     assert "--format must be table or json, not 'xml'" in bad.output
 
 
+@pytest.mark.slow
 def test_matching_history_or_a_change_within_the_ratio_raises_none(
     emu: Emulation, queue: Any
 ) -> None:
@@ -243,6 +245,7 @@ def test_a_local_sweep_says_what_its_check_found() -> None:
     assert kept == "kept in the home"
 
 
+@pytest.mark.slow
 def test_an_alert_that_cannot_be_published_fails_nothing_else(emu: Emulation) -> None:
     lam, name = emu.client("lambda"), emu.physical["SummarizeFunction"]
     env = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]

@@ -20,6 +20,8 @@ from tests.orchestrator.conftest import (
     sweep_input,
 )
 
+pytestmark = pytest.mark.slow
+
 
 def first_state_failure(emu: Emulation, described: dict[str, Any]) -> tuple[str, str]:
     """The execution failed in ValidateInput and nothing was reserved or launched."""

@@ -20,6 +20,8 @@ from tests.orchestrator.conftest import (
 )
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
+pytestmark = pytest.mark.slow
+
 
 def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> None:
     described = run_sweep(emu, sweep_input(rigs=["torch", "vllm"], boots_per_rig=2))

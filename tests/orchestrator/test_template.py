@@ -62,6 +62,7 @@ def test_cfn_lint() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
     files = {str(p) for p in package_files()}
     assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs"}
@@ -82,6 +83,7 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
     assert "rigs/torch/install.sh.j2" in files
 
 
+@pytest.mark.slow
 def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rigs() -> None:
     assert set(OWN_PACKAGES) == {"ReportFunction", "SummarizeFunction"}
     files = {str(p) for p in package_files(package="ReportFunction")}
@@ -93,6 +95,7 @@ def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rig
     assert "functions/launch.py" not in files
 
 
+@pytest.mark.slow
 def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
     files = {str(p) for p in package_files(package="SummarizeFunction")}
     assert {"functions/summarize.py", "functions/regressions.py", "harness/stats.py"} <= files

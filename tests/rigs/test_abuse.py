@@ -62,6 +62,7 @@ def _completion(prompt: list[int] | str, max_tokens: int, **extra: Any) -> dict[
 # --- error and chunk shapes ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_errors_have_openai_shape(rig: str) -> None:
     assert _openai_error(_post(rig, "/v1/completions", b"{"), 400)["code"] is None
     long = _post(rig, "/v1/completions", _completion(PROMPT, CONTEXT))
@@ -81,6 +82,7 @@ def _chunks(base: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.slow
 def test_usage_key_only_when_asked_for(rig: str, path: str) -> None:
     body: dict[str, Any] = {"max_tokens": 5, "ignore_eos": True, "stream": True}
     if path == "/v1/completions":
@@ -154,6 +156,7 @@ def test_every_unhonoured_field_has_a_refused_value() -> None:
         if (path, field) != ("/v1/chat/completions", "top_logprobs")
     ],
 )
+@pytest.mark.slow
 def test_unhonoured_field_is_a_400_naming_it(rig: str, path: str, field: str) -> None:
     body: dict[str, Any] = {"max_tokens": 1, field: REFUSED_VALUES[field]}
     if path == "/v1/completions":
@@ -166,6 +169,7 @@ def test_unhonoured_field_is_a_400_naming_it(rig: str, path: str, field: str) ->
     assert error["message"].startswith(f"{field}: not supported by this rig")
 
 
+@pytest.mark.slow
 def test_neutral_values_of_unhonoured_fields_are_accepted(rig: str) -> None:
     neutral = {"top_k": -1, "best_of": 1, "logit_bias": {}, "repetition_penalty": 1.0}
     neutral |= {"suffix": None, "response_format": {"type": "text"}, "tools": []}
@@ -177,6 +181,7 @@ def test_neutral_values_of_unhonoured_fields_are_accepted(rig: str) -> None:
     _openai_error(_post(rig, "/v1/completions", _completion(PROMPT, 2, best_of=True)), 400)
 
 
+@pytest.mark.slow
 def test_refusal_names_every_unhonoured_field(rig: str) -> None:
     body = _completion(PROMPT, 1, top_k=1, logit_bias={"5": 1}, user="me", unknown_field=1)
     error = _openai_error(_post(rig, "/v1/completions", body), 400)
@@ -201,6 +206,7 @@ _json = st.recursive(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(extra=st.dictionaries(st.sampled_from(sorted(UNHONOURED)), _json, min_size=1, max_size=3))
+@pytest.mark.slow
 def test_fuzzed_unhonoured_fields_are_honoured_or_refused(rig: str, extra: dict[str, Any]) -> None:
     response = _post(rig, "/v1/completions", {**_completion(PROMPT, 1), **extra})
     if response.status_code == 200:
@@ -215,6 +221,7 @@ def test_fuzzed_unhonoured_fields_are_honoured_or_refused(rig: str, extra: dict[
 # --- context length -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_advertises_the_context_the_model_has(rig: str) -> None:
     (card,) = httpx.get(f"{rig}/v1/models").json()["data"]
     assert card["max_model_len"] == CONTEXT
@@ -225,6 +232,7 @@ def test_advertises_the_context_the_model_has(rig: str) -> None:
     assert _openai_error(over, 400)["param"] == "max_tokens"
 
 
+@pytest.mark.slow
 def test_token_delivery_is_declared(rig: str, request: pytest.FixtureRequest) -> None:
     (card,) = httpx.get(f"{rig}/v1/models").json()["data"]
     provenance = httpx.get(f"{rig}/provenance").json()
@@ -240,6 +248,7 @@ def test_token_delivery_is_declared(rig: str, request: pytest.FixtureRequest) ->
 # --- huge requests ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_body_over_the_limit_is_a_413(rig: str) -> None:
     body = json.dumps({"prompt": "x" * HUGE, "max_tokens": 1}).encode()
     start = time.monotonic()
@@ -259,6 +268,7 @@ def test_body_over_the_limit_is_a_413(rig: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.slow
 def test_text_too_long_for_the_context_is_refused_before_tokenising(rig: str, path: str) -> None:
     if path == "/v1/completions":
         body: dict[str, Any] = {"prompt": LONG_TEXT, "max_tokens": 1}
@@ -284,6 +294,7 @@ async def _stream_gaps(client: httpx.AsyncClient, tokens: int) -> list[float]:
     return [b - a for a, b in itertools.pairwise(stamps)]
 
 
+@pytest.mark.slow
 def test_streams_and_health_keep_flowing_while_huge_requests_are_refused(rig: str) -> None:
     huge_text = json.dumps({"prompt": "y" * HUGE, "max_tokens": 1}).encode()
     # under the limit: millions of ids to parse (off the loop), then a 400 on their count
@@ -357,6 +368,7 @@ async def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
+@pytest.mark.slow
 def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
     # Calibrate: a generation of 3 to 4 s on this rig and machine (a loaded CPU runs the
     # torch rig 100x slower than an idle one), one that the client abandons after 0.3 s.

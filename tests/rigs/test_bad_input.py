@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.slow
+
 OK_PROMPT = {"prompt": "hi", "max_tokens": 1}
 LONG_PROMPT = [2] * 1000
 

@@ -118,6 +118,7 @@ def emulation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulation]:
 
 
 @pytest.mark.parametrize("instance_type", ["g5g.2xlarge", "g4dn.xlarge"])
+@pytest.mark.slow
 def test_an_emulated_sweep_launches_and_stores_the_plan(
     emulation: Emulation, instance_type: str
 ) -> None:

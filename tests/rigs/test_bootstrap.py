@@ -40,6 +40,7 @@ def spec(**changes: object) -> BootstrapSpec:
 
 
 @pytest.mark.parametrize("rig", ["vllm", "torch"])
+@pytest.mark.slow
 def test_user_data_passes_shellcheck_and_fits(rig: str) -> None:
     text = render_user_data(spec(rig=rig, settings={"max_model_len": 2048}))
     shellcheck(text)
@@ -154,6 +155,7 @@ def _boot(
     return result, Path(paths.status_file), recorded
 
 
+@pytest.mark.slow
 def test_no_gpu_fails_fast_before_any_download(tmp_path: Path) -> None:
     result, status_file, calls = _boot(tmp_path, spec(), FAKE_GPU="0")
     assert result.returncode != 0
@@ -169,6 +171,7 @@ def test_no_gpu_fails_fast_before_any_download(tmp_path: Path) -> None:
     assert "no NVIDIA GPU" in ready.detail
 
 
+@pytest.mark.slow
 def test_wrong_gpu_fails_fast(tmp_path: Path) -> None:
     _, status_file, calls = _boot(tmp_path, spec(), FAKE_CC="8.6")
     status = read_status(status_file)
@@ -178,6 +181,7 @@ def test_wrong_gpu_fails_fast(tmp_path: Path) -> None:
     assert not any(call.startswith("aws") for call in calls)
 
 
+@pytest.mark.slow
 def test_a_failed_download_is_reported_with_its_command(tmp_path: Path) -> None:
     _, status_file, calls = _boot(tmp_path, spec(), FAKE_AWS_EXIT="1")
     status = read_status(status_file)
@@ -188,6 +192,7 @@ def test_a_failed_download_is_reported_with_its_command(tmp_path: Path) -> None:
     assert any(call.startswith("aws s3 cp --region us-east-1") for call in calls)
 
 
+@pytest.mark.slow
 def test_a_passed_deadline_powers_off_at_once(tmp_path: Path) -> None:
     # Validation allows any epoch after 2020, so a stale deadline reaches the instance.
     result, status_file, calls = _boot(tmp_path, spec(deadline_epoch=1_700_000_000))
@@ -198,6 +203,7 @@ def test_a_passed_deadline_powers_off_at_once(tmp_path: Path) -> None:
     assert "already passed" in (status.error or "")
 
 
+@pytest.mark.slow
 def test_ready_check_command_reports_a_failed_install_before_rigbench_exists(
     tmp_path: Path,
 ) -> None:
@@ -215,6 +221,7 @@ def test_ready_check_command_reports_a_failed_install_before_rigbench_exists(
     assert result.returncode == 1
 
 
+@pytest.mark.slow
 def test_the_deadline_also_survives_a_reboot(tmp_path: Path) -> None:
     deadline = int(time.time()) + 3600
     _, _, calls = _boot(tmp_path, spec(deadline_epoch=deadline), FAKE_GPU="0")

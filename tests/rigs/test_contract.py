@@ -18,6 +18,7 @@ CONTEXT = {
 }
 
 
+@pytest.mark.slow
 def test_every_rig_folder_parses() -> None:
     folders = rig_folders()
     rigs = discover()

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.rigs.rig_process import REPO
+from rigbench.cli import app
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_harness_measures_the_torch_rig(torch_rig: str, tmp_path: Path, endpoint: str) -> None:
     out = tmp_path / "report.json"
-    argv = [sys.executable, "-m", "rigbench", "bench", "--url", torch_rig, "--model"]
-    argv += ["random:tiny", "--endpoint", endpoint, "--concurrency", "1,2"]
-    argv += ["--input-len", "32", "--output-len", "8", "--requests", "4", "--warmup", "1"]
-    argv += ["--out", str(out)]
-    subprocess.run(argv, cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+    args = ["bench", "--url", torch_rig, "--model", "random:tiny", "--endpoint", endpoint]
+    args += ["--concurrency", "1,2", "--input-len", "32", "--output-len", "8"]
+    args += ["--requests", "4", "--warmup", "1", "--out", str(out)]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
     report = json.loads(out.read_text())
     assert [cell["concurrency"] for cell in report["cells"]] == [1, 2]
     for cell in report["cells"]:

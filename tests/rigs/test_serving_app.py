@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -14,14 +12,17 @@ import httpx
 import pytest
 import torch
 import uvicorn
+from typer.testing import CliRunner
 
+import rigs.cli
+from rigbench.cli import app
 from rigs.serving.app import build_lazy_app
 from rigs.serving.engine import Engine, SamplingParams, ScoredToken
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import ModelSource
 from rigs.torch.engine import TorchEngine
 from tests.rigs.prompts import eos_prompt
-from tests.rigs.rig_process import REPO, free_port
+from tests.rigs.rig_process import free_port
 
 PROMPT = [2, *range(500, 520)]
 
@@ -126,6 +127,7 @@ def _wait_for(base: str, status: int) -> httpx.Response:
     raise AssertionError(f"/health never answered {status}")
 
 
+@pytest.mark.slow
 def test_health_follows_loading_warmup_and_real_generations(
     engine: TorchEngine, tokenizer: ServingTokenizer
 ) -> None:
@@ -159,6 +161,7 @@ def test_health_follows_loading_warmup_and_real_generations(
         assert httpx.get(f"{base}/health").status_code == 200
 
 
+@pytest.mark.slow
 def test_a_failed_load_is_reported_and_signalled() -> None:
     failures: list[str] = []
 
@@ -174,11 +177,14 @@ def test_a_failed_load_is_reported_and_signalled() -> None:
         assert failures == ["FileNotFoundError: model.safetensors"]
 
 
-def test_rig_process_exits_when_its_model_cannot_load() -> None:
-    argv = [sys.executable, "-m", "rigbench", "rig", "serve", "torch"]
-    argv += ["--model", "/nonexistent/model", "--host", "127.0.0.1", "--port", str(free_port())]
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2  # bad input: one line, no traceback
+def test_rig_serve_exits_2_when_its_model_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> None:
+        raise AssertionError("the rig was started")
+
+    monkeypatch.setattr(rigs.cli, "exec_rig", refuse)  # in-process: it would replace this one
+    args = ["rig", "serve", "torch", "--model", "/nonexistent/model", "--host", "127.0.0.1"]
+    result = CliRunner().invoke(app, [*args, "--port", str(free_port())], catch_exceptions=False)
+    assert result.exit_code == 2  # bad input: one line, no traceback
     assert "model directory '/nonexistent/model' does not exist" in result.stderr
 
 
@@ -241,6 +247,7 @@ def test_scored_generation_is_greedy_with_the_models_own_logprobs(engine: TorchE
         assert [lp for _, lp in s.top] == pytest.approx(values.tolist(), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
     engine: TorchEngine, tokenizer: ServingTokenizer
 ) -> None:

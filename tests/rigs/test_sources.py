@@ -36,6 +36,7 @@ def test_random_tiny_is_a_real_checkpoint(tiny: ModelSource) -> None:
     assert not list(tiny.path.parent.glob(f".{tiny.path.name}.*/"))
 
 
+@pytest.mark.slow
 def test_random_weights_are_identical_across_processes(tiny: ModelSource, tmp_path: Path) -> None:
     code = (
         "from pathlib import Path; import sys; from rigs.sources import resolve_model; "

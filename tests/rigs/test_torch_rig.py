@@ -19,6 +19,8 @@ from tests.rigs.rig_process import rig_server
 from tests.rigs.sse_client import stream_events
 
 # Longer than the tiny config's sliding window (16), so generation crosses it.
+pytestmark = pytest.mark.slow
+
 PROMPT_IDS = [2, *range(300, 330)]
 NEW_TOKENS = 40
 

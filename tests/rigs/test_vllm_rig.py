@@ -10,10 +10,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from packaging.version import Version
+from typer.testing import CliRunner, Result
 
+from rigbench.cli import app
 from rigs.contract import RigDefinition, RigDefinitionError
 from rigs.launch import launch_plan
 from rigs.readiness import probe_ready
@@ -22,16 +25,23 @@ from rigs.sources import ModelSource
 from tests.rigs.replay_server import Replay, replay_server
 from tests.rigs.rig_process import REPO, free_port
 
-SERVE_VLLM_TINY = [
-    sys.executable,
-    "-m",
-    "rigbench",
-    "rig",
-    "serve",
-    "vllm",
-    "--model",
-    "random:tiny",
-]
+
+def serve_vllm_tiny(tiny: ModelSource, *args: str) -> Result:
+    """`rigbench rig serve vllm --model random:tiny ARGS` in this process; exec refused."""
+
+    def refuse(*_: object) -> NoReturn:
+        raise AssertionError("the rig was started")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "execvpe", refuse)  # it would replace this process
+        return CliRunner().invoke(
+            app,
+            ["rig", "serve", "vllm", "--model", "random:tiny", *args],
+            env={"RIGBENCH_CACHE": str(tiny.path.parents[1])},
+            catch_exceptions=False,
+        )
+
+
 SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
 
 
@@ -113,31 +123,20 @@ def test_dtype_and_settings_overrides(vllm: RigDefinition, tiny: ModelSource) ->
         launch_plan(vllm, model="random:tiny", dtype="int8")
 
 
+@pytest.mark.slow
 def test_cli_dry_run_prints_the_command(tiny: ModelSource) -> None:
-    out = subprocess.run(
-        [*SERVE_VLLM_TINY, "--port", "8123", "--dry-run", "--set", "max_num_seqs=4"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-        env={**os.environ, "RIGBENCH_CACHE": str(tiny.path.parents[1])},
-    )
+    out = serve_vllm_tiny(tiny, "--port", "8123", "--dry-run", "--set", "max_num_seqs=4")
+    assert out.exit_code == 0, out.output
     plan = json.loads(out.stdout)
     assert plan["argv"][1:3] == ["serve", str(tiny.path)]
     assert plan["argv"][plan["argv"].index("--port") + 1] == "8123"
     assert plan["argv"][plan["argv"].index("--max-num-seqs") + 1] == "4"
 
 
+@pytest.mark.slow
 def test_serving_without_vllm_installed_says_so(tiny: ModelSource, tmp_path: Path) -> None:
-    out = subprocess.run(
-        [*SERVE_VLLM_TINY, "--rig-venv", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        env={**os.environ, "RIGBENCH_CACHE": str(tiny.path.parents[1])},
-    )
-    assert out.returncode == 2
+    out = serve_vllm_tiny(tiny, "--rig-venv", str(tmp_path))
+    assert out.exit_code == 2
     assert f"{tmp_path}/bin/vllm is not installed here" in out.stderr
 
 
@@ -149,6 +148,7 @@ def _install_script(vllm: RigDefinition) -> str:
     )
 
 
+@pytest.mark.slow
 def test_install_script_passes_shellcheck(vllm: RigDefinition) -> None:
     script = _install_script(vllm)
     shellcheck(script)
@@ -211,6 +211,7 @@ def _run_install(
     )
 
 
+@pytest.mark.slow
 def test_aarch64_gpu_boot_without_the_baked_image_refuses_to_build(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -221,6 +222,7 @@ def test_aarch64_gpu_boot_without_the_baked_image_refuses_to_build(
     assert calls.read_text().splitlines() == ["uname -m"]
 
 
+@pytest.mark.slow
 def test_aarch64_bake_builds_torch_then_vllm_for_turing(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -239,6 +241,7 @@ def test_aarch64_bake_builds_torch_then_vllm_for_turing(
     assert "patch --forward --batch -p1 -d /site" in lines
 
 
+@pytest.mark.slow
 def test_x86_64_install_uses_the_released_wheel_and_patches_it(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -253,6 +256,7 @@ def test_x86_64_install_uses_the_released_wheel_and_patches_it(
     assert not any(line.startswith("git") for line in lines)
 
 
+@pytest.mark.slow
 def test_install_is_skipped_when_the_prebuilt_marker_exists(
     vllm: RigDefinition, tmp_path: Path, fake_tools: tuple[Path, Path]
 ) -> None:
@@ -265,6 +269,7 @@ def test_install_is_skipped_when_the_prebuilt_marker_exists(
     assert not calls.exists()
 
 
+@pytest.mark.slow
 def test_the_patch_applies_to_the_pinned_release(tmp_path: Path) -> None:
     """`patch` itself, against the file as vLLM 0.34.0 ships it: only the hunk's context
     lines are in the repo, so rebuild that much of the original from the patch."""
@@ -291,6 +296,7 @@ def replay() -> Iterator[tuple[str, Replay]]:
         yield server
 
 
+@pytest.mark.slow
 def test_ready_on_a_real_completion(replay: tuple[str, Replay]) -> None:
     base, server = replay
     server.scenario = "ready"
@@ -302,6 +308,7 @@ def test_ready_on_a_real_completion(replay: tuple[str, Replay]) -> None:
     assert sent["temperature"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scenario", "phase", "detail"),
     [

@@ -58,6 +58,16 @@ def make_reference(directory: Path, seed: int = 0, dtype: str = "float32") -> ob
     return model
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jax_compile_cache(shared_rig_cache: Path) -> None:
+    """This process's compiles kept between runs, as the rig's are (keyed by each program's
+    HLO and options, so changed code compiles anew); its own folder: these run at -O0."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(shared_rig_cache / "jax-in-tests"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, object]]:
     directory = tmp_path_factory.mktemp("gemma4-tiny")

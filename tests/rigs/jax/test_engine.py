@@ -17,7 +17,7 @@ from tests.rigs.jax.conftest import torch
 
 # The module's engine compiles every program first (inside the first test): on a loaded
 # 2-core machine that alone has taken over 600 s.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 OPTIONS = EngineOptions(
     max_slots=4,

@@ -23,6 +23,7 @@ def test_discovered_with_the_other_rigs(jax_rig: RigDefinition) -> None:
     assert jax_rig.pick_dtype(None, "7.5") == "float16"  # Turing has no bfloat16
 
 
+@pytest.mark.slow
 def test_install_script_passes_shellcheck(jax_rig: RigDefinition) -> None:
     script = jax_rig.render_install(
         rig_venv="/opt/rigbench/venvs/jax", bundle_dir="/opt/rigbench/bundle", python_version="3.12"
@@ -31,6 +32,7 @@ def test_install_script_passes_shellcheck(jax_rig: RigDefinition) -> None:
     assert 'jax_spec="jax[cuda12]==0.10.2"' in script
 
 
+@pytest.mark.slow
 def test_user_data_passes_shellcheck() -> None:
     spec = BootstrapSpec.model_validate(
         {
