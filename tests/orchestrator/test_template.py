@@ -432,6 +432,13 @@ def test_alarms_notify_the_topic() -> None:
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
     assert RESOURCES["AlarmTopic"]["Type"] == "AWS::SNS::Topic"
     assert "AlarmTopicArn" in TEMPLATE["Outputs"]
+    # CloudWatch cannot publish to a topic under the AWS managed key: the topic has its own,
+    # whose policy lets this account's alarms encrypt what they publish
+    key = RESOURCES["AlarmTopic"]["Properties"]["KmsMasterKeyId"]
+    assert key == {"Ref": "AlarmTopicKey"}
+    policy = RESOURCES["AlarmTopicKey"]["Properties"]["KeyPolicy"]["Statement"]
+    cloudwatch = [s for s in policy if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}]
+    assert [set(actions(s)) for s in cloudwatch] == [{"kms:Decrypt", "kms:GenerateDataKey*"}]
 
 
 def test_cleanup_may_lift_termination_protection_only_on_project_instances() -> None:
