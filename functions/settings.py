@@ -10,6 +10,8 @@ import boto3
 from botocore.config import Config
 from pydantic import BaseModel, ConfigDict
 
+from hardware.local_host import InstanceHost
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_ec2 import EC2Client
@@ -59,6 +61,7 @@ class Settings(BaseModel):
     security_group_id: str
     instance_profile_arn: str
     ami_parameter: str
+    instance_host: InstanceHost = "ec2"
     allowed_instance_types: list[str]
     sweep_budget_usd: float
     monthly_cap_usd: float
@@ -88,6 +91,7 @@ class Settings(BaseModel):
             security_group_id=env.get("SECURITY_GROUP_ID", ""),
             instance_profile_arn=env.get("INSTANCE_PROFILE_ARN", ""),
             ami_parameter=env.get("AMI_PARAMETER", ""),
+            instance_host=env.get("INSTANCE_HOST", "ec2"),
             allowed_instance_types=_csv(env, "ALLOWED_INSTANCE_TYPES"),
             sweep_budget_usd=float(env.get("SWEEP_BUDGET_USD", "0")),
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),

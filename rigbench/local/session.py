@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -33,6 +33,7 @@ from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.fleet import LocalFleet, RigCommand
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
+from rigs.bootstrap.user_data import BootstrapSpec
 
 # Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
 QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
@@ -47,15 +48,9 @@ STOP_CAUSE = (
 )
 
 
-def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
+def rig_serve_command(spec: BootstrapSpec, port: int) -> list[str]:
     """What an instance's systemd unit runs, on a loopback port of this machine."""
-    argv = [
-        sys.executable, "-m", "rigbench", "rig", "serve", rig,
-        "--model", model, "--port", str(port), "--host", "127.0.0.1",
-    ]  # fmt: skip
-    for key, value in sorted(settings.items()):
-        argv += ["--set", f"{key}={value}"]
-    return argv
+    return spec.serve_argv(python=sys.executable, port=port, host="127.0.0.1")
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -126,7 +121,8 @@ class LocalSession:
             self._fleet = LocalFleet(
                 self.home, self._groups, self.rig_command, account=self.account
             )
-            self.emulation = Emulation(fleet=self._fleet)
+            # its instances are this machine's processes: boots are planned for its hardware
+            self.emulation = Emulation(fleet=self._fleet, parameters={"InstanceHost": "local"})
             self.emulation.start()
             if self.restore:
                 self.restored = self._restore()

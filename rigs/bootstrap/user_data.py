@@ -22,6 +22,10 @@ from rigs.contract import Scalar
 from rigs.registry import get_rig
 
 USER_DATA_LIMIT = 16 * 1024
+INSTANCE_PORT = 8000  # where an instance's rig serves
+# The user data's second line: the spec it was rendered from, which a local instance (the
+# local fleet) reads back to serve what the instance would.
+SPEC_LINE = "# rigbench-bootstrap-spec: "
 TEMPLATE = Path(__file__).with_name("user_data.sh.j2")
 _SAFE = re.compile(r"^[\w.:/@~+-]+$")  # what may go unquoted into a systemd ExecStart
 
@@ -68,9 +72,16 @@ class BootstrapSpec(BaseModel):
                 raise ValueError(f"setting {key}={item!r} has characters not allowed")
         return value
 
-    def serve_argv(self) -> list[str]:
-        argv = [f"{self.root}/venv/bin/python", "-m", "rigbench", "rig", "serve", self.rig]
-        argv += ["--model", self.model, "--port", "8000"]
+    def serve_argv(
+        self, python: str | None = None, port: int = INSTANCE_PORT, host: str | None = None
+    ) -> list[str]:
+        """The rig's serve command: the instance's unit runs it as is; a local instance with
+        this machine's interpreter, on a loopback port of its own."""
+        python = python or f"{self.root}/venv/bin/python"
+        argv = [python, "-m", "rigbench", "rig", "serve", self.rig]
+        argv += ["--model", self.model, "--port", str(port)]
+        if host is not None:
+            argv += ["--host", host]
         if self.dtype:
             argv += ["--dtype", self.dtype]
         for key, item in sorted(self.settings.items()):
@@ -95,6 +106,7 @@ def render_user_data(spec: BootstrapSpec, paths: InstancePaths | None = None) ->
     env.filters["q"] = shlex.quote
     text = env.from_string(TEMPLATE.read_text()).render(
         **spec.model_dump(),
+        spec_line=SPEC_LINE + spec.model_dump_json(),
         paths=paths,
         install_script=install.rstrip("\n"),
         serve_command=" ".join(spec.serve_argv()),
@@ -102,6 +114,14 @@ def render_user_data(spec: BootstrapSpec, paths: InstancePaths | None = None) ->
     if len(text.encode()) > USER_DATA_LIMIT:
         raise ValueError(f"user data is {len(text.encode())} bytes, over EC2's 16 KiB")
     return text
+
+
+def read_spec(user_data: str) -> BootstrapSpec:
+    """The spec a user data was rendered from (`render_user_data`)."""
+    for line in user_data.splitlines()[:3]:
+        if line.startswith(SPEC_LINE):
+            return BootstrapSpec.model_validate_json(line.removeprefix(SPEC_LINE))
+    raise ValueError("the user data names no rigbench bootstrap spec")
 
 
 def ready_check_command(spec: BootstrapSpec) -> str:

@@ -7,10 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from rigbench.emulation.fleet import CommandNotDelivered
-from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError, host_settings
+from functions.boot_plan import plan_for
+from functions.bootstrap import InstancePlan, user_data
+from functions.execution_input import parse_sweep_input
+from functions.settings import RIG_TAG
+from hardware.instance_types import get_instance_type
+from rigbench.emulation.fleet import CommandNotDelivered, LaunchedInstance
+from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError
 from rigbench.local.procs import group_alive
-from tests.local.conftest import wait_for
+from rigbench.local.session import rig_serve_command
+from rigs.bootstrap.user_data import BootstrapSpec
+from tests.local.conftest import http_rig, wait_for
+
+TORCH = BootstrapSpec(
+    rig="torch",
+    model="random:tiny",
+    deadline_epoch=2_000_000_000,
+    bundle_s3_uri="s3://bucket-x/bundle.tar.gz",
+    region="us-east-1",
+)
 
 PROBE = (
     "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/').status)\""
@@ -26,7 +41,7 @@ def _done(fleet: LocalFleet, command_id: str, instance_id: str) -> str:
 
 
 def _online(fleet: LocalFleet, instance_id: str) -> None:
-    instance = fleet.launch(instance_id, "torch", "random:tiny")
+    instance = fleet.launch(instance_id, TORCH)
     assert fleet.agent_online(instance_id)
     assert instance.port != 8000
     # The stand-in rig is up once it answers on its port.
@@ -127,11 +142,11 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
     crashing = LocalFleet(
         fleet._home,
         fleet._groups,
-        lambda rig, model, port, settings: [
+        lambda spec, port: [
             sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(4)"
         ],
     )  # fmt: skip
-    instance = crashing.launch("i-0dead", "torch", "random:tiny")
+    instance = crashing.launch("i-0dead", TORCH)
     status_file = instance.workspace / "status.json"
     wait_for(lambda: json.loads(status_file.read_text())["phase"] == "failed")
     status = json.loads(status_file.read_text())
@@ -151,17 +166,54 @@ def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalF
     assert (fleet.get("i-0111").workspace / "runs.txt").read_text() == "run\n"
 
 
-def test_host_settings_size_every_rig_alike_and_apply_an_entrys_own() -> None:
-    sweep = {
-        "cells": {"concurrency": [1, 4], "prompt_tokens": 8, "output_tokens": 8},
-        "rig_settings": {"torch@serial": {"batching": "serial"}},
-    }
-    # The concurrency setting is the highest cell for every rig, as the cloud plan sets it;
-    # the context holds at least the agreement probe's prompts (256 tokens).
-    assert host_settings("jax", sweep) == {"max_model_len": "256", "max_slots": "4"}
-    assert host_settings("torch", sweep) == {"max_model_len": "256", "max_batch": "4"}
-    assert host_settings("torch@serial", sweep) == {
-        "max_model_len": "256",
-        "max_batch": "4",
-        "batching": "serial",
-    }
+@pytest.mark.slow
+def test_a_launched_instance_serves_the_plan_its_user_data_carries(fleet: LocalFleet) -> None:
+    """As an instance's unit serves its user data's plan, the local fleet serves the plan the
+    launch put into the user data: the entry's rig, model, dtype and every setting."""
+    sweep = parse_sweep_input(
+        {
+            "rigs": ["torch@serial"],
+            "model": "random:tiny",
+            "budget_usd": 1,
+            "rig_settings": {"torch@serial": {"batching": "serial", "batch_gap_ms": 3}},
+        }
+    )
+    plan = plan_for(sweep, "torch@serial", get_instance_type("g4dn.xlarge"))
+    text = user_data(
+        InstancePlan(
+            rig="torch@serial", model="random:tiny", bucket="bucket-x",
+            bundle_key="bundle/x.tar.gz", region="us-east-1", token_secret_arn="",
+            deadline_epoch=2_000_000_000, boot=plan,
+        )
+    )  # fmt: skip
+    seen: list[BootstrapSpec] = []
+
+    def recording(spec: BootstrapSpec, port: int) -> list[str]:
+        seen.append(spec)
+        return http_rig(spec, port)
+
+    local = LocalFleet(fleet._home, fleet._groups, recording)
+    try:
+        local.launched(
+            LaunchedInstance(
+                instance_id="i-0plan",
+                instance_type="g4dn.xlarge",
+                availability_zone="us-east-1a",
+                market="spot",
+                user_data=text,
+                tags={RIG_TAG: "torch@serial"},
+            )
+        )
+    finally:
+        local.close()
+    [spec] = seen
+    assert (spec.rig, spec.model, spec.dtype, spec.settings) == (
+        "torch@serial", "random:tiny", "float16", plan.settings
+    )  # fmt: skip
+    assert plan.settings["batching"] == "serial"
+    assert plan.settings["batch_gap_ms"] == 3
+    argv = rig_serve_command(spec, 8123)
+    assert argv[:6] == [sys.executable, "-m", "rigbench", "rig", "serve", "torch@serial"]
+    assert "--dtype float16" in " ".join(argv)
+    assert "--set batching=serial" in " ".join(argv)
+    assert "--port 8123 --host 127.0.0.1" in " ".join(argv)
