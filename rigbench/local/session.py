@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 
 from functions.settings import SWEEP_REPORTS_PREFIX
+from hardware.local_host import InstanceHost
 from rigbench.emulation import Emulation, EnvironOverride
 from rigbench.local import executions, persist
 from rigbench.local.emulated import EmulatedAccount
@@ -83,6 +84,7 @@ class LocalSession:
         keep_results: bool = True,
         restore: bool | None = None,
         rig_command: RigCommand = rig_serve_command,
+        instance_host: InstanceHost = "local",
     ) -> None:
         self.home = home.ensure()
         self.account = account
@@ -90,6 +92,9 @@ class LocalSession:
         self.keep_results = keep_results
         self.restore = keep_results if restore is None else restore
         self.rig_command = rig_command
+        # local: boots are planned for this machine, whose processes play the instances; a
+        # rehearsal of a cloud run (`--dry-run`) plans for EC2 instead
+        self.instance_host = instance_host
         self.stale: list[PidRecord] = []
         # Why a sweep still running when the session ends was stopped (its saved record).
         self.stop_cause = STOP_CAUSE
@@ -121,8 +126,9 @@ class LocalSession:
             self._fleet = LocalFleet(
                 self.home, self._groups, self.rig_command, account=self.account
             )
-            # its instances are this machine's processes: boots are planned for its hardware
-            self.emulation = Emulation(fleet=self._fleet, parameters={"InstanceHost": "local"})
+            self.emulation = Emulation(
+                fleet=self._fleet, parameters={"InstanceHost": self.instance_host}
+            )
             self.emulation.start()
             if self.restore:
                 self.restored = self._restore()
