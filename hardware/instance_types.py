@@ -1,12 +1,14 @@
 """The instance types rigbench knows: architecture, GPU, compute capability, size, price, AMI.
 
-One table, read by the sweep (quota, price, AMI, dtype), the bake (builder type, AMI) and
-`rig check` (which GPU code a rig's install must carry). A type missing here is not
-supported: the sweep refuses it by name before anything is spent.
+One table, read by the sweep (quota, on-demand price, AMI, dtype), the bake (builder type,
+price, AMI) and `rig check` (which GPU code a rig's install must carry). A type missing here
+is not supported: the sweep refuses it by name before anything is spent.
 
-Prices are on-demand Linux list prices (USD/h) per region; the spot price is read at run
-time (functions/budget.py). AMIs are the AWS Deep Learning AMIs with the NVIDIA driver,
-resolved at launch from AWS's public SSM parameters, one per architecture.
+Prices are on-demand Linux list prices (USD/h) per region, the one price table of sweeps and
+bakes: a region a type lacks is refused by name, never priced as another region's (prices
+differ); the spot price is read at run time (functions/budget.py). AMIs are the AWS Deep
+Learning AMIs with the NVIDIA driver, resolved at launch from AWS's public SSM parameters, one
+per architecture.
 """
 
 from __future__ import annotations
@@ -101,6 +103,53 @@ CATALOG: dict[str, InstanceType] = {
             gpu_memory_mib=15360,
             compute_capability="7.5",
             on_demand_usd_per_hour={"us-east-1": 0.526, "us-west-2": 0.526},
+        ),
+        # Other sizes and GPUs a stack may allow (AllowedInstanceTypes): T4G and T4 sizes,
+        # the A10G (Ampere, sm_86) and the L4 (Ada, sm_89). GPU memory as nvidia-smi reports it.
+        *(
+            InstanceType(
+                name=f"g5g.{size}",
+                arch="aarch64",
+                vcpus=vcpus,
+                memory_gib=memory,
+                gpu="T4G",
+                gpu_memory_mib=15360,
+                compute_capability="7.5",
+                on_demand_usd_per_hour={"us-east-1": price, "us-west-2": price},
+            )
+            for size, vcpus, memory, price in [
+                ("xlarge", 4, 8, 0.42),
+                ("4xlarge", 16, 32, 0.828),
+                ("8xlarge", 32, 64, 1.372),
+            ]
+        ),
+        InstanceType(
+            name="g4dn.2xlarge",
+            arch="x86_64",
+            vcpus=8,
+            memory_gib=32,
+            gpu="T4",
+            gpu_memory_mib=15360,
+            compute_capability="7.5",
+            on_demand_usd_per_hour={"us-east-1": 0.752, "us-west-2": 0.752},
+        ),
+        *(
+            InstanceType(
+                name=name,
+                arch="x86_64",
+                vcpus=vcpus,
+                memory_gib=memory,
+                gpu=gpu,
+                gpu_memory_mib=gpu_memory,
+                compute_capability=cc,
+                on_demand_usd_per_hour={"us-east-1": price, "us-west-2": price},
+            )
+            for name, vcpus, memory, gpu, gpu_memory, cc, price in [
+                ("g5.xlarge", 4, 16, "A10G", 23028, "8.6", 1.006),
+                ("g5.2xlarge", 8, 32, "A10G", 23028, "8.6", 1.212),
+                ("g6.xlarge", 4, 16, "L4", 23034, "8.9", 0.8048),
+                ("g6.2xlarge", 8, 32, "L4", 23034, "8.9", 0.9776),
+            ]
         ),
         # Bake builders: compiling for sm_75 needs nvcc and memory, not a GPU.
         InstanceType(
