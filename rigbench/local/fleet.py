@@ -12,12 +12,11 @@ Each launched instance id gets a workspace under `instances/<id>/` and a rig pro
 serves on a free loopback port (an instance's rig serves on 8000; here many share one host).
 The workspace holds what the instance's bootstrap would leave: `bundle/` (this checkout),
 `status.json` (starting, serving, or failed with the rig's last log lines if it exits).
-Commands sent to an instance over SSM run in its workspace as `bash` subprocesses, the same
-script text an instance runs, pointed at the workspace, which is the only difference:
-- the environment: RIGBENCH_HOME (the workspace), RIGBENCH_PYTHON (this interpreter),
-  RIGBENCH_URL (the rig's URL), and AWS_ENDPOINT_URL & co (the emulation);
-- the text: `/opt/rigbench` and `/var/lib/rigbench` become the workspace, the instance's
-  venv python this interpreter, and `127.0.0.1:8000` / `localhost:8000` the rig's port;
+Commands sent to an instance over SSM run in its workspace as `bash` subprocesses, the very
+script text an instance runs; the instance scripts read their paths from the environment, which
+is the only difference:
+- RIGBENCH_HOME (the workspace), RIGBENCH_STATUS_FILE (its status.json), RIGBENCH_PYTHON (this
+  interpreter), RIGBENCH_URL (the rig's URL), and AWS_ENDPOINT_URL & co (the emulation);
 - `python3`, `python`, `rigbench` resolve to this interpreter (a shim directory on PATH).
 Output and status are reported as SSM reports them (Pending, InProgress, Success, Failed,
 TimedOut; stdout capped at 24,000 characters, stderr at 8,000). Terminating an instance
@@ -53,11 +52,6 @@ from rigbench.local.procs import ProcessGroups
 from rigs.bootstrap.user_data import BootstrapSpec, read_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Where an instance keeps things (rigs/bootstrap): its install root (bundle/, venv/) and its
-# state (status.json); a workspace plays both.
-INSTANCE_PYTHON = "/opt/rigbench/venv/bin/python"
-INSTANCE_DIRS = ("/opt/rigbench", "/var/lib/rigbench")
-INSTANCE_PORT = 8000
 STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
 STDERR_LIMIT = 8_000
 
@@ -352,8 +346,7 @@ class LocalFleet:
                 return  # SSM delivers a command to an instance once
         directory = instance.workspace / "commands" / command_id
         directory.mkdir(parents=True, exist_ok=True)
-        script = self.translate("\n".join(commands), instance)
-        (directory / "script.sh").write_text(script + "\n")
+        (directory / "script.sh").write_text("\n".join(commands) + "\n")
         command = _Command(command_id, instance_id, directory, timeout_s)
         with self._lock:
             instance.commands[command_id] = command
@@ -378,15 +371,6 @@ class LocalFleet:
             ExecutionStartDateTime=_iso(command.started_at) if command.started_at else "",
             ExecutionEndDateTime=_iso(command.ended_at) if command.ended_at else "",
         )
-
-    def translate(self, script: str, instance: LocalInstance) -> str:
-        """The instance script as it runs here: paths and port pointed at this workspace."""
-        for host in ("127.0.0.1", "localhost"):
-            script = script.replace(f"{host}:{INSTANCE_PORT}", f"127.0.0.1:{instance.port}")
-        script = script.replace(INSTANCE_PYTHON, shlex.quote(sys.executable))
-        for directory in INSTANCE_DIRS:
-            script = script.replace(directory, str(instance.workspace))
-        return script
 
     def _run(self, instance: LocalInstance, command: _Command) -> None:
         stdout = (command.directory / "stdout").open("wb")
@@ -457,6 +441,7 @@ class LocalFleet:
             PATH=f"{self._shims}{os.pathsep}{env.get('PATH', '')}",
             PYTHONPATH=f"{repo}{os.pathsep}{pythonpath}" if pythonpath else repo,
             RIGBENCH_HOME=str(workspace),
+            RIGBENCH_STATUS_FILE=str(workspace / "status.json"),
             RIGBENCH_URL=f"http://127.0.0.1:{port}",
             RIGBENCH_PYTHON=sys.executable,
             RIG_PORT=str(port),

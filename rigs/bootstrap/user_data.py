@@ -128,18 +128,25 @@ def ready_check_command(spec: BootstrapSpec) -> str:
     """A shell command for SSM: prints a ReadyState JSON; exit 0 ready, 3 failed, 1 not yet.
 
     Works from the first second of boot: before rigbench is installed it reports the
-    status file (and a failed install as terminal).
+    status file (and a failed install as terminal). Its paths are the instance's unless the
+    environment names others (RIGBENCH_HOME, RIGBENCH_PYTHON, RIGBENCH_STATUS_FILE: a local
+    instance's workspace and interpreter).
     """
-    python = f"{spec.root}/venv/bin/python"
-    status = shlex.quote(str(STATUS_FILE))
+    root, status = shlex.quote(spec.root), shlex.quote(str(STATUS_FILE))
+    paths = (
+        f'HOME_DIR="${{RIGBENCH_HOME:-{root}}}"; '
+        'PY="${RIGBENCH_PYTHON:-$HOME_DIR/venv/bin/python}"; '
+        f'STATUS="${{RIGBENCH_STATUS_FILE:-{status}}}"; '
+    )
     probe = (
-        f"cd {spec.root}/bundle && {python} -m rigs.readiness "
-        f"--status-file {status} --service rigbench-rig.service"
+        'cd "$HOME_DIR/bundle" && "$PY" -m rigs.readiness '
+        '--status-file "$STATUS" --service rigbench-rig.service'
     )
     fallback = (
-        f'if grep -q \'"phase": "failed"\' {status} 2>/dev/null; then cat {status}; exit 3; fi; '
-        f'cat {status} 2>/dev/null || echo \'{{"phase": "not started"}}\'; exit 1'
+        'if grep -q \'"phase": "failed"\' "$STATUS" 2>/dev/null; then cat "$STATUS"; exit 3; fi; '
+        'cat "$STATUS" 2>/dev/null || echo \'{"phase": "not started"}\'; exit 1'
     )
     return (
-        f"if [ -x {python} ] && [ -d {spec.root}/bundle/rigs ]; then {probe}; else {fallback}; fi"
+        f'{paths}if [ -x "$PY" ] && [ -d "$HOME_DIR/bundle/rigs" ]; then {probe}; '
+        f"else {fallback}; fi"
     )

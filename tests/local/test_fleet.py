@@ -10,15 +10,19 @@ import pytest
 from functions.boot_plan import plan_for
 from functions.bootstrap import InstancePlan, user_data
 from functions.execution_input import parse_sweep_input
+from functions.instance_commands import probe_commands
 from functions.settings import RIG_TAG
 from hardware.instance_types import get_instance_type
 from rigbench.emulation.fleet import CommandNotDelivered, LaunchedInstance
-from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError
+from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError, write_status
 from rigbench.local.procs import group_alive
 from rigbench.local.session import rig_serve_command
 from rigs.bootstrap.user_data import BootstrapSpec
 from tests.local.conftest import http_rig, wait_for
 
+INSTANCE = InstancePlan(
+    "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
+)
 TORCH = BootstrapSpec(
     rig="torch",
     model="random:tiny",
@@ -28,7 +32,8 @@ TORCH = BootstrapSpec(
 )
 
 PROBE = (
-    "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/').status)\""
+    'python3 -c "import os, urllib.request as u; '
+    "print(u.urlopen(os.environ['RIGBENCH_URL']).status)\""
 )
 
 
@@ -64,8 +69,7 @@ def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) 
         [
             "set -e",
             PROBE,
-            "mkdir -p /var/lib/rigbench",
-            'echo \'{"phase": "ready"}\' > /var/lib/rigbench/status.json',
+            'echo \'{"phase": "ready"}\' > "$RIGBENCH_STATUS_FILE"',
             'echo "home=$RIGBENCH_HOME"',
         ],
         30,
@@ -124,15 +128,27 @@ def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
 def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:
     _online(fleet, "i-0fff")
     script = [
-        "cd /opt/rigbench/bundle",
-        '/opt/rigbench/venv/bin/python -c "import rigbench, sys; print(sys.executable)"',
-        "cat /var/lib/rigbench/status.json",
+        'cd "$RIGBENCH_HOME/bundle"',
+        '"$RIGBENCH_PYTHON" -c "import rigbench, sys; print(sys.executable)"',
+        'cat "$RIGBENCH_STATUS_FILE"',
     ]
     fleet.send_command("paths", "i-0fff", script, 30)
     assert _done(fleet, "paths", "i-0fff") == "Success", fleet.invocation("paths", "i-0fff")
     python, status = fleet.invocation("paths", "i-0fff").StandardOutputContent.splitlines()
     assert python == sys.executable
     assert json.loads(status)["phase"] == "serving"
+    # The readiness probe the state machine sends, as an instance gets it, word for word: it
+    # reads this workspace's status file (a failed install here) from the environment.
+    write_status(fleet.get("i-0fff").workspace, "failed", step="gpu", error="no GPU here")
+    fleet.send_command("ready", "i-0fff", probe_commands(INSTANCE), 60)
+    assert _done(fleet, "ready", "i-0fff") == "Failed"
+    invocation = fleet.invocation("ready", "i-0fff")
+    assert (fleet.get("i-0fff").workspace / "commands" / "ready" / "script.sh").read_text() == (
+        "\n".join(probe_commands(INSTANCE)) + "\n"
+    )
+    assert invocation.ResponseCode == 3, invocation
+    state = json.loads(invocation.StandardOutputContent.splitlines()[-1])
+    assert state["detail"] == "install failed at gpu: no GPU here"
 
 
 @pytest.mark.slow
@@ -160,7 +176,7 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
 def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalFleet) -> None:
     _online(fleet, "i-0111")
     for _ in range(3):
-        fleet.send_command("once", "i-0111", ["echo run >> /var/lib/rigbench/runs.txt"], 30)
+        fleet.send_command("once", "i-0111", ['echo run >> "$RIGBENCH_HOME/runs.txt"'], 30)
     assert _done(fleet, "once", "i-0111") == "Success"
     time.sleep(0.3)
     assert (fleet.get("i-0111").workspace / "runs.txt").read_text() == "run\n"
