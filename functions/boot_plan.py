@@ -29,8 +29,7 @@ from functions.events import BootPlan
 from functions.execution_input import SweepInput
 from hardware.instance_types import DLAMI_PARAMETERS, InstanceType, get_instance_type
 from hardware.local_host import LOCAL_INSTANCE_TYPE, InstanceHost, local_host
-from harness.agreement import PROBE_CONTEXT_TOKENS
-from rigs.contract import RigDefinition, Scalar
+from rigs.contract import PROBE_CONTEXT_TOKENS, RigDefinition, Scalar
 from rigs.registry import get_rig
 
 

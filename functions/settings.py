@@ -4,13 +4,11 @@ import os
 import threading
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 from botocore.config import Config
 from pydantic import BaseModel, ConfigDict
-
-from hardware.local_host import InstanceHost
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -61,7 +59,9 @@ class Settings(BaseModel):
     security_group_id: str
     instance_profile_arn: str
     ami_parameter: str
-    instance_host: InstanceHost = "ec2"
+    # template.yaml's InstanceHost (hardware.local_host.InstanceHost; not imported: the
+    # Summarize package carries no hardware/)
+    instance_host: Literal["ec2", "local"] = "ec2"
     allowed_instance_types: list[str]
     sweep_budget_usd: float
     monthly_cap_usd: float
