@@ -7,10 +7,17 @@ its image, the user data serves its dtype and settings, store records it beside 
     image:    the rig's baked image for the instance's architecture when rig.toml names one
               (`prebuilt_ami`, written by `rigbench bake`), else the stack's base image:
               the Deep Learning AMI of that architecture;
-    dtype:    float16 below compute capability 8.0 (no bfloat16 datapath), else the rig's;
+    dtype:    float16 below compute capability 8.0 (no bfloat16 datapath), float32 on a CPU,
+              else the rig's;
     settings: the rig's declared defaults, its concurrency setting set to the sweep's
-              `max_concurrent_sequences` (the same for every rig), then the input's
-              `rig_settings` for that entry (`jax@b` runs rig `jax` with its own settings).
+              `max_concurrent_sequences` (the same for every rig), on a CPU a context no longer
+              than the sweep's cells need (each longer bucket is minutes of compilation there
+              for nothing the sweep uses), then the input's `rig_settings` for that entry
+              (`jax@b` runs rig `jax` with its own settings).
+
+A stack whose instances are local processes (`InstanceHost` local: the local fleet) plans for
+this machine (hardware/local_host.py), with or without a GPU, and the local instance serves
+that plan as an instance's user data serves it.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from typing import Any
 from functions.errors import InvalidInput, error_code
 from functions.events import BootPlan
 from functions.execution_input import SweepInput
-from hardware.instance_types import DLAMI_PARAMETERS, get_instance_type
-from rigs.contract import Scalar
+from hardware.instance_types import DLAMI_PARAMETERS, InstanceType, get_instance_type
+from hardware.local_host import LOCAL_INSTANCE_TYPE, InstanceHost, local_host
+from rigs.contract import PROBE_CONTEXT_TOKENS, RigDefinition, Scalar
 from rigs.registry import get_rig
 
 
@@ -33,10 +41,35 @@ def base_image(arch: str, stack_ami_parameter: str) -> str:
     return stack_ami_parameter
 
 
-def plan_boot(sweep: SweepInput, rig_name: str, stack_ami_parameter: str = "") -> BootPlan:
+CPU_DTYPE = "float32"  # every rig serves it; a CPU has no half-precision datapath worth having
+
+
+def plan_boot(
+    sweep: SweepInput,
+    rig_name: str,
+    stack_ami_parameter: str = "",
+    instance_host: InstanceHost = "ec2",
+) -> BootPlan:
+    """The plan for `sweep.instance_type`, or for this machine when instances are local."""
+    itype = local_host() if instance_host == "local" else get_instance_type(sweep.instance_type)
+    return plan_for(sweep, rig_name, itype, stack_ami_parameter)
+
+
+def cpu_context(sweep: SweepInput, rig: RigDefinition) -> dict[str, Scalar]:
+    """A CPU's `max_model_len`: the power of two that holds a cell's prompt and output and the
+    agreement probe every boot answers, up to the rig's own."""
+    declared = rig.serve.settings.get("max_model_len")
+    if not isinstance(declared, int):
+        return {}
+    need = max(sweep.cells.prompt_tokens + sweep.cells.output_tokens, PROBE_CONTEXT_TOKENS)
+    return {"max_model_len": min(declared, 1 << (need - 1).bit_length())}
+
+
+def plan_for(
+    sweep: SweepInput, rig_name: str, itype: InstanceType, stack_ami_parameter: str = ""
+) -> BootPlan:
     rig = get_rig(rig_name)
-    itype = get_instance_type(sweep.instance_type)
-    if itype.compute_capability is None:
+    if itype.compute_capability is None and itype.name != LOCAL_INSTANCE_TYPE:
         raise InvalidInput(f"instance type {itype.name} has no GPU")
     if itype.arch not in rig.architectures:
         raise InvalidInput(f"rig {rig.name} does not run on {itype.arch} ({itype.name})")
@@ -47,12 +80,18 @@ def plan_boot(sweep: SweepInput, rig_name: str, stack_ami_parameter: str = "") -
             raise InvalidInput(f"rig {rig.name} cannot serve {forced}, which {itype.name} needs")
         dtype = forced
         reason = f"compute capability {itype.compute_capability} has no bfloat16"
+    elif itype.compute_capability is None:
+        if CPU_DTYPE not in rig.serve.dtypes:
+            raise InvalidInput(f"rig {rig.name} cannot serve {CPU_DTYPE}, which a CPU needs")
+        dtype, reason = CPU_DTYPE, "a CPU, no GPU"
     else:
         dtype = rig.pick_dtype(None, itype.compute_capability)
         reason = "the rig's default"
     settings: dict[str, Scalar] = dict(rig.serve.settings)
     if rig.serve.concurrency_setting is not None:
         settings[rig.serve.concurrency_setting] = sweep.concurrent_sequences()
+    if itype.compute_capability is None:
+        settings.update(cpu_context(sweep, rig))
     settings.update(sweep.rig_settings.get(rig_name, {}))  # by the entry: jax@b has its own
     return BootPlan(
         rig=rig.name,

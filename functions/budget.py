@@ -17,26 +17,10 @@ from functions.observability import instrumented, logger
 from functions.settings import Clients, Settings
 from functions.tables import ledger
 from functions.tables.ledger import month_of, to_micro, usd
+from hardware.instance_types import UnknownInstanceType, get_instance_type
 
 OPEN_ATTRIBUTE = "open"
 OPEN_SWEEPS_INDEX = "open_sweeps"
-# Pricing API has no spot prices and the on-demand API lives in two regions only; on-demand
-# runs are opt-in, so a table of Linux list prices (USD/h) per region is enough. A region
-# missing here is refused by name: its prices differ, so never fall back to another region's.
-ON_DEMAND_USD_PER_HOUR: dict[str, dict[str, float]] = {
-    "us-east-1": {
-        "g5g.xlarge": 0.42,
-        "g5g.2xlarge": 0.556,
-        "g5g.4xlarge": 0.828,
-        "g5g.8xlarge": 1.372,
-        "g4dn.xlarge": 0.526,
-        "g4dn.2xlarge": 0.752,
-        "g5.xlarge": 1.006,
-        "g5.2xlarge": 1.212,
-        "g6.xlarge": 0.805,
-        "g6.2xlarge": 0.978,
-    },
-}
 
 
 def subnet_zones(ec2: Any, subnets: list[str]) -> dict[str, str]:
@@ -63,16 +47,12 @@ def spot_price(ec2: Any, instance_type: str, zones: list[str]) -> float:
 
 
 def on_demand_price(region: str, instance_type: str) -> float:
-    prices = ON_DEMAND_USD_PER_HOUR.get(region)
-    if prices is None:
-        raise OverBudget(
-            f"no on-demand price table for region {region} (known: "
-            f"{', '.join(sorted(ON_DEMAND_USD_PER_HOUR))}): add it to functions/budget.py "
-            "or use spot"
-        )
-    if instance_type not in prices:
-        raise OverBudget(f"no on-demand price known for {instance_type} in {region}")
-    return prices[instance_type]
+    """The type's on-demand list price in `region`, from the one catalog (hardware/); a type or
+    region it lacks is refused by name."""
+    try:
+        return get_instance_type(instance_type).price(region)
+    except UnknownInstanceType as exc:
+        raise OverBudget(f"{exc}: cannot price an on-demand sweep; use spot") from exc
 
 
 def price_per_hour(

@@ -47,7 +47,7 @@ class BootPlan(BaseModel):
     rig: str
     instance_type: str
     arch: Literal["x86_64", "aarch64"]
-    compute_capability: str
+    compute_capability: str | None = None  # None: a CPU (a local instance with no GPU)
     image: str  # an SSM parameter name (resolved at launch) or an AMI id
     image_source: Literal["base", "baked"]
     dtype: str

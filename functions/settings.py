@@ -4,7 +4,7 @@ import os
 import threading
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 from botocore.config import Config
@@ -59,6 +59,9 @@ class Settings(BaseModel):
     security_group_id: str
     instance_profile_arn: str
     ami_parameter: str
+    # template.yaml's InstanceHost (hardware.local_host.InstanceHost; not imported: the
+    # Summarize package carries no hardware/)
+    instance_host: Literal["ec2", "local"] = "ec2"
     allowed_instance_types: list[str]
     sweep_budget_usd: float
     monthly_cap_usd: float
@@ -88,6 +91,7 @@ class Settings(BaseModel):
             security_group_id=env.get("SECURITY_GROUP_ID", ""),
             instance_profile_arn=env.get("INSTANCE_PROFILE_ARN", ""),
             ami_parameter=env.get("AMI_PARAMETER", ""),
+            instance_host=env.get("INSTANCE_HOST", "ec2"),
             allowed_instance_types=_csv(env, "ALLOWED_INSTANCE_TYPES"),
             sweep_budget_usd=float(env.get("SWEEP_BUDGET_USD", "0")),
             monthly_cap_usd=float(env.get("MONTHLY_CAP_USD", "0")),

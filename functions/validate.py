@@ -80,7 +80,10 @@ def check_sweep(
     )
     # Image, dtype and settings per rig: refused here (a missing baked image too), not at launch.
     # The one plan of each rig: the later steps read it from the state, never plan again.
-    plans = {rig: plan_boot(config, rig, settings.ami_parameter) for rig in sweep.rigs}
+    plans = {
+        rig: plan_boot(config, rig, settings.ami_parameter, settings.instance_host)
+        for rig in sweep.rigs
+    }
     require_baked_images(clients.ssm, list(plans.values()))
     items = [
         BootItem(rig=rig, boot=b, plan=plans[rig])

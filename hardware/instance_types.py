@@ -1,12 +1,14 @@
 """The instance types rigbench knows: architecture, GPU, compute capability, size, price, AMI.
 
-One table, read by the sweep (quota, price, AMI, dtype), the bake (builder type, AMI) and
-`rig check` (which GPU code a rig's install must carry). A type missing here is not
-supported: the sweep refuses it by name before anything is spent.
+One table, read by the sweep (quota, on-demand price, AMI, dtype), the bake (builder type,
+price, AMI) and `rig check` (which GPU code a rig's install must carry). A type missing here
+is not supported: the sweep refuses it by name before anything is spent.
 
-Prices are on-demand Linux list prices (USD/h) per region; the spot price is read at run
-time (functions/budget.py). AMIs are the AWS Deep Learning AMIs with the NVIDIA driver,
-resolved at launch from AWS's public SSM parameters, one per architecture.
+Prices are on-demand Linux list prices (USD/h) per region, the one price table of sweeps and
+bakes: a region a type lacks is refused by name, never priced as another region's (prices
+differ); the spot price is read at run time (functions/budget.py). AMIs are the AWS Deep
+Learning AMIs with the NVIDIA driver, resolved at launch from AWS's public SSM parameters, one
+per architecture.
 """
 
 from __future__ import annotations
@@ -77,30 +79,40 @@ class UnknownInstanceType(ValueError):
     """An instance type (or region) the catalog does not describe."""
 
 
+# USD/h: these types list at one price in both regions.
+_REGIONS = ("us-east-1", "us-west-2")
+# name, arch, vCPUs, memory GiB, GPU, GPU memory MiB (as nvidia-smi reports it), compute
+# capability, on-demand USD/h. The targets first: Graviton2 with one T4G (Turing), and the same
+# GPU on x86_64, where stock wheels already carry sm_75. Then other sizes and GPUs a stack may
+# allow (AllowedInstanceTypes): the A10G (Ampere, sm_86) and the L4 (Ada, sm_89).
+_GPU_TYPES: list[tuple[str, Architecture, int, int, str, int, str, float]] = [
+    ("g5g.2xlarge", "aarch64", 8, 16, "T4G", 15360, "7.5", 0.556),
+    ("g4dn.xlarge", "x86_64", 4, 16, "T4", 15360, "7.5", 0.526),
+    ("g5g.xlarge", "aarch64", 4, 8, "T4G", 15360, "7.5", 0.42),
+    ("g5g.4xlarge", "aarch64", 16, 32, "T4G", 15360, "7.5", 0.828),
+    ("g5g.8xlarge", "aarch64", 32, 64, "T4G", 15360, "7.5", 1.372),
+    ("g4dn.2xlarge", "x86_64", 8, 32, "T4", 15360, "7.5", 0.752),
+    ("g5.xlarge", "x86_64", 4, 16, "A10G", 23028, "8.6", 1.006),
+    ("g5.2xlarge", "x86_64", 8, 32, "A10G", 23028, "8.6", 1.212),
+    ("g6.xlarge", "x86_64", 4, 16, "L4", 23034, "8.9", 0.8048),
+    ("g6.2xlarge", "x86_64", 8, 32, "L4", 23034, "8.9", 0.9776),
+]
+
 CATALOG: dict[str, InstanceType] = {
     t.name: t
     for t in [
-        # The target: Graviton2, one NVIDIA T4G (Turing, 15,360 MiB).
-        InstanceType(
-            name="g5g.2xlarge",
-            arch="aarch64",
-            vcpus=8,
-            memory_gib=16,
-            gpu="T4G",
-            gpu_memory_mib=15360,
-            compute_capability="7.5",
-            on_demand_usd_per_hour={"us-east-1": 0.556, "us-west-2": 0.556},
-        ),
-        # The same GPU on x86_64, where stock wheels already carry sm_75.
-        InstanceType(
-            name="g4dn.xlarge",
-            arch="x86_64",
-            vcpus=4,
-            memory_gib=16,
-            gpu="T4",
-            gpu_memory_mib=15360,
-            compute_capability="7.5",
-            on_demand_usd_per_hour={"us-east-1": 0.526, "us-west-2": 0.526},
+        *(
+            InstanceType(
+                name=name,
+                arch=arch,
+                vcpus=vcpus,
+                memory_gib=memory,
+                gpu=gpu,
+                gpu_memory_mib=gpu_memory,
+                compute_capability=cc,
+                on_demand_usd_per_hour=dict.fromkeys(_REGIONS, price),
+            )
+            for name, arch, vcpus, memory, gpu, gpu_memory, cc, price in _GPU_TYPES
         ),
         # Bake builders: compiling for sm_75 needs nvcc and memory, not a GPU.
         InstanceType(

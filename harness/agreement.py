@@ -46,10 +46,6 @@ from pydantic import BaseModel, ConfigDict, Field
 PROMPT_SET = "agreement-v1"  # harness/data/agreement-v1.jsonl: 16 prompts
 MAX_TOKENS = 32
 TOP_N = 2  # logprob alternatives per position
-# The context the probe needs: its longest prompt (199 tokens with the random:* tokenizer,
-# which splits text finer than Gemma's own) and answer fit (tests/harness/test_agreement.py);
-# small, so that local CPU rigs need not compile longer buckets for it.
-PROBE_CONTEXT_TOKENS = 256
 NEAR_TIE_NATS: dict[str, float] = {"float32": 1e-3, "float16": 0.1, "bfloat16": 0.5}
 UNKNOWN_DTYPE_NATS = NEAR_TIE_NATS["bfloat16"]
 

@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 
 from hardware.instance_types import GPU_TYPES, UnknownInstanceType, get_instance_type
+from hardware.local_host import compute_capability
 from rigs.contract import RigDefinitionError, Scalar
 from rigs.coverage import DEFAULT_WHEEL_CACHE, check_rig
-from rigs.launch import compute_capability, exec_rig, launch_plan
+from rigs.launch import exec_rig, launch_plan
 from rigs.registry import discover, get_rig
 from rigs.sources import ModelSourceError, check_spec
 

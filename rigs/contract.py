@@ -21,6 +21,13 @@ from typing import Annotated, Literal
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+# The context every rig must hold for the harness's agreement probe (harness/agreement.py): its
+# longest prompt (199 tokens with the random:* tokenizer, which splits text finer than Gemma's
+# own) and answer fit (tests/harness/test_agreement.py); small, so that rigs on a CPU need not
+# compile longer buckets for it. Here, not in the harness, so that a boot's plan (functions/)
+# sizes a rig for it without the harness.
+PROBE_CONTEXT_TOKENS = 256
+
 Scalar = str | int | float | bool
 Architecture = Literal["x86_64", "aarch64"]
 Accelerator = Literal["cuda", "cpu"]

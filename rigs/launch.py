@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -19,24 +18,6 @@ from rigs.sources import resolve_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_ROOT_ENV = "RIGBENCH_RIG_VENV_ROOT"  # the instance sets /opt/rigbench/venvs
-
-
-def compute_capability() -> str | None:
-    """The first GPU's compute capability ("7.5"), or None without an NVIDIA GPU."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return None
-    first = out.strip().splitlines()[0].strip() if out.strip() else ""
-    return first or None
 
 
 def default_rig_venv(rig: RigDefinition) -> Path:

@@ -138,7 +138,10 @@ def _dry_run(
     from rigbench.stack import StackError
     from rigbench.stack.local import LocalStack
 
-    with LocalStack(home, account, console=console, keep_results=False) as stack:
+    # a rehearsal of the cloud run: boots planned for the sweep's instance type, not this machine
+    with LocalStack(
+        home, account, console=console, keep_results=False, instance_host="ec2"
+    ) as stack:
         try:
             plan = stack.plan(sweep)
         except StackError as exc:

@@ -1,6 +1,5 @@
 """The local sweep: which rigs can run here, the demo input, and the run itself."""
 
-import platform
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG, SweepInput, read_input_file
+from hardware.local_host import compute_capability, host_arch
 from harness.compare import print_comparison
 from harness.schemas import cell_label
 from rigbench.commands.regression_table import check_lines
@@ -21,7 +21,6 @@ from rigbench.progress import PhaseLines, sweep_table
 from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack
-from rigs.launch import compute_capability
 from rigs.registry import discover
 
 DEMO_MODEL = "random:tiny"
@@ -42,7 +41,7 @@ DEMO_WAITS = {"agent_poll_s": 5, "ready_poll_s": 5, "command_poll_s": 5}
 
 def local_rigs() -> list[str]:
     """Rigs whose definition supports this machine's architecture and an accelerator it has."""
-    machine = platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
+    machine = host_arch()
     have = {"cpu"} | ({"cuda"} if compute_capability() is not None else set())
     return [
         name

@@ -4,20 +4,19 @@ here. Quota and spot price are the emulated account's figures (set by flags or e
 so a rehearsal can try a quota of 0 or a price that busts the budget); capacity is never
 refused, except in a rehearsal, which refuses and records every launch.
 
-A launched instance's rig and sweep come from its tags; the model and the rig settings from
-the sweep's execution input, read from the emulated Step Functions as the instance's user
-data would carry them on AWS.
+A launched instance serves what its user data would serve on AWS (the boot's plan: rig,
+model, dtype, settings), read back from the spec the user data carries
+(rigs.bootstrap.user_data.read_spec); the stack plans local boots for this machine.
 
 Each launched instance id gets a workspace under `instances/<id>/` and a rig process that
 serves on a free loopback port (an instance's rig serves on 8000; here many share one host).
 The workspace holds what the instance's bootstrap would leave: `bundle/` (this checkout),
 `status.json` (starting, serving, or failed with the rig's last log lines if it exits).
-Commands sent to an instance over SSM run in its workspace as `bash` subprocesses, the same
-script text an instance runs, pointed at the workspace, which is the only difference:
-- the environment: RIGBENCH_HOME (the workspace), RIGBENCH_PYTHON (this interpreter),
-  RIGBENCH_URL (the rig's URL), and AWS_ENDPOINT_URL & co (the emulation);
-- the text: `/opt/rigbench` and `/var/lib/rigbench` become the workspace, the instance's
-  venv python this interpreter, and `127.0.0.1:8000` / `localhost:8000` the rig's port;
+Commands sent to an instance over SSM run in its workspace as `bash` subprocesses, the very
+script text an instance runs; the instance scripts read their paths from the environment, which
+is the only difference:
+- RIGBENCH_HOME (the workspace), RIGBENCH_STATUS_FILE (its status.json), RIGBENCH_PYTHON (this
+  interpreter), RIGBENCH_URL (the rig's URL), and AWS_ENDPOINT_URL & co (the emulation);
 - `python3`, `python`, `rigbench` resolve to this interpreter (a shim directory on PATH).
 Output and status are reported as SSM reports them (Pending, InProgress, Success, Failed,
 TimedOut; stdout capped at 24,000 characters, stderr at 8,000). Terminating an instance
@@ -35,11 +34,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
-from functions.settings import RIG_TAG, SWEEP_TAG
+from functions.settings import RIG_TAG
 from rigbench.emulation.fleet import (
     CommandNotDelivered,
     CommandResult,
@@ -50,13 +49,9 @@ from rigbench.local.emulated import REFUSAL, EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.ports import free_port
 from rigbench.local.procs import ProcessGroups
+from rigs.bootstrap.user_data import BootstrapSpec, read_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Where an instance keeps things (rigs/bootstrap): its install root (bundle/, venv/) and its
-# state (status.json); a workspace plays both.
-INSTANCE_PYTHON = "/opt/rigbench/venv/bin/python"
-INSTANCE_DIRS = ("/opt/rigbench", "/var/lib/rigbench")
-INSTANCE_PORT = 8000
 STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
 STDERR_LIMIT = 8_000
 
@@ -78,8 +73,8 @@ class RigLaunch(BaseModel):
     port: int
 
 
-# Given (rig name, model spec, port, rig settings), the argv of the process serving that rig.
-RigCommand = Callable[[str, str, int, Mapping[str, str]], list[str]]
+# Given the boot's spec (rig, model, dtype, settings) and a port, the argv serving that rig.
+RigCommand = Callable[[BootstrapSpec, int], list[str]]
 
 
 class Invocation(BaseModel):
@@ -156,40 +151,6 @@ def _tail(path: Path, limit: int) -> str:
     return text[:limit]
 
 
-def host_settings(rig: str, sweep_input: Mapping[str, Any]) -> dict[str, str]:
-    """Rig settings sized to what the sweep asks of a CPU-only local process.
-
-    A rig's defaults are sized for a GPU (a 4,096-token context, 32 batch slots); on a CPU
-    each extra length bucket or slot width is minutes of compilation for nothing this sweep
-    uses. Only settings the rig declares are passed, the same values to every rig (its
-    concurrency setting too, as the cloud plan sets it), then the sweep's `rig_settings` for
-    this entry (`rig` may be labelled: `jax@b`).
-    """
-    from harness.agreement import PROBE_CONTEXT_TOKENS
-    from rigs.registry import get_rig
-
-    cells = sweep_input.get("cells") or {}
-    need = int(cells.get("prompt_tokens", 512)) + int(cells.get("output_tokens", 128))
-    need = max(need, PROBE_CONTEXT_TOKENS)  # every boot answers the agreement probe too
-    wanted = {
-        "max_model_len": max(64, 1 << (need - 1).bit_length()),
-        "max_slots": max([1, *(int(c) for c in cells.get("concurrency") or [8])]),
-    }
-    definition = get_rig(rig)
-    if definition.serve.concurrency_setting is not None:  # as the cloud plan sets it
-        wanted[definition.serve.concurrency_setting] = wanted["max_slots"]
-    declared = definition.serve.settings
-    # a number declared is a ceiling; "auto" (JAX's slots, sized from a GPU's free memory)
-    # would size a CPU process for a device it does not have
-    sized = {
-        key: str(min(value, declared[key]) if isinstance(declared[key], int) else value)
-        for key, value in wanted.items()
-        if key in declared
-    }
-    chosen = (sweep_input.get("rig_settings") or {}).get(rig) or {}
-    return {**sized, **{key: str(value) for key, value in chosen.items()}}
-
-
 class LocalFleet:
     """Instances as workspaces + process groups; thread-safe (Map iterations run in threads)."""
 
@@ -201,13 +162,11 @@ class LocalFleet:
         *,
         account: EmulatedAccount | None = None,
         env: Mapping[str, str] | None = None,
-        default_model: str = "random:tiny",
     ) -> None:
         self._home = home.ensure()
         self._groups = groups
         self._rig_command = rig_command
         self.account = account or EmulatedAccount()
-        self.default_model = default_model
         self._env = dict(env or {})
         self._lock = threading.Lock()
         self._instances: dict[str, LocalInstance] = {}
@@ -243,35 +202,10 @@ class LocalFleet:
             return REFUSAL
 
     def launched(self, instance: LaunchedInstance) -> None:
-        rig = instance.tags.get(RIG_TAG)
-        if rig is None:
+        """Serve what the instance's user data serves: its rig, model, dtype and settings."""
+        if RIG_TAG not in instance.tags:
             return  # not a rig instance: nothing to play
-        sweep = self._sweep_input(instance.tags.get(SWEEP_TAG, ""))
-        model = sweep.get("model") if isinstance(sweep.get("model"), str) else None
-        self.launch(
-            instance.instance_id, rig, model or self.default_model, host_settings(rig, sweep)
-        )  # `rig` may be a labelled entry (jax@b): the label is for its rows, not the process
-
-    def _sweep_input(self, sweep_id: str) -> dict[str, Any]:
-        """The execution input of the sweep (its name is the sweep id) on the emulation."""
-        import boto3
-
-        env = self._env
-        sfn = boto3.client(
-            "stepfunctions", endpoint_url=env.get("AWS_ENDPOINT_URL"),
-            region_name=env.get("AWS_DEFAULT_REGION", "us-east-1"),
-            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID", "testing"),
-            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY", "testing"),
-        )  # fmt: skip
-        for machine in sfn.list_state_machines()["stateMachines"]:
-            arn = machine["stateMachineArn"].replace(":stateMachine:", ":execution:")
-            try:
-                described = sfn.describe_execution(executionArn=f"{arn}:{sweep_id}")
-            except sfn.exceptions.ExecutionDoesNotExist:
-                continue
-            body = json.loads(described.get("input") or "{}")
-            return body if isinstance(body, dict) else {}
-        return {}
+        self.launch(instance.instance_id, read_spec(instance.user_data))
 
     def command_result(self, command_id: str, instance_id: str) -> CommandResult:
         try:
@@ -290,31 +224,27 @@ class LocalFleet:
 
     # -- instances ---------------------------------------------------------------------------
 
-    def launch(
-        self, instance_id: str, rig: str, model: str, settings: Mapping[str, str] | None = None
-    ) -> LocalInstance:
-        """Boot an instance: a workspace and a rig process serving `model` on a free port."""
+    def launch(self, instance_id: str, spec: BootstrapSpec) -> LocalInstance:
+        """Boot an instance: a workspace and a rig process serving the spec on a free port."""
         workspace = self._home.instances / instance_id
         workspace.mkdir(parents=True, exist_ok=True)
         bundle = workspace / "bundle"  # an instance runs the harness from the fetched bundle
         if not bundle.exists():
             bundle.symlink_to(REPO_ROOT, target_is_directory=True)
         port = free_port()
-        from rigs.registry import definition_name
-
-        argv = self._rig_command(definition_name(rig), model, port, settings or {})
+        argv = self._rig_command(spec, port)
         write_status(workspace, "starting")
         proc = self._groups.spawn(
             argv,
-            label=f"rig {rig} on {instance_id}",
+            label=f"rig {spec.rig} on {instance_id}",
             cwd=workspace,
             log_path=workspace / "rig.log",
             env=self._instance_env(workspace, port),
         )
         instance = LocalInstance(
             instance_id=instance_id,
-            rig=rig,
-            model=model,
+            rig=spec.rig,
+            model=spec.model,
             workspace=workspace,
             port=port,
             rig_pgid=proc.pid,
@@ -416,8 +346,7 @@ class LocalFleet:
                 return  # SSM delivers a command to an instance once
         directory = instance.workspace / "commands" / command_id
         directory.mkdir(parents=True, exist_ok=True)
-        script = self.translate("\n".join(commands), instance)
-        (directory / "script.sh").write_text(script + "\n")
+        (directory / "script.sh").write_text("\n".join(commands) + "\n")
         command = _Command(command_id, instance_id, directory, timeout_s)
         with self._lock:
             instance.commands[command_id] = command
@@ -442,15 +371,6 @@ class LocalFleet:
             ExecutionStartDateTime=_iso(command.started_at) if command.started_at else "",
             ExecutionEndDateTime=_iso(command.ended_at) if command.ended_at else "",
         )
-
-    def translate(self, script: str, instance: LocalInstance) -> str:
-        """The instance script as it runs here: paths and port pointed at this workspace."""
-        for host in ("127.0.0.1", "localhost"):
-            script = script.replace(f"{host}:{INSTANCE_PORT}", f"127.0.0.1:{instance.port}")
-        script = script.replace(INSTANCE_PYTHON, shlex.quote(sys.executable))
-        for directory in INSTANCE_DIRS:
-            script = script.replace(directory, str(instance.workspace))
-        return script
 
     def _run(self, instance: LocalInstance, command: _Command) -> None:
         stdout = (command.directory / "stdout").open("wb")
@@ -521,6 +441,7 @@ class LocalFleet:
             PATH=f"{self._shims}{os.pathsep}{env.get('PATH', '')}",
             PYTHONPATH=f"{repo}{os.pathsep}{pythonpath}" if pythonpath else repo,
             RIGBENCH_HOME=str(workspace),
+            RIGBENCH_STATUS_FILE=str(workspace / "status.json"),
             RIGBENCH_URL=f"http://127.0.0.1:{port}",
             RIGBENCH_PYTHON=sys.executable,
             RIG_PORT=str(port),

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -27,12 +27,14 @@ from typing import Any
 from rich.console import Console
 
 from functions.settings import SWEEP_REPORTS_PREFIX
+from hardware.local_host import InstanceHost
 from rigbench.emulation import Emulation, EnvironOverride
 from rigbench.local import executions, persist
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.fleet import LocalFleet, RigCommand
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord, ProcessGroups, reap_stale
+from rigs.bootstrap.user_data import BootstrapSpec
 
 # Handlers flush metrics to stdout, as in Lambda (for CloudWatch); not locally.
 QUIET_HANDLERS = {"POWERTOOLS_METRICS_DISABLED": "true"}
@@ -47,15 +49,9 @@ STOP_CAUSE = (
 )
 
 
-def rig_serve_command(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
+def rig_serve_command(spec: BootstrapSpec, port: int) -> list[str]:
     """What an instance's systemd unit runs, on a loopback port of this machine."""
-    argv = [
-        sys.executable, "-m", "rigbench", "rig", "serve", rig,
-        "--model", model, "--port", str(port), "--host", "127.0.0.1",
-    ]  # fmt: skip
-    for key, value in sorted(settings.items()):
-        argv += ["--set", f"{key}={value}"]
-    return argv
+    return spec.serve_argv(python=sys.executable, port=port, host="127.0.0.1")
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -88,6 +84,7 @@ class LocalSession:
         keep_results: bool = True,
         restore: bool | None = None,
         rig_command: RigCommand = rig_serve_command,
+        instance_host: InstanceHost = "local",
     ) -> None:
         self.home = home.ensure()
         self.account = account
@@ -95,6 +92,9 @@ class LocalSession:
         self.keep_results = keep_results
         self.restore = keep_results if restore is None else restore
         self.rig_command = rig_command
+        # local: boots are planned for this machine, whose processes play the instances; a
+        # rehearsal of a cloud run (`--dry-run`) plans for EC2 instead
+        self.instance_host = instance_host
         self.stale: list[PidRecord] = []
         # Why a sweep still running when the session ends was stopped (its saved record).
         self.stop_cause = STOP_CAUSE
@@ -126,7 +126,9 @@ class LocalSession:
             self._fleet = LocalFleet(
                 self.home, self._groups, self.rig_command, account=self.account
             )
-            self.emulation = Emulation(fleet=self._fleet)
+            self.emulation = Emulation(
+                fleet=self._fleet, parameters={"InstanceHost": self.instance_host}
+            )
             self.emulation.start()
             if self.restore:
                 self.restored = self._restore()

@@ -22,6 +22,10 @@ from rigs.contract import Scalar
 from rigs.registry import get_rig
 
 USER_DATA_LIMIT = 16 * 1024
+INSTANCE_PORT = 8000  # where an instance's rig serves
+# The user data's second line: the spec it was rendered from, which a local instance (the
+# local fleet) reads back to serve what the instance would.
+SPEC_LINE = "# rigbench-bootstrap-spec: "
 TEMPLATE = Path(__file__).with_name("user_data.sh.j2")
 _SAFE = re.compile(r"^[\w.:/@~+-]+$")  # what may go unquoted into a systemd ExecStart
 
@@ -68,9 +72,16 @@ class BootstrapSpec(BaseModel):
                 raise ValueError(f"setting {key}={item!r} has characters not allowed")
         return value
 
-    def serve_argv(self) -> list[str]:
-        argv = [f"{self.root}/venv/bin/python", "-m", "rigbench", "rig", "serve", self.rig]
-        argv += ["--model", self.model, "--port", "8000"]
+    def serve_argv(
+        self, python: str | None = None, port: int = INSTANCE_PORT, host: str | None = None
+    ) -> list[str]:
+        """The rig's serve command: the instance's unit runs it as is; a local instance with
+        this machine's interpreter, on a loopback port of its own."""
+        python = python or f"{self.root}/venv/bin/python"
+        argv = [python, "-m", "rigbench", "rig", "serve", self.rig]
+        argv += ["--model", self.model, "--port", str(port)]
+        if host is not None:
+            argv += ["--host", host]
         if self.dtype:
             argv += ["--dtype", self.dtype]
         for key, item in sorted(self.settings.items()):
@@ -95,6 +106,7 @@ def render_user_data(spec: BootstrapSpec, paths: InstancePaths | None = None) ->
     env.filters["q"] = shlex.quote
     text = env.from_string(TEMPLATE.read_text()).render(
         **spec.model_dump(),
+        spec_line=SPEC_LINE + spec.model_dump_json(),
         paths=paths,
         install_script=install.rstrip("\n"),
         serve_command=" ".join(spec.serve_argv()),
@@ -104,22 +116,37 @@ def render_user_data(spec: BootstrapSpec, paths: InstancePaths | None = None) ->
     return text
 
 
+def read_spec(user_data: str) -> BootstrapSpec:
+    """The spec a user data was rendered from (`render_user_data`)."""
+    for line in user_data.splitlines()[:3]:
+        if line.startswith(SPEC_LINE):
+            return BootstrapSpec.model_validate_json(line.removeprefix(SPEC_LINE))
+    raise ValueError("the user data names no rigbench bootstrap spec")
+
+
 def ready_check_command(spec: BootstrapSpec) -> str:
     """A shell command for SSM: prints a ReadyState JSON; exit 0 ready, 3 failed, 1 not yet.
 
     Works from the first second of boot: before rigbench is installed it reports the
-    status file (and a failed install as terminal).
+    status file (and a failed install as terminal). Its paths are the instance's unless the
+    environment names others (RIGBENCH_HOME, RIGBENCH_PYTHON, RIGBENCH_STATUS_FILE: a local
+    instance's workspace and interpreter).
     """
-    python = f"{spec.root}/venv/bin/python"
-    status = shlex.quote(str(STATUS_FILE))
+    root, status = shlex.quote(spec.root), shlex.quote(str(STATUS_FILE))
+    paths = (
+        f'HOME_DIR="${{RIGBENCH_HOME:-{root}}}"; '
+        'PY="${RIGBENCH_PYTHON:-$HOME_DIR/venv/bin/python}"; '
+        f'STATUS="${{RIGBENCH_STATUS_FILE:-{status}}}"; '
+    )
     probe = (
-        f"cd {spec.root}/bundle && {python} -m rigs.readiness "
-        f"--status-file {status} --service rigbench-rig.service"
+        'cd "$HOME_DIR/bundle" && "$PY" -m rigs.readiness '
+        '--status-file "$STATUS" --service rigbench-rig.service'
     )
     fallback = (
-        f'if grep -q \'"phase": "failed"\' {status} 2>/dev/null; then cat {status}; exit 3; fi; '
-        f'cat {status} 2>/dev/null || echo \'{{"phase": "not started"}}\'; exit 1'
+        'if grep -q \'"phase": "failed"\' "$STATUS" 2>/dev/null; then cat "$STATUS"; exit 3; fi; '
+        'cat "$STATUS" 2>/dev/null || echo \'{"phase": "not started"}\'; exit 1'
     )
     return (
-        f"if [ -x {python} ] && [ -d {spec.root}/bundle/rigs ]; then {probe}; else {fallback}; fi"
+        f'{paths}if [ -x "$PY" ] && [ -d "$HOME_DIR/bundle/rigs" ]; then {probe}; '
+        f"else {fallback}; fi"
     )

@@ -22,7 +22,18 @@ def test_both_turing_types_force_float16_and_differ_in_arch_and_image() -> None:
     assert g4dn.ami_parameter == DLAMI_PARAMETERS["x86_64"]
     assert g5g.price("us-east-1") == 0.556
     assert g4dn.price("us-east-1") == 0.526
-    assert GPU_TYPES == ["g5g.2xlarge", "g4dn.xlarge"]
+    assert GPU_TYPES[:2] == ["g5g.2xlarge", "g4dn.xlarge"]  # the targets first
+
+
+def test_the_gpu_decides_the_dtype_and_every_type_is_priced_in_both_regions() -> None:
+    for name in GPU_TYPES:
+        itype = get_instance_type(name)
+        forced = itype.dtype
+        assert forced == ("float16" if itype.gpu in ("T4", "T4G") else None), name
+        assert itype.arch == ("aarch64" if name.startswith("g5g.") else "x86_64"), name
+        assert set(itype.on_demand_usd_per_hour) == {"us-east-1", "us-west-2"}, name
+    assert get_instance_type("g6.xlarge").compute_capability == "8.9"
+    assert get_instance_type("g5.2xlarge").compute_capability == "8.6"
 
 
 def test_builders_have_no_gpu_and_match_their_arch() -> None:
@@ -34,8 +45,8 @@ def test_builders_have_no_gpu_and_match_their_arch() -> None:
 
 
 def test_unknown_types_and_regions_are_named() -> None:
-    with pytest.raises(UnknownInstanceType, match=r"'g6\.xlarge' is not supported"):
-        get_instance_type("g6.xlarge")
+    with pytest.raises(UnknownInstanceType, match=r"'p5\.48xlarge' is not supported"):
+        get_instance_type("p5.48xlarge")
     with pytest.raises(
         UnknownInstanceType, match=r"no on-demand price for g4dn\.xlarge in eu-west-9"
     ):

@@ -5,7 +5,6 @@ import pytest
 from harness.agreement import (
     MAX_TOKENS,
     NEAR_TIE_NATS,
-    PROBE_CONTEXT_TOKENS,
     AgreementProbe,
     ProbeAnswer,
     classify,
@@ -13,6 +12,7 @@ from harness.agreement import (
     output_agreement,
 )
 from harness.agreement_probe import parse_answer, prompt_set, request_body
+from rigs.contract import PROBE_CONTEXT_TOKENS
 
 
 def _answer(prompt: str, ids: list[int], margins: list[float] | None) -> ProbeAnswer:

@@ -2,7 +2,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -11,6 +11,7 @@ import pytest
 from rigbench.local.fleet import LocalFleet
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import ProcessGroups
+from rigs.bootstrap.user_data import BootstrapSpec
 
 # moto's state machine parser logs every failure with the whole parsed definition.
 logging.getLogger("moto").setLevel(logging.CRITICAL)
@@ -35,7 +36,7 @@ def processes_under(root: Path) -> list[str]:
     return found
 
 
-def http_rig(rig: str, model: str, port: int, settings: Mapping[str, str]) -> list[str]:
+def http_rig(spec: BootstrapSpec, port: int) -> list[str]:
     """A stand-in rig for fleet tests: a real HTTP server on the given port."""
     return [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
 

@@ -7,13 +7,33 @@ from pathlib import Path
 
 import pytest
 
-from rigbench.emulation.fleet import CommandNotDelivered
-from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError, host_settings
+from functions.boot_plan import plan_for
+from functions.bootstrap import InstancePlan, user_data
+from functions.execution_input import parse_sweep_input
+from functions.instance_commands import probe_commands
+from functions.settings import RIG_TAG
+from hardware.instance_types import get_instance_type
+from rigbench.emulation.fleet import CommandNotDelivered, LaunchedInstance
+from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError, write_status
 from rigbench.local.procs import group_alive
-from tests.local.conftest import wait_for
+from rigbench.local.session import rig_serve_command
+from rigs.bootstrap.user_data import BootstrapSpec
+from tests.local.conftest import http_rig, wait_for
+
+INSTANCE = InstancePlan(
+    "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
+)
+TORCH = BootstrapSpec(
+    rig="torch",
+    model="random:tiny",
+    deadline_epoch=2_000_000_000,
+    bundle_s3_uri="s3://bucket-x/bundle.tar.gz",
+    region="us-east-1",
+)
 
 PROBE = (
-    "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/').status)\""
+    'python3 -c "import os, urllib.request as u; '
+    "print(u.urlopen(os.environ['RIGBENCH_URL']).status)\""
 )
 
 
@@ -26,7 +46,7 @@ def _done(fleet: LocalFleet, command_id: str, instance_id: str) -> str:
 
 
 def _online(fleet: LocalFleet, instance_id: str) -> None:
-    instance = fleet.launch(instance_id, "torch", "random:tiny")
+    instance = fleet.launch(instance_id, TORCH)
     assert fleet.agent_online(instance_id)
     assert instance.port != 8000
     # The stand-in rig is up once it answers on its port.
@@ -49,8 +69,7 @@ def test_command_reaches_its_rig_and_writes_in_its_workspace(fleet: LocalFleet) 
         [
             "set -e",
             PROBE,
-            "mkdir -p /var/lib/rigbench",
-            'echo \'{"phase": "ready"}\' > /var/lib/rigbench/status.json',
+            'echo \'{"phase": "ready"}\' > "$RIGBENCH_STATUS_FILE"',
             'echo "home=$RIGBENCH_HOME"',
         ],
         30,
@@ -109,15 +128,27 @@ def test_terminate_ends_rig_and_running_commands(fleet: LocalFleet) -> None:
 def test_instance_paths_point_at_the_workspace(fleet: LocalFleet) -> None:
     _online(fleet, "i-0fff")
     script = [
-        "cd /opt/rigbench/bundle",
-        '/opt/rigbench/venv/bin/python -c "import rigbench, sys; print(sys.executable)"',
-        "cat /var/lib/rigbench/status.json",
+        'cd "$RIGBENCH_HOME/bundle"',
+        '"$RIGBENCH_PYTHON" -c "import rigbench, sys; print(sys.executable)"',
+        'cat "$RIGBENCH_STATUS_FILE"',
     ]
     fleet.send_command("paths", "i-0fff", script, 30)
     assert _done(fleet, "paths", "i-0fff") == "Success", fleet.invocation("paths", "i-0fff")
     python, status = fleet.invocation("paths", "i-0fff").StandardOutputContent.splitlines()
     assert python == sys.executable
     assert json.loads(status)["phase"] == "serving"
+    # The readiness probe the state machine sends, as an instance gets it, word for word: it
+    # reads this workspace's status file (a failed install here) from the environment.
+    write_status(fleet.get("i-0fff").workspace, "failed", step="gpu", error="no GPU here")
+    fleet.send_command("ready", "i-0fff", probe_commands(INSTANCE), 60)
+    assert _done(fleet, "ready", "i-0fff") == "Failed"
+    invocation = fleet.invocation("ready", "i-0fff")
+    assert (fleet.get("i-0fff").workspace / "commands" / "ready" / "script.sh").read_text() == (
+        "\n".join(probe_commands(INSTANCE)) + "\n"
+    )
+    assert invocation.ResponseCode == 3, invocation
+    state = json.loads(invocation.StandardOutputContent.splitlines()[-1])
+    assert state["detail"] == "install failed at gpu: no GPU here"
 
 
 @pytest.mark.slow
@@ -127,11 +158,11 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
     crashing = LocalFleet(
         fleet._home,
         fleet._groups,
-        lambda rig, model, port, settings: [
+        lambda spec, port: [
             sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(4)"
         ],
     )  # fmt: skip
-    instance = crashing.launch("i-0dead", "torch", "random:tiny")
+    instance = crashing.launch("i-0dead", TORCH)
     status_file = instance.workspace / "status.json"
     wait_for(lambda: json.loads(status_file.read_text())["phase"] == "failed")
     status = json.loads(status_file.read_text())
@@ -145,23 +176,60 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
 def test_a_command_runs_once_per_instance_however_often_it_is_sent(fleet: LocalFleet) -> None:
     _online(fleet, "i-0111")
     for _ in range(3):
-        fleet.send_command("once", "i-0111", ["echo run >> /var/lib/rigbench/runs.txt"], 30)
+        fleet.send_command("once", "i-0111", ['echo run >> "$RIGBENCH_HOME/runs.txt"'], 30)
     assert _done(fleet, "once", "i-0111") == "Success"
     time.sleep(0.3)
     assert (fleet.get("i-0111").workspace / "runs.txt").read_text() == "run\n"
 
 
-def test_host_settings_size_every_rig_alike_and_apply_an_entrys_own() -> None:
-    sweep = {
-        "cells": {"concurrency": [1, 4], "prompt_tokens": 8, "output_tokens": 8},
-        "rig_settings": {"torch@serial": {"batching": "serial"}},
-    }
-    # The concurrency setting is the highest cell for every rig, as the cloud plan sets it;
-    # the context holds at least the agreement probe's prompts (256 tokens).
-    assert host_settings("jax", sweep) == {"max_model_len": "256", "max_slots": "4"}
-    assert host_settings("torch", sweep) == {"max_model_len": "256", "max_batch": "4"}
-    assert host_settings("torch@serial", sweep) == {
-        "max_model_len": "256",
-        "max_batch": "4",
-        "batching": "serial",
-    }
+@pytest.mark.slow
+def test_a_launched_instance_serves_the_plan_its_user_data_carries(fleet: LocalFleet) -> None:
+    """As an instance's unit serves its user data's plan, the local fleet serves the plan the
+    launch put into the user data: the entry's rig, model, dtype and every setting."""
+    sweep = parse_sweep_input(
+        {
+            "rigs": ["torch@serial"],
+            "model": "random:tiny",
+            "budget_usd": 1,
+            "rig_settings": {"torch@serial": {"batching": "serial", "batch_gap_ms": 3}},
+        }
+    )
+    plan = plan_for(sweep, "torch@serial", get_instance_type("g4dn.xlarge"))
+    text = user_data(
+        InstancePlan(
+            rig="torch@serial", model="random:tiny", bucket="bucket-x",
+            bundle_key="bundle/x.tar.gz", region="us-east-1", token_secret_arn="",
+            deadline_epoch=2_000_000_000, boot=plan,
+        )
+    )  # fmt: skip
+    seen: list[BootstrapSpec] = []
+
+    def recording(spec: BootstrapSpec, port: int) -> list[str]:
+        seen.append(spec)
+        return http_rig(spec, port)
+
+    local = LocalFleet(fleet._home, fleet._groups, recording)
+    try:
+        local.launched(
+            LaunchedInstance(
+                instance_id="i-0plan",
+                instance_type="g4dn.xlarge",
+                availability_zone="us-east-1a",
+                market="spot",
+                user_data=text,
+                tags={RIG_TAG: "torch@serial"},
+            )
+        )
+    finally:
+        local.close()
+    [spec] = seen
+    assert (spec.rig, spec.model, spec.dtype, spec.settings) == (
+        "torch@serial", "random:tiny", "float16", plan.settings
+    )  # fmt: skip
+    assert plan.settings["batching"] == "serial"
+    assert plan.settings["batch_gap_ms"] == 3
+    argv = rig_serve_command(spec, 8123)
+    assert argv[:6] == [sys.executable, "-m", "rigbench", "rig", "serve", "torch@serial"]
+    assert "--dtype float16" in " ".join(argv)
+    assert "--set batching=serial" in " ".join(argv)
+    assert "--port 8123 --host 127.0.0.1" in " ".join(argv)

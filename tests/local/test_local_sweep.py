@@ -185,6 +185,51 @@ def test_a_rig_made_wrong_on_purpose_is_flagged_outputs_diverge(
     assert {"mean_first_divergence", "verdict"} <= set(dumped)
 
 
+def _same(reported: str, planned: object) -> bool:
+    """A setting the rig reports (text) against the plan's (a scalar): 1 and 1.0 are one; a
+    plan's "auto" is the rig's to resolve (torch's compile: off on a CPU), so any value is."""
+    if planned == "auto":
+        return bool(reported)
+    try:
+        return float(reported) == float(str(planned))
+    except ValueError:
+        return reported == str(planned)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+def test_each_local_rig_serves_the_plan_stored_with_its_rows(
+    finished_sweep: FinishedSweep, tmp_path: Path
+) -> None:
+    """What each rig said at /provenance (stored with its rows) is the stored plan: the dtype,
+    every setting the rig reports by its own name, and the batch slots; torch@wrong's
+    `rig_settings` (batched, perturbed) included."""
+    from harness.compare import rig_setup
+    from rigbench.stack.models import ResultsQuery
+    from rigs.registry import get_rig
+
+    with local_stack(finished_sweep.copy_to(tmp_path / "home").home) as stack:
+        rows = stack.results(ResultsQuery(sweep=SHARED_SWEEP_ID))
+    assert {r.rig for r in rows} == {"jax", "jax@b", "torch", "torch@wrong"}
+    compared: dict[str, set[str]] = {}
+    for row in rows:
+        served, plan = row.provenance["rig"], row.provenance["boot_plan"]
+        assert plan["instance_type"] == "local"  # planned for this machine, a CPU
+        assert served["dtype"] == plan["dtype"] == "float32", row.rig
+        shared = set(served) & set(plan["settings"])
+        for key in shared:
+            assert _same(served[key], plan["settings"][key]), (row.rig, key, served, plan)
+        concurrency = get_rig(row.rig).serve.concurrency_setting
+        assert concurrency is not None
+        assert rig_setup(served).slots == str(plan["settings"][concurrency]), row.rig
+        compared[row.rig] = shared
+    assert compared["jax"] >= {"max_model_len", "steps_per_call"}
+    assert compared["torch"] >= {"max_model_len", "batching", "max_batch"}
+    assert compared["torch@wrong"] >= {"batching", "test_logit_perturbation"}
+    wrong = next(r for r in rows if r.rig == "torch@wrong").provenance["rig"]
+    assert (wrong["batching"], wrong["test_logit_perturbation"]) == ("batched", "1")
+
+
 def _start_cli(args: list[str], home: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rigbench", *args],

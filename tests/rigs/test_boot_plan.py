@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from functions.boot_plan import plan_boot
+from functions.boot_plan import plan_boot, plan_for
 from functions.errors import InvalidInput
 from functions.execution_input import parse_sweep_input
 from functions.settings import EMULATED_AMI_PARAMETER
-from hardware.instance_types import DLAMI_PARAMETERS
+from hardware.instance_types import DLAMI_PARAMETERS, InstanceType
+from hardware.local_host import host_arch
 from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.conftest import FAST, result_rows, sweep_id_of, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet
@@ -197,3 +198,45 @@ def test_only_the_validate_step_plans_a_boot() -> None:
     functions_dir = Path(__file__).resolve().parents[2] / "functions"
     planners = sorted(p.name for p in functions_dir.glob("*.py") if "plan_boot(" in p.read_text())
     assert planners == ["boot_plan.py", "validate.py"]
+
+
+def test_a_cpu_is_planned_in_float32_with_the_context_the_cells_need() -> None:
+    """A local instance on a machine without a GPU: float32, the concurrency setting as on a
+    GPU, a context no longer than a cell and the agreement probe (256 tokens) need, then the
+    entry's own settings."""
+    cpu = InstanceType(
+        name="local", arch="x86_64", vcpus=2, memory_gib=8, gpu=None, on_demand_usd_per_hour={}
+    )
+    cells = {"concurrency": [1, 4], "prompt_tokens": 8, "output_tokens": 8}
+    sweep = _sweep(
+        "g4dn.xlarge",
+        rigs=["jax", "torch", "torch@serial"],
+        cells=cells,
+        rig_settings={"torch@serial": {"batching": "serial", "max_model_len": 512}},
+    )
+    jax = plan_for(sweep, "jax", cpu)
+    assert (jax.dtype, jax.dtype_reason, jax.compute_capability) == (
+        "float32",
+        "a CPU, no GPU",
+        None,
+    )
+    assert jax.settings == {"max_model_len": 256, "max_slots": 4, "steps_per_call": 8}
+    torch = plan_for(sweep, "torch", cpu)
+    assert (torch.settings["max_model_len"], torch.settings["max_batch"]) == (256, 4)
+    serial = plan_for(sweep, "torch@serial", cpu)
+    assert (serial.settings["batching"], serial.settings["max_model_len"]) == ("serial", 512)
+    longer = _sweep("g4dn.xlarge", rigs=["jax"], cells={**cells, "prompt_tokens": 1000})
+    assert plan_for(longer, "jax", cpu).settings["max_model_len"] == 1024
+    huge = _sweep("g4dn.xlarge", rigs=["jax"], cells={**cells, "prompt_tokens": 9000})
+    assert plan_for(huge, "jax", cpu).settings["max_model_len"] == 4096  # the rig's own, at most
+    # A catalogued type without a GPU (a bake builder) is no place for a sweep.
+    with pytest.raises(InvalidInput, match=r"c6i\.4xlarge has no GPU"):
+        plan_for(sweep, "torch", cpu.model_copy(update={"name": "c6i.4xlarge"}))
+
+
+def test_a_stack_of_local_instances_plans_for_this_machine() -> None:
+    sweep = _sweep("g5g.2xlarge", rigs=["torch"])
+    local = plan_boot(sweep, "torch", EMULATED_AMI_PARAMETER, "local")
+    assert (local.instance_type, local.arch) == ("local", host_arch())
+    assert local.image == EMULATED_AMI_PARAMETER
+    assert plan_boot(sweep, "torch", EMULATED_AMI_PARAMETER).instance_type == "g5g.2xlarge"

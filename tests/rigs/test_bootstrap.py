@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import time
@@ -212,12 +213,21 @@ def test_ready_check_command_reports_a_failed_install_before_rigbench_exists(
         json.dumps({"phase": "failed", "step": "gpu", "error": "x", "updated": 1})
     )
     command = ready_check_command(spec(root=str(tmp_path / "nothing")))
-    command = command.replace("/var/lib/rigbench/status.json", str(status_file))
-    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    # its paths from the environment, as a local instance gives them
+    env = {**os.environ, "RIGBENCH_STATUS_FILE": str(status_file)}
+    env.pop("RIGBENCH_HOME", None)
+    env.pop("RIGBENCH_PYTHON", None)
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, check=False, env=env
+        )
+
+    result = check()
     assert result.returncode == 3
     assert json.loads(result.stdout)["phase"] == "failed"
     status_file.write_text(json.dumps({"phase": "installing", "updated": 1}))
-    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False)
+    result = check()
     assert result.returncode == 1
 
 
