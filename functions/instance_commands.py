@@ -14,7 +14,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.bootstrap import RIGBENCH_HOME, InstancePlan, readiness_command
-from functions.execution_input import LoadCells
+from functions.events import CellsConfig
 from functions.report_keys import REPORT, boot_prefix
 
 PROBE_STEP = "probe"
@@ -101,7 +101,7 @@ def parse_probe(stdout: str) -> ProbeResult:
 
 
 def bench_commands(
-    *, sweep_id: str, rig: str, boot: int, cells: LoadCells, bucket: str, instance_arn: str
+    *, sweep_id: str, rig: str, boot: int, cells: CellsConfig, bucket: str, instance_arn: str
 ) -> list[str]:
     """The harness run and its upload, under the instance's own prefix (functions.report_keys:
     the instance role may write nowhere else)."""

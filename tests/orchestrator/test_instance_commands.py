@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from functions.bootstrap import InstancePlan
+from functions.events import CellsConfig
 from functions.execution_input import LoadCells
 from functions.instance_commands import (
     bench_commands,
@@ -42,12 +43,15 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     try:
         (tmp_path / "bundle").symlink_to(REPO_ROOT)
         bucket = emu.stack_refs().bucket
-        cells = LoadCells(
-            concurrency=[1, 2],
-            requests_per_cell=4,
-            prompt_tokens=16,
-            output_tokens=8,
-            warmup_requests=1,
+        # As ValidateInput records them in the state: the input's cells, accepted.
+        cells = CellsConfig.model_validate(
+            LoadCells(
+                concurrency=[1, 2],
+                requests_per_cell=4,
+                prompt_tokens=16,
+                output_tokens=8,
+                warmup_requests=1,
+            ).model_dump()
         )
         script = "\n".join(
             bench_commands(
@@ -112,7 +116,7 @@ def test_commands_pass_shellcheck(tmp_path: Path) -> None:
     plan = InstancePlan(
         "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
     )
-    cells = LoadCells(concurrency=[1, 8])
+    cells = CellsConfig.model_validate(LoadCells(concurrency=[1, 8]).model_dump())
     for name, commands in {
         "probe": probe_commands(plan),
         "bench": bench_commands(

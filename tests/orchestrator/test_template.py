@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from cfn_tools import load_yaml
 
+from functions.events import CellsConfig
 from functions.execution_input import LoadCells
 from functions.instance_commands import bench_commands, report_uri_of
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, instance_arn
@@ -269,8 +270,9 @@ def test_an_instance_writes_only_below_its_own_arn_where_dispatch_points_it() ->
 
     def uploads(instance_id: str, sweep: str, boot: int) -> tuple[str, list[str]]:
         arn = instance_arn(prefix, instance_id)
+        cells = CellsConfig.model_validate(LoadCells().model_dump())
         commands = bench_commands(
-            sweep_id=sweep, rig="torch", boot=boot, cells=LoadCells(), bucket="b", instance_arn=arn
+            sweep_id=sweep, rig="torch", boot=boot, cells=cells, bucket="b", instance_arn=arn
         )
         uri = report_uri_of(commands)
         assert uri is not None
