@@ -55,6 +55,16 @@ for path in sys.argv[3:]:
 """
 
 
+class InstanceProvenance(BaseModel):
+    """What the bench command collected on the instance (`_PROVENANCE_PY`), uploaded beside
+    the report."""
+
+    served_model: str
+    rig: dict[str, str] = {}
+    gpu: str
+    driver: str
+
+
 class ProbeResult(BaseModel):
     """A ReadyState printed by the readiness check, or the install status file it falls back
     to before the rig's environment exists."""

@@ -21,9 +21,9 @@ from functions.instance_commands import (
     report_uri_of,
     step_of,
 )
-from functions.report import Report
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, boot_prefix
 from functions.store import read_instance_provenance, read_report
+from harness.schemas import BenchmarkReport
 from rigbench.bundle import REPO_ROOT
 from rigbench.emulation import Emulation
 from tests.harness.conftest import start_reference_server
@@ -73,7 +73,7 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     s3 = emu.client("s3")
     prefix = boot_prefix("s-1", "torch", 1, ARN)
     report = read_report(s3, bucket, prefix + REPORT)
-    assert isinstance(report, Report)
+    assert isinstance(report, BenchmarkReport)
     assert [c.concurrency for c in report.cells] == [1, 2]
     assert [(c.requests_ok, c.requests_failed) for c in report.cells] == [(2, 2), (4, 0)]
     assert report.cells[0].first_failure == "http_error: HTTP 500: injected failure"
