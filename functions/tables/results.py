@@ -26,7 +26,7 @@ def config_key(rig: str, model: str, instance_type: str) -> str:
 
 
 def cell_key(cell: CellReport) -> str:
-    """A cell in a row's sort key: `c00008` for a concurrency, `r0002.5000` for a rate (fixed
+    """A cell in a row's sort key: `c00008` for a concurrency, `r000002.5000` for a rate (fixed
     width, so a boot's rows sort by their load)."""
     if cell.concurrency is not None:
         return f"c{cell.concurrency:05d}"

@@ -9,7 +9,8 @@ from functions.events import BootState, BundleRef, Reservation, SweepConfig
 from functions.execution_input import parse_sweep_input
 from functions.instance_commands import InstanceProvenance
 from functions.store import result_rows
-from harness.schemas import BenchmarkReport, metric_value
+from functions.tables.results import cell_key
+from harness.schemas import BenchmarkReport, cell_label, metric_value
 
 OLD_REPORT = (
     Path(__file__).resolve().parents[1]
@@ -76,3 +77,12 @@ def test_rows_of_a_current_report_hold_every_figure() -> None:
     (row, _) = result_rows(boot_state(), current, found, "k")
     assert set(NOT_RECORDED_BEFORE_ACHIEVED_LOAD) <= set(row["metrics"])
     assert row["metrics"]["delivery"] == "streamed"
+
+
+def test_a_cell_s_sort_key_keeps_the_spelling_of_the_stored_rows() -> None:
+    # Rows already in the table carry these keys: a new spelling would split their history.
+    old = BenchmarkReport.model_validate_json(OLD_REPORT.read_text())
+    by_concurrency, _ = old.cells
+    by_rate = by_concurrency.model_copy(update={"concurrency": None, "rate": 2.5})
+    assert (cell_key(by_concurrency), cell_key(by_rate)) == ("c00001", "r000002.5000")
+    assert (cell_label(by_concurrency), cell_label(by_rate)) == ("c=1", "rate=2.5/s")
