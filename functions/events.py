@@ -28,14 +28,84 @@ class BundleRef(_Model):
     rigs: list[str]
 
 
-class SweepConfig(SweepInput):
-    """The validated input with every default resolved against the stack."""
+class CellsConfig(_Model):
+    """`LoadCells` as Validate accepted it."""
+
+    concurrency: list[int]
+    rates: list[float]
+    requests_per_cell: int
+    prompt_tokens: int
+    output_tokens: int
+    warmup_requests: int
+
+
+class DeadlinesConfig(_Model):
+    """`Deadlines` as Validate accepted it."""
+
+    ready_s: int
+    bench_s: int
+    instance_s: int
+
+
+class WaitsConfig(_Model):
+    """`Waits` as Validate accepted it (the Wait states read these seconds)."""
+
+    agent_poll_s: int
+    ready_poll_s: int
+    command_poll_s: int
+
+
+class SweepConfig(_Model):
+    """The sweep as ValidateInput accepted it, every default resolved against the stack.
+
+    Types only, no rules: the input's rules (`SweepInput`) are checked once, by ValidateInput,
+    and every later Task parses this record of what was accepted. A deploy that tightens the
+    rules mid-sweep then cannot make a running sweep refuse its own state. The fields mirror
+    `SweepInput`'s (a test keeps the names equal); a field added to the input later needs a
+    default here, for the states that were written before it."""
 
     sweep_id: str
+    rigs: list[str]
+    model: str
+    model_revision: str | None = None
+    instance_type: str
+    boots_per_rig: int
+    cells: CellsConfig
+    budget_usd: float
+    market: Literal["spot", "on-demand"]
     subnets: list[str]
+    deadlines: DeadlinesConfig
+    waits: WaitsConfig
+    max_concurrent_sequences: int | None = None
+    max_interruptions_per_boot: int
+    regression_ratio: float
+    rig_settings: dict[str, dict[str, Scalar]]
     bundle: BundleRef
     execution_arn: str = ""
     created_at: str
+
+    @classmethod
+    def accepted(
+        cls,
+        sweep: SweepInput,
+        *,
+        sweep_id: str,
+        subnets: list[str],
+        bundle: BundleRef,
+        execution_arn: str,
+        created_at: str,
+    ) -> "SweepConfig":
+        """The record of a validated input (ValidateInput builds it, once per sweep)."""
+        return cls.model_validate(
+            {
+                **sweep.model_dump(exclude={"sweep_id", "subnets"}),
+                "sweep_id": sweep_id,
+                "subnets": subnets,
+                "bundle": bundle,
+                "execution_arn": execution_arn,
+                "created_at": created_at,
+            }
+        )
 
 
 class BootPlan(BaseModel):

@@ -14,7 +14,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.bootstrap import RIGBENCH_HOME, InstancePlan, readiness_command
-from functions.execution_input import LoadCells
+from functions.events import CellsConfig
 from functions.report_keys import REPORT, boot_prefix
 
 PROBE_STEP = "probe"
@@ -53,6 +53,16 @@ s3 = boto3.client("s3")
 for path in sys.argv[3:]:
     s3.upload_file(path, bucket, prefix + path.rsplit("/", 1)[1])
 """
+
+
+class InstanceProvenance(BaseModel):
+    """What the bench command collected on the instance (`_PROVENANCE_PY`), uploaded beside
+    the report."""
+
+    served_model: str
+    rig: dict[str, str] = {}
+    gpu: str
+    driver: str
 
 
 class ProbeResult(BaseModel):
@@ -101,7 +111,7 @@ def parse_probe(stdout: str) -> ProbeResult:
 
 
 def bench_commands(
-    *, sweep_id: str, rig: str, boot: int, cells: LoadCells, bucket: str, instance_arn: str
+    *, sweep_id: str, rig: str, boot: int, cells: CellsConfig, bucket: str, instance_arn: str
 ) -> list[str]:
     """The harness run and its upload, under the instance's own prefix (functions.report_keys:
     the instance role may write nowhere else)."""

@@ -1,7 +1,11 @@
 """Store a boot's results: one DynamoDB row per load cell, with provenance; the raw report
 stays in S3 where the instance put it.
 
-The table's keys and item format live in functions/tables/results.py.
+The report is read with the harness's own schema (`harness.schemas.BenchmarkReport`, which
+parses the reports of every earlier harness); a row's metrics are the cell as the report
+recorded it, so a figure an older harness did not record is absent from the row (read as
+None, `harness.schemas.metric_value`), never a schema default. The table's keys and item
+format live in functions/tables/results.py.
 """
 
 from typing import Any, TypeVar
@@ -14,12 +18,14 @@ from pydantic import BaseModel, ValidationError
 
 from functions.errors import ReportInvalid
 from functions.events import BootState, Stored
+from functions.instance_commands import InstanceProvenance
 from functions.observability import instrumented, metrics
-from functions.report import InstanceProvenance, Report
 from functions.report_keys import PROVENANCE, REPORT
 from functions.settings import Clients, Settings
 from functions.tables.ledger import month_of
-from functions.tables.results import config_key, row_key, to_item
+from functions.tables.results import cell_key, config_key, row_key, to_item
+from harness.agreement import AgreementProbe
+from harness.schemas import BenchmarkReport
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -35,16 +41,24 @@ def _read_s3_json(s3: Any, bucket: str, key: str, model: type[M], what: str) -> 
         raise ReportInvalid(f"the {what} s3://{bucket}/{key} does not parse: {exc}") from exc
 
 
-def read_report(s3: Any, bucket: str, key: str) -> Report:
-    return _read_s3_json(s3, bucket, key, Report, "harness report")
+def read_report(s3: Any, bucket: str, key: str) -> BenchmarkReport:
+    return _read_s3_json(s3, bucket, key, BenchmarkReport, "harness report")
 
 
 def read_instance_provenance(s3: Any, bucket: str, key: str) -> InstanceProvenance:
     return _read_s3_json(s3, bucket, key, InstanceProvenance, "provenance")
 
 
+def row_agreement(probe: AgreementProbe | None) -> dict[str, Any] | None:
+    """The agreement probe as a results row keeps it: token strings left out (the ids, text
+    and margins say it all; the report in S3 keeps everything)."""
+    if probe is None:
+        return None
+    return probe.model_dump(mode="json", exclude={"answers": {"__all__": {"tokens"}}})
+
+
 def result_rows(
-    state: BootState, report: Report, found: InstanceProvenance, key: str
+    state: BootState, report: BenchmarkReport, found: InstanceProvenance, key: str
 ) -> list[dict[str, Any]]:
     sweep, instance = state.sweep, state.instance
     assert instance is not None
@@ -67,13 +81,13 @@ def result_rows(
         "boot_plan": state.plan.model_dump(mode="json"),
     }
     rows = []
-    agreement = report.row_agreement()  # on every row of the boot: any one row gives it
+    agreement = row_agreement(report.agreement)  # on every row of the boot: any one gives it
     for cell in report.cells:
-        metrics_doc = cell.model_dump(mode="json")
+        metrics_doc = cell.model_dump(mode="json", exclude_unset=True)
         rows.append(
             {
                 "sweep_id": sweep.sweep_id,
-                "row_key": row_key(state.rig, state.boot, cell.key),
+                "row_key": row_key(state.rig, state.boot, cell_key(cell)),
                 "config_key": config_key(state.rig, sweep.model, sweep.instance_type),
                 "month": month_of(report.started_at),
                 "started_at": report.started_at,
@@ -81,7 +95,7 @@ def result_rows(
                 "boot": state.boot,
                 "model": sweep.model,
                 "instance_type": sweep.instance_type,
-                "cell": cell.key,
+                "cell": cell_key(cell),
                 "metrics": metrics_doc,
                 "provenance": provenance,
                 "report_key": key,

@@ -67,21 +67,18 @@ def check_sweep(
         raise InvalidInput("invalid sweep input: subnets: none given and the stack has none")
     if not event.execution_arn:
         raise InvalidInput("invalid sweep input: no execution ARN to own the sweep")
-    fields = sweep.model_dump(exclude={"sweep_id", "subnets"})
-    created_at = now.isoformat(timespec="seconds")
-    sweep_id = sweep.sweep_id or sweep_id_from(event.execution_name)
-    config = SweepConfig(
-        **fields,
-        sweep_id=sweep_id,
+    config = SweepConfig.accepted(
+        sweep,
+        sweep_id=sweep.sweep_id or sweep_id_from(event.execution_name),
         subnets=subnets,
         bundle=bundle,
         execution_arn=event.execution_arn,
-        created_at=created_at,
+        created_at=now.isoformat(timespec="seconds"),
     )
     # Image, dtype and settings per rig: refused here (a missing baked image too), not at launch.
     # The one plan of each rig: the later steps read it from the state, never plan again.
     plans = {
-        rig: plan_boot(config, rig, settings.ami_parameter, settings.instance_host)
+        rig: plan_boot(sweep, rig, settings.ami_parameter, settings.instance_host)
         for rig in sweep.rigs
     }
     require_baked_images(clients.ssm, list(plans.values()))

@@ -37,10 +37,10 @@ a warning) and `near_tie` is None.
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 PROMPT_SET = "agreement-v1"  # harness/data/agreement-v1.jsonl: 16 prompts
@@ -227,7 +227,7 @@ def pair_agreement(
         identical=len(compared) - len(divergent),
         near_tie=len(divergent) - len(confident) if split else None,
         diverged=len(confident),
-        mean_first_divergence=float(np.mean(positions)) if positions else None,
+        mean_first_divergence=statistics.fmean(positions) if positions else None,
         verdict="diverge" if confident else "agree",
         near_tie_split=split,
         threshold_nats=threshold,

@@ -4,6 +4,13 @@ Raw per-request timestamps live in `RequestRecord` (flat, written as JSONL); eve
 `CellReport` is derived from those records afterwards (see `harness.metrics`).
 All times in a record are seconds on the monotonic clock (`time.perf_counter`), relative to
 the run's start, so records from several worker processes share one time base.
+
+Every report a harness ever wrote parses here (the orchestrator's Store reads reports with
+these models). A report field added after the first report format has a default, and a
+`# since <harness_version>` comment names the first harness that wrote it; fields are added,
+never renamed or removed. A reader that must tell "not recorded" from a default (a results
+row: an older report did not measure achieved load, so its cells are not "valid" or
+"streamed") keeps only what the report set: `model_dump(exclude_unset=True)`.
 """
 
 from __future__ import annotations
@@ -81,11 +88,13 @@ class BenchmarkConfig(_Model):
         default=None, ge=1, description="Cap on in-flight requests in rate cells (None: no cap)."
     )
     seed: int = 0
+    # since 0.1.0+ae488cccd4
     agreement_probe: bool = Field(
         default=False,
         description="Before the cells, answer the agreement probe (harness/agreement_probe.py): "
         "fixed prompts, greedy, with logprobs; every sweep boot does.",
     )
+    # since 0.1.0+da341d8262
     workers: int = Field(
         default=1,
         ge=1,
@@ -94,18 +103,22 @@ class BenchmarkConfig(_Model):
     )
     request_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    # since 0.1.0+a208cb0855
     dataset: str | None = Field(
         default=None,
         description="JSONL file the prompts came from (harness.dataset), in place of "
         "generated prompts of input_len tokens; output_len is the default output length.",
     )
+    # since 0.1.0+a208cb0855
     slo: SLO | None = Field(
         default=None, description="Latency targets; each cell then reports its goodput."
     )
+    # since 0.1.0+a208cb0855
     percentiles: list[float] = Field(
         default_factory=list,
         description="Percentiles reported beside p50, p90 and p99 (MetricSummary.percentiles).",
     )
+    # since 0.1.0+a208cb0855
     max_failed_share: float = Field(
         default=0.01,
         ge=0,
@@ -204,6 +217,7 @@ class MetricSummary(_Model):
     p90: float | None = None
     p99: float | None = None
     count: int = Field(default=0, description="Number of samples summarised.")
+    # since 0.1.0+a208cb0855
     percentiles: dict[str, float] = Field(
         default_factory=dict,
         description="The percentiles asked for beside p50, p90 and p99, keyed p95, p99.9, ...",
@@ -232,6 +246,7 @@ class MetricValidity(_Model):
     p50: bool = True
     p90: bool = True
     p99: bool = True
+    # since 0.1.0+a208cb0855
     percentiles: dict[str, bool] = Field(
         default_factory=dict, description="Validity of MetricSummary.percentiles, by key."
     )
@@ -240,6 +255,7 @@ class MetricValidity(_Model):
         description="Each figure as measured minus the same figure with bunched chunks spread "
         "out, in ms: the client's error when cause is client.",
     )
+    # since 0.1.0+a208cb0855
     cause: BunchingCause | None = Field(
         default=None,
         description="Who bunched the chunks, when bunching moved a figure past the tolerance.",
@@ -272,16 +288,19 @@ class CellReport(_Model):
         description="Time a request waited for a slot before it was sent; not in any latency."
     )
     failure_reasons: dict[str, int] = Field(default_factory=dict)
+    # since 0.1.0+a208cb0855
     first_failure: str | None = Field(
         default=None,
         description="The first failed request's reason and message, e.g. the server's own "
         "words in an HTTP error.",
     )
+    # since 0.1.0+a208cb0855
     goodput_req_s: float | None = Field(
         default=None,
         description="Requests per second that met every SLO in config.slo (successful "
         "requests only, over duration_s); None without an SLO.",
     )
+    # since 0.1.0+a208cb0855
     slo_met: int | None = Field(
         default=None, description="Requests that met every SLO; None without an SLO."
     )
@@ -300,6 +319,7 @@ class CellReport(_Model):
         "evenly over the tokens (see harness.metrics).",
     )
     requests_interrupted: int = Field(default=0, description="In flight when Ctrl-C came.")
+    # since 0.1.0+da341d8262
     shared_read_fraction: float = Field(
         default=0.0,
         description="Share of content chunks that arrived in one socket read with an earlier "
@@ -312,6 +332,7 @@ class CellReport(_Model):
         "about 1 ms means the harness itself is near its ceiling.",
     )
     complete: bool = Field(default=True, description="False when Ctrl-C cut the cell short.")
+    # since 0.1.0+6b5b9daab5
     achieved_concurrency: float | None = Field(
         default=None,
         description="Requests in flight (sent, not yet complete), averaged over time: for a "
@@ -319,22 +340,28 @@ class CellReport(_Model):
         "flight (from the first request due to the completion that left fewer requests to "
         "send than slots); for a rate cell from first send to last completion.",
     )
+    # since 0.1.0+6b5b9daab5
     achieved_request_rate: float | None = Field(
         default=None,
         description="Requests completed (ok or failed) per second over duration_s.",
     )
+    # since 0.1.0+6b5b9daab5
     load_shortfall: str | None = Field(
         default=None,
         description="Set, in words, when the cell did not reach its nominal load (achieved "
         "concurrency under 90% of nominal, or sends behind a rate's schedule by over 10%).",
     )
+    # since 0.1.0+6b5b9daab5
     first_token_shared_reads: int = Field(
         default=0,
         description="Successful requests whose first content chunk was read together with the "
         "next one (their TTFT is late by about one token gap).",
     )
+    # since 0.1.0+6b5b9daab5
     ttft_validity: MetricValidity = Field(default_factory=MetricValidity)
+    # since 0.1.0+6b5b9daab5
     itl_validity: MetricValidity = Field(default_factory=MetricValidity)
+    # since 0.1.0+6b5b9daab5
     delivery: Delivery = Field(
         default="streamed",
         description="burst: more than half of the gaps between separately read content chunks "
@@ -379,6 +406,7 @@ class BenchmarkReport(_Model):
     endpoint: Endpoint
     config: BenchmarkConfig
     cells: list[CellReport]
+    # since 0.1.0+ae488cccd4
     agreement: AgreementProbe | None = Field(
         default=None,
         description="The agreement probe's answers (when the config asked for it), which the "

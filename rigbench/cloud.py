@@ -174,7 +174,7 @@ def run_command(
             )  # fmt: skip
             raise typer.Exit(code)
         body = sweep_body(input_file, flags)
-    except (CloudError, InvalidInput, ValueError) as exc:
+    except (CloudError, InvalidInput) as exc:
         fail(exc)
     from rigbench.commands.regression_table import check_lines
 

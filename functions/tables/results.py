@@ -13,6 +13,8 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
+from harness.schemas import CellReport
+
 BY_CONFIG = "by_config"
 BY_MONTH = "by_month"
 _serializer = TypeSerializer()
@@ -23,8 +25,18 @@ def config_key(rig: str, model: str, instance_type: str) -> str:
     return f"{rig}#{model}#{instance_type}"
 
 
-def row_key(rig: str, boot: int, cell_key: str) -> str:
-    return f"{rig}#{boot:02d}#{cell_key}"
+def cell_key(cell: CellReport) -> str:
+    """A cell in a row's sort key: `c00008` for a concurrency, `r000002.5000` for a rate (fixed
+    width, so a boot's rows sort by their load)."""
+    if cell.concurrency is not None:
+        return f"c{cell.concurrency:05d}"
+    if cell.rate is not None:
+        return f"r{cell.rate:011.4f}"
+    raise ValueError("a cell has neither concurrency nor rate")
+
+
+def row_key(rig: str, boot: int, cell: str) -> str:
+    return f"{rig}#{boot:02d}#{cell}"
 
 
 def to_item(row: dict[str, Any]) -> dict[str, Any]:

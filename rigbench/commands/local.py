@@ -82,8 +82,8 @@ def run_local(
     2 for bad input, 130 when interrupted.
     """
     from functions.errors import InvalidInput
-    from functions.execution_input import SweepInput
-    from rigbench.commands.local_sweep import demo_input, local_rigs, read_input, run_sweep
+    from functions.execution_input import SweepInput, read_input_file
+    from rigbench.commands.local_sweep import demo_input, local_rigs, run_sweep
     from rigbench.comparison import LOCAL_EMULATION
     from rigbench.local.session import interrupts_as_keyboard_interrupt
     from rigbench.stack import parse_sweep
@@ -114,8 +114,8 @@ def run_local(
         if isinstance(sweep, SweepInput):
             parsed = sweep
         else:
-            parsed = parse_sweep(read_input(sweep) if isinstance(sweep, Path) else sweep)
-    except (ValueError, InvalidInput) as exc:
+            parsed = parse_sweep(read_input_file(sweep) if isinstance(sweep, Path) else sweep)
+    except InvalidInput as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     try:

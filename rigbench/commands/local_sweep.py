@@ -1,7 +1,6 @@
 """The local sweep: which rigs can run here, the demo input, and the run itself."""
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -9,7 +8,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from functions.execution_input import DEFAULT_BOOTS_PER_RIG, SweepInput, read_input_file
+from functions.execution_input import DEFAULT_BOOTS_PER_RIG, SweepInput
 from hardware.local_host import compute_capability, host_arch
 from harness.compare import print_comparison
 from harness.schemas import cell_label
@@ -60,11 +59,6 @@ def demo_input(rigs: list[str]) -> dict[str, Any]:
         "deadlines": DEMO_DEADLINES,
         "waits": DEMO_WAITS,
     }
-
-
-def read_input(path: Path) -> dict[str, Any]:
-    """The file as the API would take it (size limit, JSON object): InvalidInput if not."""
-    return read_input_file(path)
 
 
 def run_sweep(

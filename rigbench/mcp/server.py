@@ -22,7 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from functions.errors import InvalidInput
 from functions.execution_input import SCHEMA_PATH, SweepInput
@@ -158,17 +158,15 @@ def sweep_parameters(rigs: list[str], instance_types: list[str]) -> list[inspect
 
 
 def sweep_from(arguments: dict[str, Any]) -> SweepInput:
-    """The SweepInput of flat arguments; fields left at their default stay unset, as in a file."""
+    """The SweepInput of flat arguments; fields left at their default stay unset, as in a file.
+    The nested models the server parsed (cells, deadlines, waits) go in as they are: the
+    input's parse takes a model instance without validating it again."""
     given = {}
     for name, value in arguments.items():
         field = SweepInput.model_fields[name]
         if not field.is_required() and value == field.get_default(call_default_factory=True):
             continue
-        given[name] = (
-            value.model_dump(mode="json", exclude_unset=True)
-            if isinstance(value, BaseModel)
-            else value
-        )
+        given[name] = value
     return parse_sweep(given)
 
 

@@ -15,6 +15,7 @@ import boto3
 from functions.instance_commands import BENCH_STEP, PROBE_STEP, report_uri_of, step_of
 from functions.quota import ON_DEMAND_G_VT_QUOTA, SPOT_G_VT_QUOTA
 from functions.settings import BOOT_TAG, RIG_TAG
+from harness.schemas import BenchmarkReport
 from rigbench.emulation.fleet import (
     CommandNotDelivered,
     CommandResult,
@@ -231,10 +232,11 @@ def _flag(commands: list[str], name: str) -> str | None:
 def scripted_report(
     commands: list[str], *, achieved_load: bool = True, slowdown: float = 1.0
 ) -> dict[str, Any]:
-    """A report in the harness's format with one cell per concurrency the command asks for;
-    without `achieved_load`, as a harness wrote it before it recorded the achieved load,
-    validity and delivery. Each cell's ITL p99 is flagged invalid, the rest valid. Every time
-    is multiplied by `slowdown`."""
+    """A report in the harness's format (`harness.schemas.BenchmarkReport`, which Store reads)
+    with one cell per concurrency the command asks for; without `achieved_load`, as a harness
+    wrote it before it recorded the achieved load, validity and delivery (before
+    0.1.0+6b5b9daab5). Each cell's ITL p99 is flagged invalid, the rest valid. Every time is
+    multiplied by `slowdown`."""
     concurrency = [int(c) for c in (_flag(commands, "concurrency") or "1").split(",")]
     output_len = int(_flag(commands, "output-len") or "16")
     requests = int(_flag(commands, "requests") or "4")
@@ -258,6 +260,7 @@ def scripted_report(
             "itl_ms": summary(10.0),
             "tpot_ms": summary(10.0),
             "e2e_ms": summary(40.0 + 10.0 * output_len),
+            "queue_wait_ms": summary(0.0),
         }
         if achieved_load:
             cell |= {
@@ -273,10 +276,25 @@ def scripted_report(
                 "delivery": "streamed",
             }
         cells.append(cell)
-    return {
+    url, model = "http://127.0.0.1:8000", "random:tiny"
+    report = {
         "harness_version": "0.1.0+scripted",
-        "url": "http://127.0.0.1:8000",
-        "model": "random:tiny",
+        "url": url,
+        "model": model,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "endpoint": "completions",
+        "config": {
+            "url": url,
+            "model": model,
+            "concurrency": concurrency,
+            "output_len": output_len,
+            "requests": requests,
+        },
         "cells": cells,
+        "harness_ceiling_note": "scripted: no client ran",
     }
+    if not achieved_load:
+        return report
+    # As the harness writes it: every field, defaults included (harness.output).
+    loaded: dict[str, Any] = json.loads(BenchmarkReport.model_validate(report).model_dump_json())
+    return loaded

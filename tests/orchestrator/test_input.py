@@ -4,9 +4,30 @@ import json
 import re
 
 import pytest
+from pydantic import BaseModel
 
+from functions.boot_plan import plan_boot
 from functions.errors import InvalidInput
-from functions.execution_input import SCHEMA_PATH, parse_sweep_input, render_schema
+from functions.events import (
+    BootState,
+    BundleRef,
+    CellsConfig,
+    DeadlinesConfig,
+    Reservation,
+    SummarizeEvent,
+    SweepConfig,
+    SweepState,
+    WaitsConfig,
+)
+from functions.execution_input import (
+    SCHEMA_PATH,
+    Deadlines,
+    LoadCells,
+    SweepInput,
+    Waits,
+    parse_sweep_input,
+    render_schema,
+)
 
 CONTEXT = {
     "rigs": {"torch", "vllm"},
@@ -163,3 +184,61 @@ def test_a_rig_listed_twice_under_a_label_is_an_a_a_sweep() -> None:
 def test_labelled_rigs_are_checked(rigs: list[str], words: str) -> None:
     with pytest.raises(InvalidInput, match=re.escape(words)):
         parse_sweep_input({**GOOD, "rigs": rigs}, CONTEXT)
+
+
+def test_a_later_task_parses_a_state_that_todays_input_rules_refuse() -> None:
+    # A sweep accepted under yesterday's rules, then a deploy that refuses 11 boots, this
+    # instance type, settings for a rig the sweep does not run and these deadlines: every
+    # Task of the running sweep (polls included) still parses its state.
+    sweep = parse_sweep_input(GOOD, CONTEXT)
+    accepted = SweepConfig.accepted(
+        sweep,
+        sweep_id="s-1",
+        subnets=["subnet-0123abcd"],
+        bundle=BundleRef(sha256="0" * 64, key="bundles/x.tar.gz", rigs=["torch"]),
+        execution_arn="arn:aws:states:us-east-1:123456789012:execution:sweep:s-1",
+        created_at="2025-01-01T00:00:00+00:00",
+    ).model_dump(mode="json")
+    refused_today = {
+        **accepted,
+        "boots_per_rig": 11,
+        "instance_type": "p9.imaginary",
+        "rig_settings": {"vllm": {"gpu_memory_utilization": 2.0}},
+        "deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 900},
+    }
+    with pytest.raises(InvalidInput) as refused:
+        parse_sweep_input({k: refused_today[k] for k in SweepInput.model_fields})
+    for field in ("boots_per_rig", "instance_type", "rig_settings", "deadlines.instance_s"):
+        assert f"{field}:" in str(refused.value)
+
+    plan = plan_boot(sweep, "torch")
+    reservation = Reservation(
+        price_usd_per_hour=1.0,
+        price_source="test",
+        per_boot_usd=2.0,
+        total_usd=6.0,
+        month="2025-01",
+    )
+    boot = {"sweep": refused_today, "reservation": reservation, "rig": "torch", "boot": 1}
+    polled = BootState.model_validate(
+        {**boot, "plan": plan, "command": {"command_id": "c", "sent_at": 1.0, "report_key": "k"}}
+    )
+    assert polled.sweep.boots_per_rig == 11
+    assert polled.sweep.instance_type == "p9.imaginary"
+    assert SweepState.model_validate({"sweep": refused_today}).sweep == polled.sweep
+    assert SummarizeEvent.model_validate({"sweep": refused_today}).sweep == polled.sweep
+
+
+@pytest.mark.parametrize(
+    ("config", "given"),
+    [
+        (SweepConfig, SweepInput),
+        (CellsConfig, LoadCells),
+        (DeadlinesConfig, Deadlines),
+        (WaitsConfig, Waits),
+    ],
+)
+def test_the_state_records_every_field_of_the_input(
+    config: type[BaseModel], given: type[BaseModel]
+) -> None:
+    assert set(given.model_fields) <= set(config.model_fields)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from functions.bootstrap import InstancePlan
+from functions.events import CellsConfig
 from functions.execution_input import LoadCells
 from functions.instance_commands import (
     bench_commands,
@@ -20,9 +21,9 @@ from functions.instance_commands import (
     report_uri_of,
     step_of,
 )
-from functions.report import Report
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, boot_prefix
 from functions.store import read_instance_provenance, read_report
+from harness.schemas import BenchmarkReport
 from rigbench.bundle import REPO_ROOT
 from rigbench.emulation import Emulation
 from tests.harness.conftest import start_reference_server
@@ -42,12 +43,15 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     try:
         (tmp_path / "bundle").symlink_to(REPO_ROOT)
         bucket = emu.stack_refs().bucket
-        cells = LoadCells(
-            concurrency=[1, 2],
-            requests_per_cell=4,
-            prompt_tokens=16,
-            output_tokens=8,
-            warmup_requests=1,
+        # As ValidateInput records them in the state: the input's cells, accepted.
+        cells = CellsConfig.model_validate(
+            LoadCells(
+                concurrency=[1, 2],
+                requests_per_cell=4,
+                prompt_tokens=16,
+                output_tokens=8,
+                warmup_requests=1,
+            ).model_dump()
         )
         script = "\n".join(
             bench_commands(
@@ -69,7 +73,7 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     s3 = emu.client("s3")
     prefix = boot_prefix("s-1", "torch", 1, ARN)
     report = read_report(s3, bucket, prefix + REPORT)
-    assert isinstance(report, Report)
+    assert isinstance(report, BenchmarkReport)
     assert [c.concurrency for c in report.cells] == [1, 2]
     assert [(c.requests_ok, c.requests_failed) for c in report.cells] == [(2, 2), (4, 0)]
     assert report.cells[0].first_failure == "http_error: HTTP 500: injected failure"
@@ -112,7 +116,7 @@ def test_commands_pass_shellcheck(tmp_path: Path) -> None:
     plan = InstancePlan(
         "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
     )
-    cells = LoadCells(concurrency=[1, 8])
+    cells = CellsConfig.model_validate(LoadCells(concurrency=[1, 8]).model_dump())
     for name, commands in {
         "probe": probe_commands(plan),
         "bench": bench_commands(

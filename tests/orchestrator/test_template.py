@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from cfn_tools import load_yaml
 
+from functions.events import CellsConfig
 from functions.execution_input import LoadCells
 from functions.instance_commands import bench_commands, report_uri_of
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, instance_arn
@@ -22,6 +23,7 @@ from rigbench.lambda_package import (
     LAYER_ALLOWANCE,
     OWN_PACKAGES,
     SHARED,
+    handler_modules,
     package_bytes,
     package_files,
     package_of,
@@ -65,7 +67,11 @@ def test_cfn_lint() -> None:
 @pytest.mark.slow
 def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
     files = {str(p) for p in package_files()}
-    assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs"}
+    assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs", "harness"}
+    # Store reads the harness report with the harness's schema, and nothing else of it.
+    assert {f for f in files if f.startswith("harness/")} == {
+        "harness/__init__.py", "harness/schemas.py", "harness/agreement.py"
+    }  # fmt: skip
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]
         if package_of(logical_id) == SHARED:
@@ -81,6 +87,30 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
     assert "rigs/bootstrap/user_data.sh.j2" in files  # read when rendering user data
     assert "rigs/torch/rig.toml" in files
     assert "rigs/torch/install.sh.j2" in files
+
+
+LIBRARIES_NOT_IN_THE_SHARED_PACKAGE = ("numpy", "scipy", "torch", "httpx", "plotly")
+
+
+def libraries_loaded_by(modules: list[str]) -> set[str]:
+    probe = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        f"print(json.dumps([m for m in {list(LIBRARIES_NOT_IN_THE_SHARED_PACKAGE)!r} "
+        "if m in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_the_shared_package_s_handlers_load_no_library_it_does_not_hold() -> None:
+    # requirements.txt (jinja2) is all the shared package installs beside the layer.
+    assert libraries_loaded_by(handler_modules(TEMPLATE, SHARED)) == set()
+    assert libraries_loaded_by(["harness.runner"]) >= {"httpx", "numpy"}  # the probe can fail
 
 
 @pytest.mark.slow
@@ -101,7 +131,10 @@ def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cl
     assert {"functions/summarize.py", "functions/regressions.py", "harness/stats.py"} <= files
     # hardware/: the price catalog functions/budget.py (closing the sweep) reads
     tops = {f.split("/")[0] for f in files}
-    assert tops == {"functions", "harness", "hardware", "pyproject.toml"}
+    assert tops == {"functions", "harness", "hardware"}
+    # harness.stats and harness.schemas, not the load generator (nor harness.version's hash
+    # of every harness module)
+    assert "harness/runner.py" not in files
     assert {f for f in files if f.startswith("hardware/")} <= {
         "hardware/__init__.py", "hardware/instance_types.py"
     }  # fmt: skip
@@ -269,8 +302,9 @@ def test_an_instance_writes_only_below_its_own_arn_where_dispatch_points_it() ->
 
     def uploads(instance_id: str, sweep: str, boot: int) -> tuple[str, list[str]]:
         arn = instance_arn(prefix, instance_id)
+        cells = CellsConfig.model_validate(LoadCells().model_dump())
         commands = bench_commands(
-            sweep_id=sweep, rig="torch", boot=boot, cells=LoadCells(), bucket="b", instance_arn=arn
+            sweep_id=sweep, rig="torch", boot=boot, cells=cells, bucket="b", instance_arn=arn
         )
         uri = report_uri_of(commands)
         assert uri is not None

@@ -1,0 +1,88 @@
+"""Store's rows from a harness report read with the harness's own schema: a report an older
+harness wrote gives rows that hold what it recorded, and no schema default in place of a
+figure it did not measure."""
+
+from pathlib import Path
+
+from functions.boot_plan import plan_boot
+from functions.events import BootState, BundleRef, Reservation, SweepConfig
+from functions.execution_input import parse_sweep_input
+from functions.instance_commands import InstanceProvenance
+from functions.store import result_rows
+from functions.tables.results import cell_key
+from harness.schemas import BenchmarkReport, cell_label, metric_value
+
+OLD_REPORT = (
+    Path(__file__).resolve().parents[1]
+    / "harness"
+    / "data"
+    / "report-0.1-before-achieved-load.json"
+)
+NOT_RECORDED_BEFORE_ACHIEVED_LOAD = (
+    "achieved_concurrency", "achieved_request_rate", "ttft_validity", "itl_validity", "delivery",
+    "first_token_shared_reads", "first_failure", "goodput_req_s",
+)  # fmt: skip
+
+
+def boot_state() -> BootState:
+    sweep = parse_sweep_input({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
+    config = SweepConfig.accepted(
+        sweep,
+        sweep_id="s-1",
+        subnets=["subnet-0123abcd"],
+        bundle=BundleRef(sha256="0" * 64, key="bundles/x.tar.gz", rigs=["torch"]),
+        execution_arn="arn:aws:states:us-east-1:123456789012:execution:sweep:s-1",
+        created_at="2025-01-01T00:00:00+00:00",
+    )
+    return BootState(
+        sweep=config,
+        reservation=Reservation(
+            price_usd_per_hour=1.0, price_source="test", per_boot_usd=2.0, total_usd=6.0,
+            month="2025-01",
+        ),
+        rig="torch",
+        boot=1,
+        plan=plan_boot(sweep, "torch"),
+        instance={
+            "instance_id": "i-0123456789abcdef0", "subnet_id": "subnet-0123abcd",
+            "availability_zone": "us-east-1a", "image_id": "ami-0123",
+            "instance_type": "g5g.2xlarge", "market": "spot", "launched_at": 0.0,
+            "ready_deadline_at": 1.0, "deadline_at": 2.0,
+        },
+    )  # fmt: skip
+
+
+def test_rows_of_a_report_from_before_achieved_load_hold_what_it_recorded() -> None:
+    report = BenchmarkReport.model_validate_json(OLD_REPORT.read_text())
+    found = InstanceProvenance(served_model="random:tiny", gpu="none", driver="none")
+    rows = result_rows(boot_state(), report, found, "reports/s-1/torch/01/report.json")
+
+    assert [row["cell"] for row in rows] == ["c00001", "c00004"]
+    assert [row["row_key"] for row in rows] == ["torch#01#c00001", "torch#01#c00004"]
+    for row in rows:
+        metrics = row["metrics"]
+        # Recorded: kept as the report has it.
+        assert metric_value(metrics, "queue_wait_ms.p50") is not None
+        assert "shared_read_fraction" in metrics
+        # Not recorded then: absent (None to every reader), not "valid" or "streamed".
+        assert not set(NOT_RECORDED_BEFORE_ACHIEVED_LOAD) & set(metrics)
+        assert metric_value(metrics, "ttft_validity.p50") is None
+    assert rows[0]["agreement"] is None
+
+
+def test_rows_of_a_current_report_hold_every_figure() -> None:
+    old = BenchmarkReport.model_validate_json(OLD_REPORT.read_text())
+    current = BenchmarkReport.model_validate_json(old.model_dump_json())  # every field written
+    found = InstanceProvenance(served_model="random:tiny", gpu="none", driver="none")
+    (row, _) = result_rows(boot_state(), current, found, "k")
+    assert set(NOT_RECORDED_BEFORE_ACHIEVED_LOAD) <= set(row["metrics"])
+    assert row["metrics"]["delivery"] == "streamed"
+
+
+def test_a_cell_s_sort_key_keeps_the_spelling_of_the_stored_rows() -> None:
+    # Rows already in the table carry these keys: a new spelling would split their history.
+    old = BenchmarkReport.model_validate_json(OLD_REPORT.read_text())
+    by_concurrency, _ = old.cells
+    by_rate = by_concurrency.model_copy(update={"concurrency": None, "rate": 2.5})
+    assert (cell_key(by_concurrency), cell_key(by_rate)) == ("c00001", "r000002.5000")
+    assert (cell_label(by_concurrency), cell_label(by_rate)) == ("c=1", "rate=2.5/s")
