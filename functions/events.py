@@ -219,6 +219,8 @@ class SummarizeEvent(_Model):
     ran: list[BootOutcome] = Field(default_factory=list)
     rounds: list[Round] = Field(default_factory=list)
     headline: list[HeadlineComparison] = Field(default_factory=list)
+    # What DecideRound's Catch caught: the sweep ends with its report, and fails.
+    round_error: CaughtError | None = None
     # WriteReport's result, or what its Catch caught (the sweep goes on without a report).
     report: ReportWritten | CaughtError | None = None
 

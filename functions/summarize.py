@@ -18,6 +18,7 @@ from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
 MAX_REPORT_WHY = 1_000
+ROUND_FAILED = "RoundDecisionFailed"
 # A sweep's regressions in its output: at most this many (1.5 kB each at the longest), so
 # that the output stays far below Step Functions' 256 KiB; every one is in the ledger.
 MAX_OUTPUT_REGRESSIONS = 20
@@ -70,6 +71,13 @@ def summarize(event: SummarizeEvent) -> Summary:
         headline=event.headline,
         **_report_fields(event.report),
     )
+    caught = event.round_error
+    if caught is not None:  # the boots that ran are summarized; no further round ran
+        after = len(event.rounds) + 1
+        cause = f"deciding after round {after} failed: {caught.Error}: {caught.Cause}"
+        return summary.model_copy(
+            update={"failed": True, "error": ROUND_FAILED, "cause": cause[:MAX_CAUSE]}
+        )
     if not failed:
         return summary
     errors = sorted({b.error or "Unknown" for b in failed})
