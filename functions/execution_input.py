@@ -74,7 +74,7 @@ def _boots_per_rig(value: Any) -> int | str:
     if value == AUTO:
         return AUTO
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f'Input should be a whole number of boots or "{AUTO}"')
+        raise ValueError(f'Input should be a valid number of boots or "{AUTO}"')
     if value < 1:
         raise ValueError("Input should be greater than or equal to 1")
     if value > MAX_BOOTS_PER_RIG:

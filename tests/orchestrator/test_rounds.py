@@ -88,7 +88,8 @@ def test_an_a_a_sweep_runs_to_its_cap_and_decides_nothing(emu: Emulation) -> Non
     assert sum(r["level"] for r in rounds) == pytest.approx(0.05)
     assert {c["verdict"] for c in output["headline"]} == {"indistinguishable"}
     assert len(fleet_of(emu).instances) == 10
-    assert output["boots"] == 10 and output["released"] == 0
+    assert output["boots"] == 10
+    assert output["released"] == 0
     assert_settled(emu, sweep_id, launched=10, released=0)
 
 
@@ -97,7 +98,9 @@ def test_a_fixed_sweep_runs_one_round_without_a_look(emu: Emulation) -> None:
 
     assert described["status"] == "SUCCEEDED", described.get("cause")
     output = output_of(described)
-    assert output["rounds"] == [] and output["headline"] == [] and output["released"] == 0
+    assert output["rounds"] == []
+    assert output["headline"] == []
+    assert output["released"] == 0
     assert_settled(emu, sweep_id_of(described), launched=2, released=0)
 
 
@@ -146,4 +149,5 @@ def test_bad_adaptive_input_fails_validation_naming_the_field(
     error, cause = error_of(described)
     assert error == "InvalidInput"
     assert named in cause
-    assert emu.running_instances() == [] and not fleet_of(emu).instances
+    assert emu.running_instances() == []
+    assert not fleet_of(emu).instances
