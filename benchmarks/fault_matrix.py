@@ -48,6 +48,8 @@ REAPED_BOOTS = 10
 SLOW_POLL = {"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
 CALM_POLL = {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1}  # for many boots
 ROOMY = {"ready_s": 60, "bench_s": 30, "instance_s": 600}  # many boots on a loaded machine
+# Two rigs, rounds at 3 and 4 boots per rig: the first round runs, the second is reserved.
+ADAPTIVE = {"rigs": ["torch", "vllm"], "boots_per_rig": "auto", "max_boots_per_rig": 4}
 
 
 def sweep_input(**overrides: Any) -> dict[str, Any]:
@@ -241,6 +243,23 @@ def _reaper_ends_them(emu: Emulation, arn: str) -> str:
     return f"the reaper ended {REAPED_BOOTS} instances in one pass of {took:.1f} s"
 
 
+def _released_note(emu: Emulation, arn: str) -> str:
+    """How the adaptive sweep's worst-case reservation ended: boot items by status."""
+    emu.wait(arn, 120)
+    if _ended_without_finish(emu, arn):
+        emu.seams.status_changes.wait(arn, 30)  # what the status-change cleanup closed too
+    sweep_id = _until("Validate", lambda: _sweep_id(emu, arn))
+    items = ledger_items(emu, ledger.sweep_pk(sweep_id))
+    statuses = [i["status"]["S"] for sk, i in items.items() if sk.startswith(ledger.BOOT_PREFIX)]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
+    return f"{len(statuses)} boots reserved for the worst case: {counts}"
+
+
+def _ended_without_finish(emu: Emulation, arn: str) -> bool:
+    status = emu.client("stepfunctions").describe_execution(executionArn=arn)["status"]
+    return status in ENDS_WITHOUT_FINISH
+
+
 def _reclaim_arrange(emu: Emulation) -> None:
     _scripted(emu).bench = "running"
 
@@ -321,6 +340,13 @@ CASES: list[Case] = [
     Case("spot-reclaim-relaunched", "EC2 reclaims the spot instance mid-benchmark; the boot "
          "relaunches and completes", _reclaim_arrange, _reclaim_mid_benchmark,
          body={"waits": SLOW_POLL}),
+    Case("decide-round-fails", "an adaptive sweep's DecideRound raises after the first round's "
+         "boots were stored; the sweep ends with its report, the unlaunched boots released",
+         _fail("DecideRoundFunction", "raise"), _released_note, body=ADAPTIVE,
+         expect=("FAILED",)),
+    Case("stop-at-round-boundary", "StopExecution as an adaptive sweep's DecideRound returns "
+         "(the next round's boots reserved, none launched)", _stop_after("DecideRoundFunction"),
+         _released_note, body=ADAPTIVE, expect=("ABORTED",)),
 ]  # fmt: skip
 BY_NAME = {case.name: case for case in CASES}
 

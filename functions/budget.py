@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions.errors import InvalidInput, OverBudget, error_code
-from functions.events import Reservation, SweepState
+from functions.events import Reservation, SweepConfig, SweepState
 from functions.observability import instrumented, logger
 from functions.settings import Clients, Settings
 from functions.tables import ledger
@@ -62,6 +62,11 @@ def price_per_hour(
         return on_demand_price(region, instance_type), f"on-demand list price ({region})"
     zones = sorted(set(subnet_zones(ec2, subnets).values()))
     return spot_price(ec2, instance_type, zones), f"spot price history ({', '.join(zones)})"
+
+
+def sweep_boots(sweep: SweepConfig) -> list[tuple[str, int]]:
+    """(rig, boot) of every boot the sweep may run: what its reservation holds."""
+    return [(rig, boot) for boot in range(1, sweep.boots_cap() + 1) for rig in sweep.rigs]
 
 
 def existing_reservation(ddb: Any, table: str, sweep_id: str) -> dict[str, Any] | None:
@@ -150,7 +155,9 @@ def price_sweep(
     )
     hours = sweep.deadlines.instance_s / 3600
     per_boot = to_micro(price * hours)
-    total = per_boot * len(state.items)
+    # The worst case: every rig x its cap (an adaptive sweep releases what it did not launch).
+    boots = sweep.boot_count()
+    total = per_boot * boots
     budget = to_micro(sweep.budget_usd)
     month = month_of(now)
     reservation = Reservation(
@@ -162,9 +169,11 @@ def price_sweep(
     )
     if total > budget:
         raise OverBudget(
-            f"estimate ${usd(total):.2f} ({len(state.items)} boots x ${price:.4f}/h x {hours:g} h "
-            f"deadline) is over the sweep budget ${sweep.budget_usd:.2f} by "
-            f"${usd(total - budget):.2f}; lower boots or deadlines.instance_s, or raise budget_usd"
+            f"estimate ${usd(total):.2f} ({boots} boots x ${price:.4f}/h x {hours:g} h "
+            f"deadline{', the most max_boots_per_rig allows' if sweep.adaptive else ''}) is over "
+            f"the sweep budget ${sweep.budget_usd:.2f} by ${usd(total - budget):.2f}; lower "
+            f"{'max_boots_per_rig' if sweep.adaptive else 'boots'} or deadlines.instance_s, or "
+            "raise budget_usd"
         )
     cap = to_micro(settings.monthly_cap_usd)
     if total > cap:
@@ -229,13 +238,13 @@ def reserve_budget(
             }
         },
     ]
-    for item in state.items:
+    for rig, boot in sweep_boots(sweep):
         writes.append(
             {
                 "Put": {
                     "TableName": table,
                     "Item": {
-                        **ledger.boot(sweep.sweep_id, item.rig, item.boot),
+                        **ledger.boot(sweep.sweep_id, rig, boot),
                         "status": {"S": "reserved"},
                         "reserved": {"N": str(per_boot)},
                         "price": {"N": str(to_micro(price))},
@@ -512,6 +521,63 @@ def boot_record(ddb: Any, table: str, sweep_id: str, rig: str, boot: int) -> dic
     )
 
 
+def release_unlaunched(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
+    """Give back the reservation of every boot that never began to launch (an adaptive sweep
+    stopped before its cap, or a decision failed): the boot is closed as "released" (nothing
+    spent), so that Launch refuses it from now on (`anchor_launch` needs "reserved"). A boot
+    that began to launch (`launch_anchor`) is Finish's, the reaper's or the sweep end's to bill.
+    Returns the boots released."""
+    released = []
+    for record in _open_boot_items(ddb, table, sweep_id):  # Query only: Summarize's grant
+        if "launch_anchor" in record or _ids(record):
+            continue
+        rig, boot = ledger.rig_boot_of_sk(record["sk"]["S"])
+        reserved = int(record["reserved"]["N"])
+        try:
+            ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": ledger.boot(sweep_id, rig, boot),
+                            "UpdateExpression": "SET #s = :released, spent = :zero",
+                            "ConditionExpression": (
+                                "#s = :reserved AND attribute_not_exists(launch_anchor)"
+                            ),
+                            "ExpressionAttributeNames": {"#s": "status"},
+                            "ExpressionAttributeValues": {
+                                ":released": {"S": ledger.RELEASED},
+                                ":reserved": {"S": "reserved"},
+                                ":zero": {"N": "0"},
+                            },
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": ledger.sweep_total(sweep_id),
+                            "UpdateExpression": "ADD reserved :release",
+                            "ExpressionAttributeValues": {":release": {"N": str(-reserved)}},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": ledger.month_total(record["month"]["S"]),
+                            "UpdateExpression": "ADD committed :release",
+                            "ExpressionAttributeValues": {":release": {"N": str(-reserved)}},
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            continue  # began to launch or was closed meanwhile: not this function's to release
+        released.append((rig, boot))
+    return released
+
+
 def close_sweep(ddb: Any, table: str, sweep_id: str) -> None:
     try:
         ddb.update_item(
@@ -541,6 +607,12 @@ def open_sweeps(ddb: Any, table: str) -> list[dict[str, Any]]:
 
 def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     """(rig, boot) of the sweep's boots still holding a reservation."""
+    return [
+        ledger.rig_boot_of_sk(item["sk"]["S"]) for item in _open_boot_items(ddb, table, sweep_id)
+    ]
+
+
+def _open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
     found = []
     for page in ddb.get_paginator("query").paginate(
         TableName=table,
@@ -551,9 +623,7 @@ def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
         },
         ConsistentRead=True,
     ):
-        for item in page["Items"]:
-            if item["status"]["S"] == "reserved":
-                found.append(ledger.rig_boot_of_sk(item["sk"]["S"]))
+        found += [item for item in page["Items"] if item["status"]["S"] == "reserved"]
     return found
 
 

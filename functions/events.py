@@ -5,7 +5,9 @@ from the Lambda Payload and its ResultPath places it in the state (`$.instance`,
 ...), so the state grows step by step and a Catch keeps it. `RESULT_PATHS` names the places;
 the ResultSelector keys are these models' fields (a test compares them).
 
-Top level: ValidateEvent -> SweepState (sweep, items) -> + quota -> + reservation -> Map.
+Top level: ValidateEvent -> SweepState (sweep, items) -> + quota -> + reservation -> Map (one
+round: `items` are its boots, its outcomes go to `ran`) -> DecideRound -> NextRound (outcomes
+folded into `boots`, the next round's `items`) -> Map again or on to the report.
 Per rig x boot the Map iteration carries one BootState that each step adds a field to.
 """
 
@@ -154,11 +156,59 @@ class Reservation(_Model):
     month: str
 
 
+class BootOutcome(_Model):
+    rig: str
+    boot: int
+    outcome: Literal["succeeded", "failed"]
+    instance_id: str | None = None
+    error: str | None = None
+    cause: str | None = None
+    rows: int = 0
+    cost_usd: float = 0.0
+    instance_seconds: float = 0.0
+    interruptions: int = 0  # spot reclaims the boot was relaunched after
+    interrupted_instances: list[str] = []  # the reclaimed instances (billed to their end)
+
+
+class HeadlineComparison(_Model):
+    """One headline comparison of an adaptive sweep (rig pair x cell x headline metric) as the
+    latest look left it: `rig_a` against `rig_b`. Decided is for good: a comparison decided at a
+    look keeps that look's verdict (`decided_in_round`, at `level`)."""
+
+    cell: str  # its label: "c=1"
+    metric: str
+    rig_a: str
+    rig_b: str
+    verdict: str  # harness.stats.Verdict's words, at the latest look (or the deciding one)
+    ratio: float | None = None  # rig_a's centre over rig_b's
+    p_value: float | None = None
+    p_holm: float | None = None  # Holm-adjusted over the look's headline comparisons
+    decided_in_round: int | None = None
+    level: float | None = None  # the level of the look that decided it
+
+
+class Round(_Model):
+    """One look of an adaptive sweep: after `boots_per_rig` boots of every rig, the headline
+    comparisons tested at `level` (this look's share of the error rate)."""
+
+    round: int
+    boots_per_rig: int
+    level: float
+    comparisons: int  # headline comparisons the look tested or tried to
+    decided: int  # of them decided so far (at this look or an earlier one)
+    boots: int  # boots run so far, every rig
+    cost_usd: float  # billed so far
+    stop: str = ""  # why the sweep stopped here; empty when another round followed
+
+
 class SweepState(_Model):
     sweep: SweepConfig
-    items: list[BootItem] = []
+    items: list[BootItem] = []  # this round's boots (every boot of a fixed sweep)
     quota: Quota | None = None
     reservation: Reservation | None = None
+    boots: list[BootOutcome] = []  # the outcomes of the rounds before
+    rounds: list[Round] = []  # an adaptive sweep's looks so far
+    headline: list[HeadlineComparison] = []  # and its comparisons as the latest look left them
 
 
 class Instance(_Model):
@@ -225,20 +275,6 @@ class BootState(_Model):
     interruptions: int = 0
 
 
-class BootOutcome(_Model):
-    rig: str
-    boot: int
-    outcome: Literal["succeeded", "failed"]
-    instance_id: str | None = None
-    error: str | None = None
-    cause: str | None = None
-    rows: int = 0
-    cost_usd: float = 0.0
-    instance_seconds: float = 0.0
-    interruptions: int = 0  # spot reclaims the boot was relaunched after
-    interrupted_instances: list[str] = []  # the reclaimed instances (billed to their end)
-
-
 class ReportWritten(_Model):
     """WriteReport's result: the sweep's HTML report in the bucket."""
 
@@ -249,8 +285,41 @@ class ReportWritten(_Model):
 class SummarizeEvent(_Model):
     sweep: SweepConfig
     boots: list[BootOutcome] = Field(default_factory=list)
+    # The last round's outcomes when DecideRound failed before folding them into `boots`.
+    ran: list[BootOutcome] = Field(default_factory=list)
+    rounds: list[Round] = Field(default_factory=list)
+    headline: list[HeadlineComparison] = Field(default_factory=list)
+    # What DecideRound's Catch caught: the sweep ends with its report, and fails.
+    round_error: CaughtError | None = None
     # WriteReport's result, or what its Catch caught (the sweep goes on without a report).
     report: ReportWritten | CaughtError | None = None
+
+    @property
+    def outcomes(self) -> list[BootOutcome]:
+        """Every boot that ran, each once (a folded round is not in `ran` any more)."""
+        folded = {(b.rig, b.boot) for b in self.boots}
+        return [*self.boots, *(b for b in self.ran if (b.rig, b.boot) not in folded)]
+
+
+class DecideRoundEvent(_Model):
+    sweep: SweepConfig
+    reservation: Reservation
+    items: list[BootItem]  # the round that just ran
+    boots: list[BootOutcome] = []  # the rounds before
+    ran: list[BootOutcome] = []  # this round's outcomes
+    rounds: list[Round] = []
+    headline: list[HeadlineComparison] = []
+
+
+class Decision(_Model):
+    """DecideRound's result: every outcome so far, the looks so far, and the next round's
+    boots (none: the sweep goes on to its report)."""
+
+    boots: list[BootOutcome]
+    rounds: list[Round]
+    headline: list[HeadlineComparison]
+    items: list[BootItem]
+    more: bool
 
 
 class SpotInterruptionDetail(_Model):
@@ -290,4 +359,5 @@ RESULT_PATHS: dict[str, tuple[str, type[BaseModel]]] = {
     "PollHarness": ("$.command", CommandState),
     "StoreResults": ("$.stored", Stored),
     "WriteReport": ("$.report", ReportWritten),
+    "DecideRound": ("$.decision", Decision),
 }

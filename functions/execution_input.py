@@ -15,8 +15,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -39,6 +41,13 @@ RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}(@[a-z0-9][a-z0-9_-]{0,15})?$"
 # in about 9 in 10 (benchmarks/verdict_calibration.py). 3 rigs x 3 boots also stay within the
 # 10 boots a sweep's history allows at the default waits.
 DEFAULT_BOOTS_PER_RIG = 3
+# Adaptive boots ("boots_per_rig": "auto"): looks after 3 and 5 boots per rig and at the cap,
+# each at its O'Brien-Fleming-type alpha-spending increment (harness/sequential.py, measured in
+# docs/measurements.md "Boots until decided"). 3 is the fewest at which the test decides at all.
+AUTO = "auto"
+FIRST_LOOKS = (3, 5)
+MIN_MAX_BOOTS_PER_RIG = FIRST_LOOKS[0]
+DEFAULT_MAX_BOOTS_PER_RIG = 10
 MAX_INPUT_BYTES = 64 * 1024
 MAX_INPUT_DEPTH = 8  # the model nests 3 deep; anything deeper is not a sweep
 
@@ -48,6 +57,9 @@ MAX_INPUT_DEPTH = 8  # the model nests 3 deep; anything deeper is not a sweep
 # could pass the limit is refused before anything is spent.
 HISTORY_EVENT_LIMIT = 25_000
 HISTORY_EVENTS_RESERVED = 500  # top-level states, retries
+# Each further round of an adaptive sweep: the Map's own events, DecideRound, the Pass and the
+# Choice after it (the first round's are within the reserve, as a fixed sweep's one round is).
+EVENTS_PER_ROUND = 20
 EVENTS_PER_BOOT_FIXED = 25
 EVENTS_PER_POLL = 9
 COMMAND_GRACE_S = 60  # functions.dispatch.GRACE_S: polls go on this long after bench_s
@@ -55,6 +67,33 @@ COMMAND_GRACE_S = 60  # functions.dispatch.GRACE_S: polls go on this long after 
 Seconds = Annotated[int, Field(ge=0, le=3600)]
 Scalar = str | int | float | bool
 REQUESTS_PER_SLOT = 4  # a cell sends at least 4x its concurrency: steady state, not one wave
+
+
+def _boots_per_rig(value: Any) -> int | str:
+    """A number of boots, or "auto"; strict as the rest of the input (no `true`, no "2")."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f'Input should be a valid number of boots or "{AUTO}"')
+    if value < 1:
+        raise ValueError("Input should be greater than or equal to 1")
+    if value > MAX_BOOTS_PER_RIG:
+        raise ValueError(f"Input should be less than or equal to {MAX_BOOTS_PER_RIG}")
+    return value
+
+
+BootsPerRig = Annotated[
+    int | Literal["auto"],
+    PlainValidator(_boots_per_rig),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_BOOTS_PER_RIG},
+                {"const": AUTO},
+            ]
+        }
+    ),
+]
 
 
 class _Strict(BaseModel):
@@ -173,13 +212,21 @@ class SweepInput(_Strict):
     instance_type: str = Field(
         default="g5g.2xlarge", description="the EC2 type every boot runs on (one GPU)"
     )
-    boots_per_rig: int = Field(
+    boots_per_rig: BootsPerRig = Field(
         default=DEFAULT_BOOTS_PER_RIG,
-        ge=1,
-        le=MAX_BOOTS_PER_RIG,
         description="fresh instances per rig (the boot is the unit of replication): 1 gives no "
         "verdicts; 2 finds a 1.5x difference at 10% boot-to-boot spread about 1 time in 3, the "
-        "default 3 about 9 in 10, 5 nearly always",
+        'default 3 about 9 in 10, 5 nearly always; "auto": boots in rounds (3, 5, then '
+        "max_boots_per_rig per rig) until every headline comparison is decided, with the error "
+        "rate held at 5% by alpha spending",
+    )
+    max_boots_per_rig: int | None = Field(
+        default=None,
+        ge=MIN_MAX_BOOTS_PER_RIG,
+        le=MAX_BOOTS_PER_RIG,
+        description=f'with boots_per_rig "auto" only: the most boots per rig (default '
+        f"{DEFAULT_MAX_BOOTS_PER_RIG}); the budget reserves this worst case up front and "
+        "releases what was not launched",
     )
     cells: LoadCells = Field(
         default=LoadCells(), description="the load cells the harness measures on every boot"
@@ -236,6 +283,25 @@ class SweepInput(_Strict):
                     f"{', '.join(sorted(known)) or 'none'})"
                 )
         return rigs
+
+    @field_validator("boots_per_rig")
+    @classmethod
+    def _something_to_decide(cls, boots: int | str, info: ValidationInfo) -> int | str:
+        if boots == AUTO and len(info.data.get("rigs") or []) < 2:
+            raise ValueError(
+                f'"{AUTO}" boots until the comparisons between rigs are decided: it needs two '
+                'rigs or more (for one rig\'s noise floor run it twice: ["jax", "jax@b"])'
+            )
+        return boots
+
+    @field_validator("max_boots_per_rig")
+    @classmethod
+    def _only_when_auto(cls, cap: int | None, info: ValidationInfo) -> int | None:
+        if cap is not None and info.data.get("boots_per_rig") != AUTO:
+            raise ValueError(
+                f'only with "boots_per_rig": "{AUTO}" (a fixed boots_per_rig is its own cap)'
+            )
+        return cap
 
     @field_validator("instance_type")
     @classmethod
@@ -295,8 +361,27 @@ class SweepInput(_Strict):
                 raise ValueError(f"{subnet!r} is not a subnet id")
         return subnets
 
+    @property
+    def adaptive(self) -> bool:
+        return self.boots_per_rig == AUTO
+
+    def boots_cap(self) -> int:
+        """Boots per rig at most: the fixed number, or the adaptive sweep's cap."""
+        if isinstance(self.boots_per_rig, int):
+            return self.boots_per_rig
+        return self.max_boots_per_rig or DEFAULT_MAX_BOOTS_PER_RIG
+
+    def looks(self) -> list[int]:
+        """Boots per rig at the end of each round: one round for a fixed number; 3, 5 and the
+        cap (those within the cap) when adaptive."""
+        cap = self.boots_cap()
+        if not self.adaptive:
+            return [cap]
+        return sorted({n for n in FIRST_LOOKS if n < cap} | {cap})
+
     def boot_count(self) -> int:
-        return len(self.rigs) * self.boots_per_rig
+        """Boots the sweep may run: every rig x the cap (an adaptive sweep's worst case)."""
+        return len(self.rigs) * self.boots_cap()
 
     def concurrent_sequences(self) -> int:
         if self.max_concurrent_sequences is not None:
@@ -325,7 +410,11 @@ class SweepInput(_Strict):
         return EVENTS_PER_BOOT_FIXED * attempts + EVENTS_PER_POLL * polls
 
     def history_events(self) -> int:
-        return HISTORY_EVENTS_RESERVED + self.boot_count() * self.history_events_per_boot()
+        return (
+            HISTORY_EVENTS_RESERVED
+            + EVENTS_PER_ROUND * (len(self.looks()) - 1)
+            + self.boot_count() * self.history_events_per_boot()
+        )
 
 
 def execution_input(sweep: SweepInput) -> dict[str, Any]:
@@ -406,18 +495,25 @@ def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepI
         sweep = SweepInput.model_validate(raw, context=context)
     except ValidationError as exc:
         raise InvalidInput(describe_errors(exc)) from exc
+    # An adaptive sweep is bounded by its worst case: every rig run to the cap.
+    boots_field = "max_boots_per_rig" if sweep.adaptive else "boots_per_rig"
     if sweep.boot_count() > MAX_BOOTS_PER_SWEEP:
         raise InvalidInput(
-            f"invalid sweep input: boots_per_rig: {len(sweep.rigs)} rigs x {sweep.boots_per_rig} "
+            f"invalid sweep input: {boots_field}: {len(sweep.rigs)} rigs x {sweep.boots_cap()} "
             f"boots = {sweep.boot_count()} boots, above the {MAX_BOOTS_PER_SWEEP} a sweep may run"
         )
     if sweep.history_events() > HISTORY_EVENT_LIMIT:
+        fewer = (
+            f"lower max_boots_per_rig (the worst case, {sweep.boots_cap()} per rig, is what counts)"
+            if sweep.adaptive
+            else "run fewer boots"
+        )
         raise InvalidInput(
             f"invalid sweep input: waits: {sweep.boot_count()} boots could write "
             f"{sweep.history_events()} history events at these waits and deadlines "
-            f"({sweep.history_events_per_boot()} per boot), above Step Functions' "
-            f"{HISTORY_EVENT_LIMIT}; raise the poll intervals, shorten the deadlines or run "
-            "fewer boots"
+            f"({sweep.history_events_per_boot()} per boot), above Step Functions' limit of "
+            f"{HISTORY_EVENT_LIMIT} events per execution; raise the poll intervals, shorten "
+            f"the deadlines or {fewer}"
         )
     return sweep
 

@@ -10,14 +10,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from functions import alerts
-from functions.budget import close_sweep, open_boots
-from functions.events import CaughtError, ReportWritten, SummarizeEvent
+from functions.budget import close_sweep, open_boots, release_unlaunched
+from functions.events import CaughtError, HeadlineComparison, ReportWritten, Round, SummarizeEvent
 from functions.observability import instrumented, logger
 from functions.regressions import Regression
 from functions.settings import Clients, Settings
 
 MAX_CAUSE = 32_000  # Step Functions caps a Fail cause at 32,768 characters
 MAX_REPORT_WHY = 1_000
+ROUND_FAILED = "RoundDecisionFailed"
 # A sweep's regressions in its output: at most this many (1.5 kB each at the longest), so
 # that the output stays far below Step Functions' 256 KiB; every one is in the ledger.
 MAX_OUTPUT_REGRESSIONS = 20
@@ -41,6 +42,10 @@ class Summary(BaseModel):
     regressions_tested: int = 0  # comparisons the check made (Holm's family)
     regressions_untested: dict[str, int] = {}  # why the others were not made: count by reason
     regressions_missing: str = ""  # why no check ran: a failed check fails nothing else
+    # An adaptive sweep's looks, and its headline comparisons as the last look left them
+    rounds: list[Round] = []
+    headline: list[HeadlineComparison] = []
+    released: int = 0  # boots reserved for the worst case and never launched: given back
 
 
 def _report_fields(report: ReportWritten | CaughtError | None) -> dict[str, str]:
@@ -52,22 +57,32 @@ def _report_fields(report: ReportWritten | CaughtError | None) -> dict[str, str]
 
 
 def summarize(event: SummarizeEvent) -> Summary:
-    failed = [b for b in event.boots if b.outcome == "failed"]
+    outcomes = event.outcomes
+    failed = [b for b in outcomes if b.outcome == "failed"]
     summary = Summary(
         sweep_id=event.sweep.sweep_id,
         failed=bool(failed),
-        boots=len(event.boots),
+        boots=len(outcomes),
         boots_failed=len(failed),
-        rows=sum(b.rows for b in event.boots),
-        cost_usd=round(sum(b.cost_usd for b in event.boots), 6),
-        interruptions=sum(b.interruptions for b in event.boots),
+        rows=sum(b.rows for b in outcomes),
+        cost_usd=round(sum(b.cost_usd for b in outcomes), 6),
+        interruptions=sum(b.interruptions for b in outcomes),
+        rounds=event.rounds,
+        headline=event.headline,
         **_report_fields(event.report),
     )
+    caught = event.round_error
+    if caught is not None:  # the boots that ran are summarized; no further round ran
+        after = len(event.rounds) + 1
+        cause = f"deciding after round {after} failed: {caught.Error}: {caught.Cause}"
+        return summary.model_copy(
+            update={"failed": True, "error": ROUND_FAILED, "cause": cause[:MAX_CAUSE]}
+        )
     if not failed:
         return summary
     errors = sorted({b.error or "Unknown" for b in failed})
     lines = [f"{b.rig} boot {b.boot}: {b.error}: {b.cause}" for b in failed]
-    cause = f"{len(failed)} of {len(event.boots)} boots failed; " + "; ".join(lines)
+    cause = f"{len(failed)} of {len(outcomes)} boots failed; " + "; ".join(lines)
     return summary.model_copy(
         update={
             "error": errors[0] if len(errors) == 1 else "BootsFailed",
@@ -120,8 +135,13 @@ def handler(event: SummarizeEvent, context: LambdaContext) -> dict[str, Any]:
     if summary.report_missing:
         logger.warning("sweep report missing", extra={"why": summary.report_missing})
     ddb, table = clients.dynamodb, settings.ledger_table
+    # Every round has run through Finish: the boots the worst case reserved and no round
+    # launched (an adaptive sweep that stopped early, a decision that failed) are given back.
+    released = release_unlaunched(ddb, table, event.sweep.sweep_id)
+    if released:
+        logger.info("released unlaunched boots", extra={"boots": len(released)})
     # A boot whose Finish kept failing still holds its reservation: leave the sweep open so
     # the status-change handler (this execution fails) or the reaper ends and bills it.
     if not open_boots(ddb, table, event.sweep.sweep_id):
         close_sweep(ddb, table, event.sweep.sweep_id)
-    return summary.model_dump(mode="json")
+    return summary.model_copy(update={"released": len(released)}).model_dump(mode="json")

@@ -82,9 +82,10 @@ def check_sweep(
         for rig in sweep.rigs
     }
     require_baked_images(clients.ssm, list(plans.values()))
+    # The first round: every boot of a fixed sweep, the first look's of an adaptive one.
     items = [
         BootItem(rig=rig, boot=b, plan=plans[rig])
-        for b in range(1, sweep.boots_per_rig + 1)
+        for b in range(1, sweep.looks()[0] + 1)
         for rig in sweep.rigs
     ]
     return SweepState(sweep=config, items=items)

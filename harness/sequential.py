@@ -24,7 +24,7 @@ Measured (docs/measurements.md, "Boots until decided"): three looks, at 3, 5 and
 rig, with O'Brien-Fleming-type spending keep the error rate under 5% (4.3%) and nearly the
 power of 10 fixed boots at 1.1x (50% against 52%), and spend 7.2 boots at 1.3x and 4.7 at 2x;
 a look after every boot wastes the union bound's slack (2% of the 5%). That is the design
-adaptive boots should use. The state machine's rounds are not built yet.
+adaptive boots use (`"boots_per_rig": "auto"`: functions/rounds.py after each round).
 """
 
 import math

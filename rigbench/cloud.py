@@ -31,7 +31,13 @@ from functions.errors import InvalidInput
 from functions.execution_input import SweepInput, read_input_file
 from rigbench.bundle import REPO_ROOT
 from rigbench.commands import local as local_cli
-from rigbench.progress import PhaseLines, explain_failure, status_table
+from rigbench.progress import (
+    PhaseLines,
+    decisions_table,
+    explain_failure,
+    rounds_table,
+    status_table,
+)
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError, parse_sweep
 
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
@@ -231,6 +237,9 @@ def status_command(
             return
         progress = client.describe_sweep(execution)
     console.print(status_table(progress))
+    if progress.rounds:
+        console.print(rounds_table(progress.rounds))
+        console.print(decisions_table(progress.rounds, progress.headline))
     if progress.status not in ("RUNNING", "SUCCEEDED"):
         console.print(f"[red]{explain_failure(progress)}[/]")
 

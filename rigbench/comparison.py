@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.agreement import PairAgreement, output_agreement, probes_from_reports
 from harness.compare import Comparison, RigSetup, compare, rig_setup, values_from_reports
+from harness.stats import ALPHA
 
 if TYPE_CHECKING:
     from rigbench.report.data import SweepData
@@ -41,15 +42,18 @@ def sweep_comparison(
     local: bool,
     baseline: str | None = None,
     agreement: Sequence[PairAgreement] | None = None,
+    alpha: float = ALPHA,
 ) -> Comparison:
     """`reports[rig]`: the rig's harness reports in boot order (the baseline, unless given, is
     the first rig); `local`: the sweep ran on the local emulation, and the comparison says so;
-    `agreement`: the rig pairs' output agreement, else taken from the reports' probes."""
+    `agreement`: the rig pairs' output agreement, else taken from the reports' probes;
+    `alpha`: the family-wise level (an adaptive sweep's: its last look's)."""
     comparison = compare(
         values_from_reports(reports),
         baseline=baseline,
         setups=setups,
         emulated=LOCAL_EMULATION if local else "",
+        alpha=alpha,
     )
     pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
     return comparison.model_copy(update={"output_agreement": list(pairs)})
@@ -61,4 +65,7 @@ def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | Non
     if not reports:
         return None
     setups = setups_of((b.rig, b.provenance) for b in data.boots)
-    return sweep_comparison(reports, setups, local=local)
+    # An adaptive sweep spent part of its error rate at the looks before the last: its table
+    # is tested at the last look's level, so that all its claims together keep to 5%.
+    alpha = data.rounds[-1].level if data.rounds else ALPHA
+    return sweep_comparison(reports, setups, local=local, alpha=alpha)

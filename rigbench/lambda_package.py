@@ -13,7 +13,7 @@ server code, `.rigbench/` and anything else under the repository stay out.
 
 Every function shares one package, except those in `OWN_PACKAGES`: the ReportFunction's
 plotting and statistics (requirements-report.txt) fill most of Lambda's 250 MB, so only its
-package (and Summarize's, whose regression check needs the statistics) carries them, with
+package (and Summarize's and DecideRound's, which need the statistics) carries them, with
 only what its own handler imports.
 """
 
@@ -38,6 +38,8 @@ OWN_PACKAGES = {
     "ReportFunction": "requirements-report.txt",
     # Summarize's regression check runs harness.stats (numpy, scipy) on the sweep's results.
     "SummarizeFunction": "requirements-report.txt",
+    # DecideRound's verdicts after each round of an adaptive sweep: harness.stats as well.
+    "DecideRoundFunction": "requirements-report.txt",
 }
 SHARED = "shared"
 # What Lambda allows unzipped, function and layers together, and what is kept for the

@@ -1,5 +1,6 @@
 """A sweep's progress (`rigbench.stack.SweepProgress`) as tables: `status_table` for
-`rigbench run` and `rigbench status`, `sweep_table` for the local sweep (`rigbench demo`)."""
+`rigbench run` and `rigbench status`, `sweep_table` for the local sweep (`rigbench demo`),
+`rounds_table` and `decisions_table` for an adaptive sweep's rounds (both)."""
 
 from datetime import UTC, datetime
 
@@ -7,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from functions.events import HeadlineComparison, Round
 from rigbench.stack.models import BootProgress, Phase, SweepProgress
 
 
@@ -85,6 +87,47 @@ def sweep_table(
         caption += f"; {outlook}" if outlook else ""
     table.caption = caption
     table.caption_justify = "left"
+    return table
+
+
+def rounds_table(rounds: list[Round]) -> Table:
+    """One row per look of an adaptive sweep: its boots, level, what was decided, the cost."""
+    table = Table(title='rounds ("boots_per_rig": "auto")', title_justify="left")
+    for column in ("round", "boots per rig", "level", "decided", "boots", "spent $", "then"):
+        table.add_column(column)
+    for r in rounds:
+        table.add_row(
+            str(r.round), str(r.boots_per_rig), f"{r.level:.2g}",
+            f"{r.decided} of {r.comparisons}", str(r.boots), f"{r.cost_usd:.4f}",
+            f"stopped: {r.stop}" if r.stop else "another round",
+        )  # fmt: skip
+    return table
+
+
+def decided_at(comparison: HeadlineComparison, rounds: list[Round]) -> str:
+    """When a headline comparison was decided, and what it had cost by then."""
+    if comparison.decided_in_round is None:
+        return "not decided"
+    by_number = {r.round: r for r in rounds}
+    found = by_number.get(comparison.decided_in_round)
+    if found is None:
+        return f"round {comparison.decided_in_round}"
+    return (
+        f"round {found.round}: {found.boots_per_rig} boots per rig, ${found.cost_usd:.4f} "
+        f"(level {found.level:.2g})"
+    )
+
+
+def decisions_table(rounds: list[Round], headline: list[HeadlineComparison]) -> Table:
+    """Each headline comparison: its verdict and the look that decided it."""
+    table = Table(title="headline comparisons, as the last look left them", title_justify="left")
+    for column in ("cell", "metric", "rigs", "verdict", "ratio", "decided"):
+        table.add_column(column)
+    for c in headline:
+        table.add_row(
+            c.cell, c.metric, f"{c.rig_a} vs {c.rig_b}", c.verdict,
+            "" if c.ratio is None else f"{c.ratio:.3g}", decided_at(c, rounds),
+        )  # fmt: skip
     return table
 
 

@@ -4,7 +4,8 @@ Items (pk, sk), amounts in integer micro-dollars so that ADD never drifts:
     MONTH#2026-12 / TOTAL            committed = reservations still open + actual spend
     SWEEP#<id>    / TOTAL            reserved, spent, budget (a bake's id is a sweep id here)
     SWEEP#<id>    / OWNER            execution_arn: the one execution that owns this sweep id
-    SWEEP#<id>    / BOOT#<rig>#<nn>  status reserved|reconciled, reserved, spent, seconds,
+    SWEEP#<id>    / BOOT#<rig>#<nn>  status reserved|reconciled|released (never launched: an
+                                     adaptive sweep stopped first), reserved, spent, seconds,
                                      launch_anchor (first launch attempt: fixes the deadline),
                                      instance_ids, launched_at, last_seen (and per
                                      instance launched_at:<id>, last_seen:<id>), billed_ids
@@ -24,6 +25,7 @@ MICRO = 1_000_000
 TOTAL = "TOTAL"
 BOOT_PREFIX = "BOOT#"
 SWEEP_PREFIX = "SWEEP#"
+RELEASED = "released"  # a boot's status when its reservation was given back unlaunched
 
 
 def to_micro(usd: float) -> int:

@@ -84,16 +84,18 @@ def query_rows(
     rig: str | None = None,
     model: str | None = None,
     instance_type: str | None = None,
+    consistent: bool = False,
 ) -> list[dict[str, Any]]:
-    """Rows by Query only: a sweep (base table), one rig/model/type since `since` (GSI
-    by_config), or else each month from `since` to `until` (GSI by_month), filtered."""
+    """Rows by Query only: a sweep (base table; `consistent`: every row already written),
+    one rig/model/type since `since` (GSI by_config), or else each month from `since` to
+    `until` (GSI by_month), filtered."""
     after = since.isoformat(timespec="seconds")
     filters = {"rig": rig, "model": model, "instance_type": instance_type}
     given = {k: v for k, v in filters.items() if v is not None}
     if sweep is not None:
         rows = _query_all(
             ddb, TableName=table, KeyConditionExpression="sweep_id = :s",
-            ExpressionAttributeValues={":s": {"S": sweep}},
+            ExpressionAttributeValues={":s": {"S": sweep}}, ConsistentRead=consistent,
         )  # fmt: skip
         return [r for r in rows if all(r.get(k) == v for k, v in given.items())]
     if rig is not None and model is not None and instance_type is not None:

@@ -16,7 +16,7 @@ from rigbench.commands.regression_table import check_lines
 from rigbench.comparison import comparison_of, sweep_comparison
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
-from rigbench.progress import PhaseLines, sweep_table
+from rigbench.progress import PhaseLines, decisions_table, rounds_table, sweep_table
 from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack
@@ -81,10 +81,12 @@ def run_sweep(
             console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
         sweep_id = started.sweep_id
-        title = (
-            f"sweep {sweep_id}: {', '.join(sweep.rigs)} x {sweep.boots_per_rig} boots, "
-            f"{sweep.model}"
+        boots = (
+            f"up to {sweep.boots_cap()} boots (auto: rounds at {sweep.looks()} per rig)"
+            if sweep.adaptive
+            else f"{sweep.boots_per_rig} boots"
         )
+        title = f"sweep {sweep_id}: {', '.join(sweep.rigs)} x {boots}, {sweep.model}"
         if console.is_terminal:
             began = datetime.now(UTC)
             expected = sweep.boot_count()
@@ -110,6 +112,9 @@ def run_sweep(
         reports = gathered.reports_by_rig() if gathered is not None else {}
     status = progress.status
     console.print()
+    if progress.rounds:
+        console.print(rounds_table(progress.rounds))
+        console.print(decisions_table(progress.rounds, progress.headline))
     if reports:
         comparison = comparison_of(gathered, local=True) if gathered is not None else None
         print_comparison(console, comparison or sweep_comparison(reports, {}, local=True))

@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from functions.errors import error_code
+from functions.events import HeadlineComparison, Round
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
 from functions.tables import ledger
 from rigbench.report.errors import ReportError
@@ -67,6 +68,8 @@ class SweepData(BaseModel):
     budget_usd: float | None = None
     spent_usd: float | None = None
     reserved_usd: float | None = None  # still held: boots not reconciled yet
+    rounds: list[Round] = []  # an adaptive sweep's looks (functions/rounds.py)
+    headline: list[HeadlineComparison] = []  # its headline comparisons after the last look
 
     def reports_by_rig(self) -> dict[str, list[dict[str, Any]]]:
         """Each rig's harness reports in boot order (boots without one left out), rigs in
@@ -110,8 +113,8 @@ def _ledger(store: Store, sweep_id: str) -> tuple[dict[str, Any], dict[tuple[str
             sk = item["sk"]["S"]
             if sk == ledger.TOTAL:
                 total = item
-            elif sk.startswith(ledger.BOOT_PREFIX):
-                boots[ledger.rig_boot_of_sk(sk)] = item
+            elif sk.startswith(ledger.BOOT_PREFIX) and item["status"]["S"] != ledger.RELEASED:
+                boots[ledger.rig_boot_of_sk(sk)] = item  # a released boot never ran
     return total, boots
 
 
@@ -199,6 +202,8 @@ def gather(store: Store, sweep_id: str) -> SweepData:
     sweep_input: dict[str, Any] | None = None
     status = started = stopped = None
     progress = {}
+    rounds: list[Round] = []
+    headline: list[HeadlineComparison] = []
     if execution is not None:
         described, events = execution
         status = described["status"]
@@ -208,11 +213,9 @@ def gather(store: Store, sweep_id: str) -> SweepData:
             sweep_input = parsed if isinstance(parsed, dict) else None
         except ValueError:
             sweep_input = None
-        progress = {
-            (b.rig, b.boot): b
-            for b in fold(events, execution_arn=described["executionArn"]).boots
-            if b.boot is not None
-        }
+        folded = fold(events, execution_arn=described["executionArn"])
+        progress = {(b.rig, b.boot): b for b in folded.boots if b.boot is not None}
+        rounds, headline = folded.rounds, folded.headline
 
     keys = set(ledger_boots) | set(objects) | set(progress)
     keys |= {(r["rig"], int(r["boot"])) for r in rows}
@@ -261,6 +264,8 @@ def gather(store: Store, sweep_id: str) -> SweepData:
         budget_usd=_micro(total, "budget"),
         spent_usd=_micro(total, "spent"),
         reserved_usd=_micro(total, "reserved"),
+        rounds=rounds,
+        headline=headline,
     )
 
 

@@ -26,7 +26,7 @@ def sweep_data(store: Store, event: SummarizeEvent, now: datetime) -> SweepData:
     """What the tables and bucket hold, completed from the Map's result."""
     sweep = event.sweep
     stored = gather(store, sweep.sweep_id)
-    outcomes = {(b.rig, b.boot): b for b in event.boots}
+    outcomes = {(b.rig, b.boot): b for b in event.outcomes}
     boots = {(b.rig, b.boot): b for b in stored.boots}
     for key in outcomes.keys() - boots.keys():
         boots[key] = BootData(rig=key[0], boot=key[1])
@@ -36,9 +36,12 @@ def sweep_data(store: Store, event: SummarizeEvent, now: datetime) -> SweepData:
             error = f"{outcome.error}: {outcome.cause}" if outcome.error else ""
             boots[key] = boot.model_copy(update={"outcome": outcome.outcome, "error": error})
     rigs = [*sweep.rigs, *sorted({rig for rig, _ in boots} - set(sweep.rigs))]
+    failed = any(b.outcome == "failed" for b in event.outcomes)
     return stored.model_copy(
         update={
-            "status": "FAILED" if any(b.outcome == "failed" for b in event.boots) else "SUCCEEDED",
+            "status": "FAILED" if failed else "SUCCEEDED",
+            "rounds": event.rounds,
+            "headline": event.headline,
             "started_at": datetime.fromisoformat(sweep.created_at),
             "stopped_at": now,
             "sweep_input": sweep.model_dump(

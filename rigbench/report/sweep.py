@@ -20,6 +20,7 @@ from harness.compare import (
 )
 from harness.stats import BootAggregate, Verdict
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
+from rigbench.progress import decided_at
 from rigbench.report import analysis, figures
 from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
 from rigbench.report.data import BootData, SweepData
@@ -92,6 +93,46 @@ def comparison_table(comparison: Comparison) -> str:
         for line in footnotes(comparison)
     )
     return table + notes
+
+
+def rounds_section(data: SweepData) -> Section:
+    """An adaptive sweep's looks: what each decided, and the boots and dollars it took."""
+    last = data.rounds[-1]
+    looks = render_table(
+        ["round", "boots per rig", "look's level", "decided so far", "boots", "spent", "then"],
+        [
+            [
+                r.round, r.boots_per_rig, f"{r.level:.2g}", f"{r.decided} of {r.comparisons}",
+                r.boots, _usd(r.cost_usd), f"stopped: {r.stop}" if r.stop else "another round",
+            ]
+            for r in data.rounds
+        ],
+        caption="each look tests every headline comparison at its level (Holm over them)",
+    )  # fmt: skip
+    decisions = render_table(
+        ["cell", "metric", "rigs", "verdict", "ratio", "decided"],
+        [
+            [
+                c.cell, c.metric, f"{c.rig_a} vs {c.rig_b}", c.verdict,
+                "" if c.ratio is None else f"{c.ratio:.3g}", decided_at(c, data.rounds),
+            ]
+            for c in data.headline
+        ],
+        caption="a comparison decided at a look keeps that look's verdict; ratio: the first "
+        "rig's centre over the second's",
+    )  # fmt: skip
+    return Section(
+        "Rounds",
+        "rounds",
+        intro='"boots_per_rig": "auto": boots ran in rounds, and after each round the headline '
+        "comparisons (every rig pair, cell and one of output tokens/s, TTFT p50, TPOT p50) were "
+        "tested at that look's share of the 5% error rate (O'Brien-Fleming-type alpha "
+        'spending; docs/measurements.md, "Boots until decided"). The sweep stopped after '
+        f"round {last.round} ({last.stop or 'it did not finish'}). The comparison table's "
+        f"verdicts are at the final look's level, {last.level:.2g}, not at 5%: the looks "
+        "before it spent the rest.",
+        blocks=[looks, decisions],
+    )
 
 
 def notes(data: SweepData) -> list[str]:
@@ -417,6 +458,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
                 blocks=[comparison_table(comparison)],
             )
         )
+    if data.rounds:
+        sections.append(rounds_section(data))
     if pairs := agreement_of(data):
         sections.append(agreement_section(pairs, probe_cost(data)))
     plots = plot_blocks(data, cell)

@@ -3,7 +3,9 @@ an execution, for the deployed stack and the emulation alike.
 
 Events inside a Map iteration chain back (previousEventId) to their MapIterationStarted, as
 on AWS, so each event is attributed to one iteration (one rig x boot); the iteration's rig
-and boot are read from the input of the states it enters. A state's phase is looked up in
+and boot are read from the input of the states it enters. An adaptive sweep runs the Map once
+per round, and each run numbers its iterations from 0: an iteration is the run's and its own
+index. DecideRound's results give the rounds. A state's phase is looked up in
 `STATE_PHASES`, which names every state of statemachine/sweep.asl.json (a test checks it).
 """
 
@@ -13,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from functions.errors import error_message
+from functions.events import HeadlineComparison, Round
 from rigbench.stack.models import BootProgress, Phase, SweepProgress
 
 # Each state inside the Map (one rig x boot), by the phase it belongs to.
@@ -42,6 +45,9 @@ SWEEP_STATES: frozenset[str] = frozenset(
         "CheckQuota",
         "ReserveBudget",
         "RunBoots",
+        "DecideRound",
+        "NextRound",
+        "AnotherRound?",
         "WriteReport",
         "Summarize",
         "AnyBootFailed?",
@@ -141,12 +147,17 @@ def fold(
     iteration_of: dict[int, int | None] = {}
     boots: dict[int, _Boot] = {}
     sweep_state, status, error, cause = "starting", "RUNNING", "", ""
+    rounds: list[Round] = []
+    headline: list[HeadlineComparison] = []
+    offset = 0  # iterations of the Map's earlier runs (rounds)
     for event_id in sorted(by_id):
         event = by_id[event_id]
         kind = str(event["type"])
         when = event.get("timestamp")
+        if kind == "MapStateStarted":
+            offset = len(boots)
         if kind == "MapIterationStarted":
-            index: int | None = int(event["mapIterationStartedEventDetails"]["index"])
+            index: int | None = offset + int(event["mapIterationStartedEventDetails"]["index"])
         elif kind.startswith(("Execution", "MapState")):
             index = None  # they may chain back through an iteration but belong to the sweep
         else:
@@ -156,6 +167,8 @@ def fold(
         if index is None:
             if kind.endswith("StateEntered"):
                 sweep_state = str(details["name"])
+            elif kind == "TaskStateExited" and details.get("name") == "DecideRound":
+                rounds, headline = _decision(_json(details.get("output"))) or (rounds, headline)
             elif kind in _ENDED:
                 status = kind.removeprefix("Execution").upper()
                 if kind != "ExecutionSucceeded":
@@ -210,5 +223,16 @@ def fold(
     return SweepProgress(
         sweep_id=execution_arn.rsplit(":", 1)[-1], execution_arn=execution_arn,
         status=status, state=sweep_state, error=error, cause=cause, output=output,
-        boots=[boots[i].frozen() for i in sorted(boots)],
+        boots=[boots[i].frozen() for i in sorted(boots)], rounds=rounds, headline=headline,
     )  # fmt: skip
+
+
+def _decision(payload: Any) -> tuple[list[Round], list[HeadlineComparison]] | None:
+    """DecideRound's rounds and headline comparisons, where its ResultPath placed them."""
+    decision = payload.get("decision") if isinstance(payload, Mapping) else None
+    if not isinstance(decision, Mapping):
+        return None  # a failed decision: its Catch placed an error instead
+    return (
+        [Round.model_validate(r) for r in decision.get("rounds") or []],
+        [HeadlineComparison.model_validate(c) for c in decision.get("headline") or []],
+    )

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.events import Quota, Reservation
+from functions.events import HeadlineComparison, Quota, Reservation, Round
 
 ExecutionStatus = Literal[
     "RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE"
@@ -79,6 +79,10 @@ class SweepProgress(_Model):
     cause: str = Field("", description="why the execution failed, readable")
     boots: list[BootProgress] = []
     output: dict[str, Any] | None = Field(None, description="the execution output, once done")
+    rounds: list[Round] = Field([], description="an adaptive sweep's looks so far")
+    headline: list[HeadlineComparison] = Field(
+        [], description="an adaptive sweep's headline comparisons after its latest look"
+    )
 
     @property
     def done(self) -> bool:

@@ -199,3 +199,39 @@ def test_each_step_s_small_result_is_placed_by_result_path() -> None:
     # The rest either starts the state (Validate) or ends it (Finish, Summarize).
     unwrapped = {n for n, s in states.items() if s["Type"] == "Task" and "OutputPath" in s}
     assert unwrapped == {"ValidateInput", "Finish", "Summarize"}
+
+
+def test_rounds_loop_through_decide_round_and_end_in_the_report() -> None:
+    states = DEFINITION["States"]
+    run_boots = states["RunBoots"]
+    assert run_boots["ResultPath"] == "$.ran"
+    assert run_boots["Next"] == "DecideRound"
+    decide = states["DecideRound"]
+    # a decision that fails still ends with the report and the summary (which releases the
+    # unlaunched boots and closes the sweep): every boot of the round already went through Finish
+    assert decide["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.round_error", "Next": "WriteReport"}
+    ]
+    assert decide["Next"] == "NextRound"
+    fold = states["NextRound"]
+    assert fold["Type"] == "Pass"
+    assert fold["Parameters"]["items.$"] == "$.decision.items"
+    assert fold["Parameters"]["boots.$"] == "$.decision.boots"
+    assert fold["Parameters"]["ran"] == []
+    assert fold["Parameters"]["round_error"] is None  # Summarize reads it on both paths
+    # the next round's Map gets every field it selects from the state
+    selected = {v.removeprefix("$.").split(".")[0] for k, v in run_boots["ItemSelector"].items()
+                if k.endswith(".$") and v.startswith("$.")}  # fmt: skip
+    given = {k.removesuffix(".$") for k in fold["Parameters"]}
+    assert selected <= given
+    assert "quota" in given
+    choice = states[fold["Next"]]
+    assert choice["Choices"] == [{"Variable": "$.more", "BooleanEquals": True, "Next": "RunBoots"}]
+    assert choice["Default"] == "WriteReport"
+    # both ways into WriteReport carry what it and Summarize read
+    payload = states["Summarize"]["Parameters"]["Payload"]
+    for key in ("boots.$", "ran.$", "rounds.$", "headline.$", "round_error.$"):
+        assert key in payload, key
+    assert {"boots.$", "ran.$", "rounds.$", "headline.$"} <= set(
+        states["WriteReport"]["Parameters"]["Payload"]
+    )

@@ -32,3 +32,9 @@ def test_fault_leaves_nothing_running_open_or_unbilled(emu: Emulation, case: Cas
         assert ended_after < 60, outcome  # the reaper's schedule is every minute
     if case.name == "spot-reclaim-relaunched":
         assert (outcome.instances_launched, outcome.interruptions) == (2, 1), outcome
+    if case.name in ("decide-round-fails", "stop-at-round-boundary"):
+        assert outcome.instances_launched == 6, outcome  # the first round: 3 boots x 2 rigs
+    if case.name == "decide-round-fails":
+        assert outcome.note.endswith(
+            "8 boots reserved for the worst case: 6 reconciled, 2 released"
+        )

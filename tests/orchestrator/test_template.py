@@ -115,7 +115,7 @@ def test_the_shared_package_s_handlers_load_no_library_it_does_not_hold() -> Non
 
 @pytest.mark.slow
 def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rigs() -> None:
-    assert set(OWN_PACKAGES) == {"ReportFunction", "SummarizeFunction"}
+    assert set(OWN_PACKAGES) == {"ReportFunction", "SummarizeFunction", "DecideRoundFunction"}
     files = {str(p) for p in package_files(package="ReportFunction")}
     assert "rigbench/report/publish.py" in files
     assert {"rigbench/report/template.html.j2", "rigbench/report/table.html.j2"} <= files
@@ -138,6 +138,18 @@ def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cl
     assert {f for f in files if f.startswith("hardware/")} <= {
         "hardware/__init__.py", "hardware/instance_types.py"
     }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_decide_round_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
+    files = {str(p) for p in package_files(package="DecideRoundFunction")}
+    assert {"functions/rounds.py", "harness/stats.py", "harness/sequential.py"} <= files
+    assert {f.split("/")[0] for f in files} <= {
+        "functions",
+        "harness",
+        "hardware",
+        "pyproject.toml",
+    }
 
 
 @pytest.mark.slow
@@ -560,6 +572,7 @@ def test_nothing_scans_and_results_are_read_by_query_only() -> None:
         ("StoreFunction", "dynamodb:PutItem"),
         ("ReportFunction", "dynamodb:Query"),
         ("SummarizeFunction", "dynamodb:Query"),  # the sweep and its rigs' history
+        ("DecideRoundFunction", "dynamodb:Query"),  # the sweep's rows after each round
     }
 
 
