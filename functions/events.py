@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.execution_input import Scalar, SweepInput
+from functions.execution_input import BootRounds, Scalar, SweepInput
 
 
 class _Model(BaseModel):
@@ -57,7 +57,7 @@ class WaitsConfig(_Model):
     command_poll_s: int
 
 
-class SweepConfig(_Model):
+class SweepConfig(BootRounds, _Model):
     """The sweep as ValidateInput accepted it, every default resolved against the stack.
 
     Types only, no rules: the input's rules (`SweepInput`) are checked once, by ValidateInput,
@@ -71,7 +71,8 @@ class SweepConfig(_Model):
     model: str
     model_revision: str | None = None
     instance_type: str
-    boots_per_rig: int
+    boots_per_rig: int | Literal["auto"]
+    max_boots_per_rig: int | None = None
     cells: CellsConfig
     budget_usd: float
     market: Literal["spot", "on-demand"]

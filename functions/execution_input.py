@@ -188,7 +188,38 @@ class Waits(_Strict):
         return seconds
 
 
-class SweepInput(_Strict):
+class BootRounds:
+    """The boots a sweep runs per rig, in rounds: what the input says and the state's record of
+    it (`functions.events.SweepConfig`) both answer these, from the same three fields."""
+
+    rigs: list[str]
+    boots_per_rig: int | Literal["auto"]
+    max_boots_per_rig: int | None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.boots_per_rig == AUTO
+
+    def boots_cap(self) -> int:
+        """Boots per rig at most: the fixed number, or the adaptive sweep's cap."""
+        if isinstance(self.boots_per_rig, int):
+            return self.boots_per_rig
+        return self.max_boots_per_rig or DEFAULT_MAX_BOOTS_PER_RIG
+
+    def looks(self) -> list[int]:
+        """Boots per rig at the end of each round: one round for a fixed number; 3, 5 and the
+        cap (those within the cap) when adaptive."""
+        cap = self.boots_cap()
+        if not self.adaptive:
+            return [cap]
+        return sorted({n for n in FIRST_LOOKS if n < cap} | {cap})
+
+    def boot_count(self) -> int:
+        """Boots the sweep may run: every rig x the cap (an adaptive sweep's worst case)."""
+        return len(self.rigs) * self.boots_cap()
+
+
+class SweepInput(BootRounds, _Strict):
     """One sweep: every rig booted `boots_per_rig` times, the harness run on each boot."""
 
     sweep_id: str | None = Field(
@@ -360,28 +391,6 @@ class SweepInput(_Strict):
             if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", subnet):
                 raise ValueError(f"{subnet!r} is not a subnet id")
         return subnets
-
-    @property
-    def adaptive(self) -> bool:
-        return self.boots_per_rig == AUTO
-
-    def boots_cap(self) -> int:
-        """Boots per rig at most: the fixed number, or the adaptive sweep's cap."""
-        if isinstance(self.boots_per_rig, int):
-            return self.boots_per_rig
-        return self.max_boots_per_rig or DEFAULT_MAX_BOOTS_PER_RIG
-
-    def looks(self) -> list[int]:
-        """Boots per rig at the end of each round: one round for a fixed number; 3, 5 and the
-        cap (those within the cap) when adaptive."""
-        cap = self.boots_cap()
-        if not self.adaptive:
-            return [cap]
-        return sorted({n for n in FIRST_LOOKS if n < cap} | {cap})
-
-    def boot_count(self) -> int:
-        """Boots the sweep may run: every rig x the cap (an adaptive sweep's worst case)."""
-        return len(self.rigs) * self.boots_cap()
 
     def concurrent_sequences(self) -> int:
         if self.max_concurrent_sequences is not None:

@@ -33,7 +33,7 @@ from functions.events import (
     HeadlineComparison,
     Round,
 )
-from functions.execution_input import SweepInput
+from functions.execution_input import BootRounds
 from functions.observability import instrumented, logger
 from functions.regressions import HEADLINE
 from functions.settings import Clients, Settings
@@ -52,7 +52,7 @@ OVER_BUDGET = "the next round would not fit in the budget left"
 Values = dict[str, dict[str, tuple[str, dict[str, list[float]]]]]
 
 
-def levels(sweep: SweepInput) -> list[float]:
+def levels(sweep: BootRounds) -> list[float]:
     """The level each look of the sweep tests at."""
     return look_levels(SPENDING, sweep.looks())
 
@@ -132,7 +132,7 @@ def look(
 
 
 def next_items(
-    sweep: SweepInput, items: Sequence[BootItem], done: int, upto: int
+    sweep: BootRounds, items: Sequence[BootItem], done: int, upto: int
 ) -> list[BootItem]:
     """The next round's boots: every rig's boots done+1..upto, each with its rig's plan."""
     plans = {item.rig: item.plan for item in items}
