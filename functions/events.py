@@ -102,6 +102,8 @@ class SweepConfig(BootRounds, _Model):
         return cls.model_validate(
             {
                 **sweep.model_dump(exclude={"sweep_id", "subnets"}),
+                # the cap the input resolved (named, or the most its history allows)
+                "max_boots_per_rig": sweep.boots_cap() if sweep.adaptive else None,
                 "sweep_id": sweep_id,
                 "subnets": subnets,
                 "bundle": bundle,

@@ -188,6 +188,11 @@ class Waits(_Strict):
         return seconds
 
 
+def adaptive_looks(cap: int) -> list[int]:
+    """An adaptive sweep's looks: 3, 5 and the cap boots per rig (those within the cap)."""
+    return sorted({n for n in FIRST_LOOKS if n < cap} | {cap})
+
+
 class BootRounds:
     """The boots a sweep runs per rig, in rounds: what the input says and the state's record of
     it (`functions.events.SweepConfig`) both answer these, from the same three fields."""
@@ -204,15 +209,16 @@ class BootRounds:
         """Boots per rig at most: the fixed number, or the adaptive sweep's cap."""
         if isinstance(self.boots_per_rig, int):
             return self.boots_per_rig
-        return self.max_boots_per_rig or DEFAULT_MAX_BOOTS_PER_RIG
+        return self.max_boots_per_rig or self.default_max_boots()
+
+    def default_max_boots(self) -> int:
+        return DEFAULT_MAX_BOOTS_PER_RIG
 
     def looks(self) -> list[int]:
         """Boots per rig at the end of each round: one round for a fixed number; 3, 5 and the
         cap (those within the cap) when adaptive."""
         cap = self.boots_cap()
-        if not self.adaptive:
-            return [cap]
-        return sorted({n for n in FIRST_LOOKS if n < cap} | {cap})
+        return adaptive_looks(cap) if self.adaptive else [cap]
 
     def boot_count(self) -> int:
         """Boots the sweep may run: every rig x the cap (an adaptive sweep's worst case)."""
@@ -255,9 +261,10 @@ class SweepInput(BootRounds, _Strict):
         default=None,
         ge=MIN_MAX_BOOTS_PER_RIG,
         le=MAX_BOOTS_PER_RIG,
-        description=f'with boots_per_rig "auto" only: the most boots per rig (default '
-        f"{DEFAULT_MAX_BOOTS_PER_RIG}); the budget reserves this worst case up front and "
-        "releases what was not launched",
+        description='with boots_per_rig "auto" only: the most boots per rig (default: the '
+        f"most, up to {DEFAULT_MAX_BOOTS_PER_RIG}, whose worst case fits one execution's "
+        "history at the waits and deadlines); the budget reserves this worst case up front "
+        "and releases what was not launched",
     )
     cells: LoadCells = Field(
         default=LoadCells(), description="the load cells the harness measures on every boot"
@@ -419,11 +426,27 @@ class SweepInput(BootRounds, _Strict):
         return EVENTS_PER_BOOT_FIXED * attempts + EVENTS_PER_POLL * polls
 
     def history_events(self) -> int:
+        return self._history_events_at(self.boots_cap())
+
+    def _history_events_at(self, cap: int) -> int:
+        rounds = len(adaptive_looks(cap)) if self.adaptive else 1
+        boots = len(self.rigs) * cap
         return (
             HISTORY_EVENTS_RESERVED
-            + EVENTS_PER_ROUND * (len(self.looks()) - 1)
-            + self.boot_count() * self.history_events_per_boot()
+            + EVENTS_PER_ROUND * (rounds - 1)
+            + boots * self.history_events_per_boot()
         )
+
+    def default_max_boots(self) -> int:
+        """An adaptive sweep that names no cap gets the most boots per rig, at most
+        DEFAULT_MAX_BOOTS_PER_RIG, whose worst case fits one execution's history at its waits
+        and deadlines and the boots a sweep may run (at least the minimum: an input whose
+        minimum does not fit is refused, naming the limit)."""
+        for cap in range(DEFAULT_MAX_BOOTS_PER_RIG, MIN_MAX_BOOTS_PER_RIG, -1):
+            fits = len(self.rigs) * cap <= MAX_BOOTS_PER_SWEEP
+            if fits and self._history_events_at(cap) <= HISTORY_EVENT_LIMIT:
+                return cap
+        return MIN_MAX_BOOTS_PER_RIG
 
 
 def execution_input(sweep: SweepInput) -> dict[str, Any]:

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from functions.errors import InvalidInput
-from functions.events import BootItem, BootOutcome, BootPlan, DecideRoundEvent, Reservation
+from functions.events import (
+    BootItem,
+    BootOutcome,
+    BootPlan,
+    BundleRef,
+    DecideRoundEvent,
+    Reservation,
+    SweepConfig,
+)
 from functions.execution_input import HISTORY_EVENT_LIMIT, parse_sweep_input
 from functions.rounds import ALL_DECIDED, AT_CAP, NO_RESULTS, OVER_BUDGET, decide_round, levels
 from harness.sequential import Spending, look_levels
@@ -53,10 +61,11 @@ def rows_for(boots: int, ratio: float, seed: int = 0, spread: float = 0.1) -> li
 
 def event(sweep: dict[str, Any], done: int, rounds: list[Any] | None = None) -> DecideRoundEvent:
     parsed = parse_sweep_input(sweep, CONTEXT)
-    config = {
-        **parsed.model_dump(), "sweep_id": "s", "subnets": ["subnet-0123456789abcdef0"],
-        "bundle": {"sha256": "x", "key": "k", "rigs": RIGS}, "created_at": "2026-12-01",
-    }  # fmt: skip
+    config = SweepConfig.accepted(
+        parsed, sweep_id="s", subnets=["subnet-0123456789abcdef0"],
+        bundle=BundleRef(sha256="x", key="k", rigs=RIGS), execution_arn="",
+        created_at="2026-12-01",
+    )  # fmt: skip
     start = rounds[-1].boots_per_rig + 1 if rounds else 1
     return DecideRoundEvent.model_validate(
         {
@@ -100,7 +109,10 @@ def test_looks_are_3_5_and_the_cap_at_obrien_fleming_levels() -> None:
         ({"boots_per_rig": 3, "max_boots_per_rig": 5}, 'max_boots_per_rig: only with "boots_'),
         ({"boots_per_rig": "AUTO"}, "boots_per_rig: Input should be a valid number of boots or"),
         ({"rigs": ["torch"]}, 'boots_per_rig: "auto" boots until the comparisons'),
-        ({"rigs": ["torch", "vllm", "a", "b", "c"]}, "max_boots_per_rig: 5 rigs x 10 boots"),
+        (
+            {"rigs": ["torch", "vllm", "a", "b", "c"], "max_boots_per_rig": 10},
+            "max_boots_per_rig: 5 rigs x 10 boots",
+        ),
     ],
 )
 def test_bad_adaptive_input_names_the_field(given: dict[str, Any], message: str) -> None:
@@ -109,13 +121,32 @@ def test_bad_adaptive_input_names_the_field(given: dict[str, Any], message: str)
         parse_sweep_input(auto(**given), {"rigs": rigs})
 
 
-def test_the_default_cap_is_refused_at_the_default_polls_naming_the_history_limit() -> None:
+def test_a_cap_over_the_history_limit_is_refused_naming_it() -> None:
     with pytest.raises(InvalidInput, match=rf"limit of {HISTORY_EVENT_LIMIT} events") as found:
-        parse_sweep_input({**auto(), "waits": {}, "max_interruptions_per_boot": 1}, CONTEXT)
+        parse_sweep_input(
+            {**auto(max_boots_per_rig=10), "waits": {}, "max_interruptions_per_boot": 1}, CONTEXT
+        )
     assert "lower max_boots_per_rig" in str(found.value)
     # the same cap fits at slower polls without relaunches: its worst case counts every round
-    sweep = parse_sweep_input(auto(), CONTEXT)
+    sweep = parse_sweep_input(auto(max_boots_per_rig=10), CONTEXT)
     assert sweep.history_events() <= HISTORY_EVENT_LIMIT
+
+
+def test_no_cap_named_gets_the_most_boots_the_history_allows() -> None:
+    at_defaults = {**auto(), "waits": {}, "max_interruptions_per_boot": 1}
+    sweep = parse_sweep_input(at_defaults, CONTEXT)
+    cap = sweep.boots_cap()
+    assert 3 <= cap < 10
+    assert sweep.history_events() <= HISTORY_EVENT_LIMIT
+    with pytest.raises(InvalidInput, match="lower max_boots_per_rig"):
+        parse_sweep_input({**at_defaults, "max_boots_per_rig": cap + 1}, CONTEXT)
+    assert parse_sweep_input(auto(), CONTEXT).boots_cap() == 10  # slow polls: the default cap
+    # the state records the cap resolved at validation, whatever the defaults later
+    assert event(at_defaults, 3).sweep.boots_cap() == cap
+    # where not even the minimum fits, the input is refused naming the limit
+    many = {**at_defaults, "rigs": [f"r{i}" for i in range(6)]}
+    with pytest.raises(InvalidInput, match=rf"limit of {HISTORY_EVENT_LIMIT} events"):
+        parse_sweep_input(many, {"rigs": set(many["rigs"])})
 
 
 def test_a_large_difference_is_decided_at_the_first_look() -> None:
