@@ -19,6 +19,7 @@ schedule would (the rows say so); its note gives what the case measured besides 
 tests/orchestrator/test_fault_matrix.py runs the same cases and asserts on every column.
 """
 
+import argparse
 import json
 import logging
 import sys
@@ -475,7 +476,15 @@ def start_emulation(root: Path) -> Emulation:
     return emulation
 
 
-def main(names: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.fault_matrix",
+        description="The fault matrix on the emulation: one injected fault per case.",
+    )
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"any of: {', '.join(BY_NAME)}")
+    names = parser.parse_args(argv).cases
+    if unknown := [n for n in names if n not in BY_NAME]:
+        parser.error(f"no such case: {', '.join(unknown)} (cases: {', '.join(BY_NAME)})")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the moto server's request log
     logging.getLogger("moto").setLevel(logging.CRITICAL)  # the parser logs every caught error
     cases = [BY_NAME[n] for n in names] if names else CASES
