@@ -23,7 +23,8 @@ QuotaOption = Annotated[
     float | None,
     typer.Option(
         "--quota-vcpus",
-        help=f"Emulated G/VT vCPU quota (env {QUOTA_ENV}; default 16: two g5g.2xlarge)",
+        help=f"Emulated G/VT vCPU quota (env {QUOTA_ENV}; default: one g5g.2xlarge, 8 vCPU, "
+        "per 4 cores of this machine, so rigs do not measure each other)",
         min=0,
     ),
 ]
