@@ -4,10 +4,10 @@
         arn = emu.start_execution({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
         emu.wait(arn)
 
-A moto server (Step Functions execution enabled) on a free loopback port; resources created
-by reading template.yaml (tables, bucket, roles, security group, functions with their handler
-and environment, the state machine with its substitutions resolved); Lambda invocations run
-the handlers in this process; what moto cannot emulate is asked of the fleet (seams.py).
+A moto server (Step Functions execution enabled) on a free loopback port; the stack created by
+moto's CloudFormation from template.yaml as aws-sam-translator transforms it (cfn_template.py);
+Lambda invocations run the handlers named by each function's Handler in this process; what
+moto cannot emulate is asked of the fleet (seams.py).
 """
 
 import io
@@ -281,6 +281,9 @@ class Emulation:
                 Parameters=template.stack_parameters(parameters),
                 Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
             )
+        # Lambda copied the package at creation; the bucket goes, as no stack resource of ours.
+        s3.delete_object(Bucket=code_bucket, Key=CODE_KEY)
+        s3.delete_bucket(Bucket=code_bucket)
         stack = cfn.describe_stacks(StackName=self.stack_name)["Stacks"][0]
         if stack["StackStatus"] != "CREATE_COMPLETE":
             raise RuntimeError(
