@@ -114,10 +114,22 @@ def transform(
     for logical_id, resource in list(body["Resources"].items()):
         if resource["Type"] in NOT_EMULATED:
             del body["Resources"][logical_id]
-        elif resource["Type"] in NAME_PROPERTY:
+            continue
+        if resource["Type"] in NAME_PROPERTY:
             name = physical_name(stack_name, logical_id, resource["Type"])
             resource["Properties"][NAME_PROPERTY[resource["Type"]]] = name
+        if resource["Type"] == "AWS::Lambda::Function":
+            _environment_as_strings(resource["Properties"])
     return CfnTemplate(body=body)
+
+
+def _environment_as_strings(props: dict[str, Any]) -> None:
+    """moto 5.2.5 keeps a Number parameter's Ref an int in a function's environment (Lambda
+    holds strings: GetFunctionConfiguration's answer would not go back through
+    UpdateFunctionConfiguration); a one-element Fn::Join is the value as a string."""
+    variables = props.get("Environment", {}).get("Variables", {})
+    for name, value in variables.items():
+        variables[name] = {"Fn::Join": ["", [value]]}
 
 
 @functools.cache
