@@ -27,10 +27,8 @@ from rigbench.emulation.seams import ACCOUNT_ID
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "template.yaml"
-# Where the emulation puts a placeholder package (handlers run in-process from the tree) and
-# what the translator is told the state machines' definitions are (the rewrite inlines them).
+# Where the emulation puts a placeholder package: the handlers run in-process from the tree.
 CODE_KEY = "lambda/placeholder.zip"
-DEFINITIONS_PREFIX = "statemachine/"
 # moto 5.2.5's CloudFormation has no model for these (it skips them with a warning); nothing in
 # the emulation reads them: the bucket policy denies plain HTTP, the alarms are CloudWatch's.
 NOT_EMULATED = {"AWS::S3::BucketPolicy", "AWS::CloudWatch::Alarm"}
@@ -43,8 +41,6 @@ NAME_PROPERTY = {
     "AWS::Lambda::Function": "FunctionName",
     "AWS::StepFunctions::StateMachine": "StateMachineName",
 }
-
-
 _SUBSTITUTION = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 
 
@@ -141,6 +137,7 @@ def _translated(template_path: Path, region: str, code_bucket: str) -> str:
         if resource["Type"] == "AWS::Serverless::StateMachine":
             uri = resource["Properties"]["DefinitionUri"]
             definitions[logical_id] = (template_path.parent / uri).read_text()
+            # Where `sam package` would put it; _inline_definition puts the text in its place.
             resource["Properties"]["DefinitionUri"] = f"s3://{code_bucket}/{uri}"
     # The template names no AWS managed policy under Policies (policy templates and statements
     # only), so the translator needs no map of them from IAM.
