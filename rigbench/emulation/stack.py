@@ -4,10 +4,10 @@
         arn = emu.start_execution({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
         emu.wait(arn)
 
-A moto server (Step Functions execution enabled) on a free loopback port; resources created
-by reading template.yaml (tables, bucket, roles, security group, functions with their handler
-and environment, the state machine with its substitutions resolved); Lambda invocations run
-the handlers in this process; what moto cannot emulate is asked of the fleet (seams.py).
+A moto server (Step Functions execution enabled) on a free loopback port; the stack created by
+moto's CloudFormation from template.yaml as aws-sam-translator transforms it (cfn_template.py);
+Lambda invocations run the handlers named by each function's Handler in this process; what
+moto cannot emulate is asked of the fleet (seams.py).
 """
 
 import io
@@ -27,10 +27,16 @@ from moto.server import ThreadedMotoServer
 
 from functions.settings import EMULATED_AMI_PARAMETER
 from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
+from rigbench.emulation.cfn_template import (
+    CODE_KEY,
+    TEMPLATE_PATH,
+    CfnTemplate,
+    moto_gaps_bridged,
+    transform,
+)
 from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import ACCOUNT_ID, Faults, Seams
-from rigbench.emulation.template import TEMPLATE_PATH, Resolver, Template
 from rigbench.stack_refs import StackRefs
 
 
@@ -42,9 +48,6 @@ def baked_image_parameters() -> list[str]:
 
 
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
-RUNTIME_PROPERTIES = {
-    "Handler", "Runtime", "Timeout", "MemorySize", "Architectures", "Environment",
-}  # fmt: skip
 # What a Lambda function's environment gets from the emulated "runtime".
 # Metrics would go to CloudWatch as EMF on stdout; here they would only clutter the terminal.
 _LAMBDA_RUNTIME_ENV = {
@@ -52,6 +55,13 @@ _LAMBDA_RUNTIME_ENV = {
     "POWERTOOLS_METRICS_DISABLED": "true",
     "POWERTOOLS_DEV": "false",
 }
+
+
+def _placeholder_package() -> bytes:
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("README", "handlers run in-process from the working tree")
+    return code.getvalue()
 
 
 def free_port() -> int:
@@ -83,7 +93,9 @@ class Emulation:
         self.stack_name = stack_name
         self.region = region
         self.parameters = dict(parameters or {})
-        self.template = Template.load(template_path)
+        self.template_path = template_path
+        self.template = CfnTemplate(body={"Resources": {}})  # the deployed one, once started
+        self.outputs: dict[str, str] = {}
         self.bundle_root = bundle_root
         self.faults = faults or Faults()
         self.function_timeout_s = function_timeout_s
@@ -94,7 +106,6 @@ class Emulation:
         self.physical: dict[str, str] = {}  # logical id -> name / id / ARN (Ref)
         self.state_machine_arn = ""
         self.bundle: dict[str, Any] = {}
-        self.resolver: Resolver | None = None
         self._session: boto3.session.Session | None = None
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -219,10 +230,9 @@ class Emulation:
             return self._clients[name]
 
     # ------------------------------------------------------------------ deploy
-    def _name(self, logical_id: str) -> str:
-        return f"{self.stack_name}-{logical_id}"
-
     def deploy(self) -> None:
+        """Create the stack from template.yaml with moto's CloudFormation, as `sam deploy` would:
+        the translator's template, parameters as a deployer gives them, then the bundle."""
         ec2 = self.client("ec2")
         vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]
         subnets = sorted(
@@ -250,185 +260,71 @@ class Emulation:
             "AmiParameter": EMULATED_AMI_PARAMETER,
             **self.parameters,
         }
-        resolver = Resolver(
-            self.template,
-            parameters,
-            pseudo={
-                "AWS::Region": self.region,
-                "AWS::AccountId": ACCOUNT_ID,
-                "AWS::StackName": self.stack_name,
-                "AWS::Partition": "aws",
-                "AWS::URLSuffix": "amazonaws.com",
-            },
+        self.template = self._create_stack(parameters)
+        self._read_stack()
+        self.bundle = upload_bundle(
+            self.client("s3"), self.stack_refs().bucket, build_bundle(self.bundle_root)
         )
-        self.resolver = resolver
-        self._create_tables(resolver)
-        self._create_buckets(resolver)
-        self._create_topics(resolver)
-        self._create_iam(resolver)
-        self._create_security_groups(resolver)
-        self._create_functions(resolver)
-        self._create_state_machines(resolver)
-        bucket = self.physical[next(iter(self.template.of_type("AWS::S3::Bucket")))]
-        self.bundle = upload_bundle(self.client("s3"), bucket, build_bundle(self.bundle_root))
 
-    def _ref(self, resolver: Resolver, logical_id: str, ref: str, **attrs: str) -> None:
-        self.physical[logical_id] = ref
-        resolver.refs[logical_id] = ref
-        for attr, value in attrs.items():
-            resolver.attrs[(logical_id, attr)] = value
-
-    def _create_tables(self, resolver: Resolver) -> None:
-        ddb = self.client("dynamodb")
-        for logical_id, resource in self.template.of_type("AWS::DynamoDB::Table").items():
-            props = resolver.resolve(resource["Properties"])
-            name = self._name(logical_id)
-            kwargs: dict[str, Any] = {
-                "TableName": name,
-                "KeySchema": props["KeySchema"],
-                "AttributeDefinitions": props["AttributeDefinitions"],
-                "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
-            }
-            if props.get("GlobalSecondaryIndexes"):
-                kwargs["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
-            ddb.create_table(**kwargs)
-            arn = f"arn:aws:dynamodb:{self.region}:{ACCOUNT_ID}:table/{name}"
-            self._ref(resolver, logical_id, name, Arn=arn)
-
-    def _create_buckets(self, resolver: Resolver) -> None:
+    def _create_stack(self, parameters: dict[str, Any]) -> CfnTemplate:
+        # What `sam package` uploads: here a placeholder package, the handlers run in-process.
+        code_bucket = f"{self.stack_name}-emulated-artifacts-{ACCOUNT_ID}"
         s3 = self.client("s3")
-        for logical_id in self.template.of_type("AWS::S3::Bucket"):
-            name = f"{self.stack_name}-{logical_id.lower()}-{ACCOUNT_ID}"
-            s3.create_bucket(Bucket=name)
-            self._ref(resolver, logical_id, name, Arn=f"arn:aws:s3:::{name}")
+        s3.create_bucket(Bucket=code_bucket)
+        s3.put_object(Bucket=code_bucket, Key=CODE_KEY, Body=_placeholder_package())
+        template = transform(self.stack_name, self.region, code_bucket, self.template_path)
+        cfn = self.client("cloudformation")
+        with moto_gaps_bridged():
+            cfn.create_stack(
+                StackName=self.stack_name,
+                TemplateBody=json.dumps(template.body),
+                Parameters=template.stack_parameters(parameters),
+                Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
+            )
+        # Lambda copied the package at creation; the bucket goes, as no stack resource of ours.
+        s3.delete_object(Bucket=code_bucket, Key=CODE_KEY)
+        s3.delete_bucket(Bucket=code_bucket)
+        stack = cfn.describe_stacks(StackName=self.stack_name)["Stacks"][0]
+        if stack["StackStatus"] != "CREATE_COMPLETE":
+            raise RuntimeError(
+                f"the emulated stack is {stack['StackStatus']}: {stack.get('StackStatusReason')}"
+            )
+        return template
 
-    def _create_topics(self, resolver: Resolver) -> None:
-        """SNS topics (the alarm topic Summarize publishes regression alerts to); their
-        subscriptions and encryption are not emulated: a test subscribes a queue to read."""
-        sns = self.client("sns")
-        for logical_id in self.template.of_type("AWS::SNS::Topic"):
-            name = self._name(logical_id)
-            arn = sns.create_topic(Name=name)["TopicArn"]
-            self._ref(resolver, logical_id, arn, TopicName=name, TopicArn=arn)
-
-    def _create_iam(self, resolver: Resolver) -> None:
-        iam = self.client("iam")
-        for logical_id, resource in self.template.of_type("AWS::IAM::Role").items():
-            props = resolver.resolve(resource["Properties"])
-            role = iam.create_role(
-                RoleName=self._name(logical_id),
-                AssumeRolePolicyDocument=json.dumps(props["AssumeRolePolicyDocument"]),
-            )["Role"]
-            for policy in props.get("Policies", []):
-                iam.put_role_policy(
-                    RoleName=role["RoleName"],
-                    PolicyName=policy["PolicyName"],
-                    PolicyDocument=json.dumps(policy["PolicyDocument"]),
-                )
-            self._ref(resolver, logical_id, role["RoleName"], Arn=role["Arn"])
-        for logical_id, resource in self.template.of_type("AWS::IAM::InstanceProfile").items():
-            props = resolver.resolve(resource["Properties"])
-            profile = iam.create_instance_profile(InstanceProfileName=self._name(logical_id))[
-                "InstanceProfile"
-            ]
-            for role in props.get("Roles", []):
-                iam.add_role_to_instance_profile(
-                    InstanceProfileName=profile["InstanceProfileName"], RoleName=role
-                )
-            self._ref(resolver, logical_id, profile["InstanceProfileName"], Arn=profile["Arn"])
-        self._lambda_role = self._service_role(iam, "LambdaRole", "lambda.amazonaws.com")
-        self._states_role = self._service_role(iam, "StatesRole", "states.amazonaws.com")
-
-    def _service_role(self, iam: Any, logical_id: str, service: str) -> str:
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
-            ],
+    def _read_stack(self) -> None:
+        """Physical ids from the stack; which function is which, and who hears an execution
+        end (EventBridge's part, which moto does not play: seams.py)."""
+        cfn = self.client("cloudformation")
+        pages = cfn.get_paginator("list_stack_resources").paginate(StackName=self.stack_name)
+        for page in pages:
+            for resource in page["StackResourceSummaries"]:
+                self.physical[resource["LogicalResourceId"]] = resource["PhysicalResourceId"]
+        outputs = {
+            o["OutputKey"]: o["OutputValue"]
+            for o in cfn.describe_stacks(StackName=self.stack_name)["Stacks"][0]["Outputs"]
         }
-        role = iam.create_role(
-            RoleName=self._name(logical_id), AssumeRolePolicyDocument=json.dumps(trust)
-        )
-        return str(role["Role"]["Arn"])
-
-    def _create_security_groups(self, resolver: Resolver) -> None:
-        ec2 = self.client("ec2")
-        for logical_id, resource in self.template.of_type("AWS::EC2::SecurityGroup").items():
-            props = resolver.resolve(resource["Properties"])
-            group = ec2.create_security_group(
-                GroupName=self._name(logical_id),
-                Description=props["GroupDescription"],
-                VpcId=props["VpcId"],
-            )
-            self._ref(resolver, logical_id, group["GroupId"], GroupId=group["GroupId"])
-
-    def _create_functions(self, resolver: Resolver) -> None:
-        lam = self.client("lambda")
-        defaults = resolver.resolve(
-            {k: v for k, v in self.template.function_globals.items() if k in RUNTIME_PROPERTIES}
-        )
-        code = io.BytesIO()
-        with zipfile.ZipFile(code, "w") as archive:
-            archive.writestr("README", "handlers run in-process from the working tree")
-        logical_ids: dict[str, str] = {}
-        for logical_id, resource in self.template.of_type("AWS::Serverless::Function").items():
-            # What the runtime needs; Policies and Events are IAM and triggers, not emulated.
-            runtime = {k: v for k, v in resource["Properties"].items() if k in RUNTIME_PROPERTIES}
-            props = {**defaults, **resolver.resolve(runtime)}
-            env = {
-                **defaults.get("Environment", {}).get("Variables", {}),
-                **props.get("Environment", {}).get("Variables", {}),
-            }
-            name = self._name(logical_id)
-            fn = lam.create_function(
-                FunctionName=name,
-                Runtime=props["Runtime"],
-                Role=self._lambda_role,
-                Handler=props["Handler"],
-                Code={"ZipFile": code.getvalue()},
-                Timeout=int(props.get("Timeout", 3)),
-                MemorySize=int(props.get("MemorySize", 128)),
-                Architectures=props.get("Architectures", ["x86_64"]),
-                Environment={"Variables": {k: str(v) for k, v in env.items()}},
-            )
-            logical_ids[name] = logical_id
-            self._ref(resolver, logical_id, name, Arn=fn["FunctionArn"])
+        self.outputs = outputs
+        self.state_machine_arn = outputs["StateMachineArn"]
         assert self._seams is not None
-        self._seams.logical_ids.update(logical_ids)
-        # EventBridge's part, which moto does not play: who hears an execution end (seams.py).
+        self._seams.logical_ids.update(
+            {self.physical[f]: f for f in self.template.of_type("AWS::Lambda::Function")}
+        )
         self._seams.status_change_targets = [
-            self.physical[logical_id]
-            for logical_id, props in self.function_events("EventBridgeRule").items()
-            if "aws.states" in props["Pattern"].get("source", [])
+            self.physical[target]
+            for rule in self.template.event_rules()
+            if "aws.states" in rule.pattern.get("source", [])
+            for target in rule.targets
         ]
-
-    def _create_state_machines(self, resolver: Resolver) -> None:
-        sfn = self.client("stepfunctions")
-        machines: list[str] = []
-        for logical_id, resource in self.template.of_type("AWS::Serverless::StateMachine").items():
-            props = resource["Properties"]
-            definition = (self.template.path.parent / props["DefinitionUri"]).read_text()
-            for key, value in resolver.resolve(props.get("DefinitionSubstitutions", {})).items():
-                definition = definition.replace("${" + key + "}", str(value))
-            arn = sfn.create_state_machine(
-                name=self._name(logical_id),
-                definition=definition,
-                roleArn=self._states_role,
-            )["stateMachineArn"]
-            self._ref(resolver, logical_id, arn)
-            if logical_id == "SweepStateMachine" or not machines:
-                self.state_machine_arn = arn  # the sweep's (the bake's is in physical)
-            machines.append(arn)
 
     # ------------------------------------------------------------------ use
     def stack_refs(self) -> StackRefs:
         """The stack outputs the stack client works on, for this emulated stack."""
         return StackRefs(
             stack_name=self.stack_name,
-            state_machine_arn=self.state_machine_arn,
-            results_table=self.physical["ResultsTable"],
-            ledger_table=self.physical["LedgerTable"],
-            bucket=self.physical["ArtifactBucket"],
+            state_machine_arn=self.outputs["StateMachineArn"],
+            results_table=self.outputs["ResultsTableName"],
+            ledger_table=self.outputs["LedgerTableName"],
+            bucket=self.outputs["BucketName"],
         )
 
     @property
@@ -439,15 +335,6 @@ class Emulation:
 
     def table(self, logical_id: str) -> str:
         return self.physical[logical_id]
-
-    def function_events(self, event_type: str) -> dict[str, dict[str, Any]]:
-        """Logical id -> event properties, for the functions' events of one type."""
-        found = {}
-        for logical_id, resource in self.template.of_type("AWS::Serverless::Function").items():
-            for event in resource["Properties"].get("Events", {}).values():
-                if event["Type"] == event_type:
-                    found[logical_id] = event["Properties"]
-        return found
 
     def start_execution(
         self, execution_input: dict[str, Any] | str, name: str | None = None
@@ -489,15 +376,16 @@ class Emulation:
         }
         lam = self.client("lambda")
         results = []
-        for logical_id, props in self.function_events("EventBridgeRule").items():
-            pattern = props["Pattern"]
+        for rule in self.template.event_rules():
+            pattern = rule.pattern
             if source in pattern.get("source", [source]) and detail_type in pattern.get(
                 "detail-type", [detail_type]
             ):
-                response = lam.invoke(
-                    FunctionName=self.physical[logical_id], Payload=json.dumps(event).encode()
-                )
-                results.append(json.loads(response["Payload"].read()))
+                for target in rule.targets:
+                    response = lam.invoke(
+                        FunctionName=self.physical[target], Payload=json.dumps(event).encode()
+                    )
+                    results.append(json.loads(response["Payload"].read()))
         return results
 
     def interrupt_spot(self, instance_id: str) -> list[Any]:

@@ -286,4 +286,4 @@ def test_each_instance_gets_a_server_side_deadline(emu: Emulation) -> None:
     assert schedule["ScheduleExpression"] == f"at({deadline})"
     assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
     assert json.loads(schedule["Target"]["Input"]) == {"InstanceIds": [instance_id]}
-    assert schedule["Target"]["RoleArn"].endswith("DeadlineSchedulerRole")
+    assert schedule["Target"]["RoleArn"].endswith(f":role/{emu.physical['DeadlineSchedulerRole']}")

@@ -3,9 +3,11 @@
 import json
 
 import pytest
+from cfn_tools import load_yaml
 
 from functions.settings import sweep_report_key
 from rigbench.emulation import Emulation
+from rigbench.emulation.cfn_template import TEMPLATE_PATH
 from rigbench.emulation.seams import ACCOUNT_ID
 from rigbench.report.data import gather
 from rigbench.report.writer import store_from
@@ -21,6 +23,44 @@ from tests.orchestrator.conftest import (
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 pytestmark = pytest.mark.slow
+
+
+def test_the_stack_is_template_yaml_created_by_cloudformation_and_a_sweep_runs_on_it(
+    emu: Emulation,
+) -> None:
+    declared = load_yaml(TEMPLATE_PATH.read_text())["Resources"]
+    cfn = emu.client("cloudformation")
+    (stack,) = cfn.describe_stacks(StackName=emu.stack_name)["Stacks"]
+    assert stack["StackStatus"] == "CREATE_COMPLETE"
+    created = {
+        r["LogicalResourceId"]: r
+        for page in cfn.get_paginator("list_stack_resources").paginate(StackName=emu.stack_name)
+        for r in page["StackResourceSummaries"]
+    }
+    # What the translator makes of each SAM resource, under the template's own logical id.
+    translated = {
+        "AWS::Serverless::Function": "AWS::Lambda::Function",
+        "AWS::Serverless::StateMachine": "AWS::StepFunctions::StateMachine",
+    }
+    for logical_id, resource in declared.items():
+        if resource["Type"] in translated:
+            assert created[logical_id]["ResourceType"] == translated[resource["Type"]], logical_id
+            assert created[logical_id]["ResourceStatus"] == "CREATE_COMPLETE", logical_id
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    assert outputs["StateMachineArn"] == created["SweepStateMachine"]["PhysicalResourceId"]
+    assert emu.stack_refs().state_machine_arn == outputs["StateMachineArn"]
+    # The handler each function runs is the one template.yaml names.
+    lam = emu.client("lambda")
+    fn = lam.get_function_configuration(
+        FunctionName=created["LaunchFunction"]["PhysicalResourceId"]
+    )
+    assert fn["Handler"] == declared["LaunchFunction"]["Properties"]["Handler"]
+
+    described = run_sweep(emu, sweep_input())
+
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    assert described["stateMachineArn"] == outputs["StateMachineArn"]
+    assert_clean(emu, sweep_id_of(described))
 
 
 def test_a_sweep_measures_every_rig_and_boot_then_terminates(emu: Emulation) -> None:
