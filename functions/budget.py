@@ -317,43 +317,11 @@ def reconcile_boot(
     if by_instance:
         values[":billed"] = {"SS": sorted(by_instance)}
         update += ", billed_ids = :billed"
-    try:
-        ddb.transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": table,
-                        "Key": ledger.boot(sweep_id, rig, boot),
-                        "UpdateExpression": update,
-                        "ConditionExpression": f"#s = :reserved AND {same_instances}",
-                        "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": values,
-                    }
-                },
-                {
-                    "Update": {
-                        "TableName": table,
-                        "Key": ledger.sweep_total(sweep_id),
-                        "UpdateExpression": "ADD reserved :release, spent :spent",
-                        "ExpressionAttributeValues": {
-                            ":release": {"N": str(-reserved)},
-                            ":spent": {"N": str(spent)},
-                        },
-                    }
-                },
-                {
-                    "Update": {
-                        "TableName": table,
-                        "Key": ledger.month_total(month),
-                        "UpdateExpression": "ADD committed :delta",
-                        "ExpressionAttributeValues": {":delta": {"N": str(spent - reserved)}},
-                    }
-                },
-            ]
-        )
-    except ClientError as exc:
-        if error_code(exc) != "TransactionCanceledException":
-            raise
+    closed = _close_boot(
+        ddb, table, (sweep_id, rig, boot), update, f"#s = :reserved AND {same_instances}",
+        values, month=month, reserved=reserved, spent=spent,
+    )  # fmt: skip
+    if not closed:
         now_item = boot_record(ddb, table, sweep_id, rig, boot)
         if now_item.get("status", {}).get("S") == "reserved":
             return Billed(usd(spent), False, settled=False)  # gained an instance: go again
@@ -521,6 +489,67 @@ def boot_record(ddb: Any, table: str, sweep_id: str, rig: str, boot: int) -> dic
     )
 
 
+def _close_boot(
+    ddb: Any,
+    table: str,
+    key: tuple[str, str, int],
+    update: str,
+    condition: str,
+    values: dict[str, Any],
+    *,
+    month: str,
+    reserved: int,
+    spent: int,
+) -> bool:
+    """Close one boot's ledger item (`update` where `condition` holds) and settle its
+    reservation at what it spent (micro-USD), in one transaction: the sweep's reservation gives
+    back `reserved` and adds `spent`; the month's commitment moves by the difference. False
+    when the condition no longer held (nothing written)."""
+    sweep_id, rig, boot = key
+    boot_update = {
+        "TableName": table,
+        "Key": ledger.boot(sweep_id, rig, boot),
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": {"#s": "status"},
+        "ExpressionAttributeValues": values,
+    }
+    try:
+        totals = _totals_settled(table, sweep_id, month, reserved, spent)
+        ddb.transact_write_items(TransactItems=[{"Update": boot_update}, *totals])
+    except ClientError as exc:
+        if error_code(exc) != "TransactionCanceledException":
+            raise
+        return False
+    return True
+
+
+def _totals_settled(
+    table: str, sweep_id: str, month: str, reserved: int, spent: int
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": ledger.sweep_total(sweep_id),
+                "UpdateExpression": "ADD reserved :release, spent :spent",
+                "ExpressionAttributeValues": {
+                    ":release": {"N": str(-reserved)},
+                    ":spent": {"N": str(spent)},
+                },
+            }
+        },
+        {
+            "Update": {
+                "TableName": table,
+                "Key": ledger.month_total(month),
+                "UpdateExpression": "ADD committed :delta",
+                "ExpressionAttributeValues": {":delta": {"N": str(spent - reserved)}},
+            }
+        },
+    ]
+
+
 def release_unlaunched(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     """Give back the reservation of every boot that never began to launch (an adaptive sweep
     stopped before its cap, or a decision failed): the boot is closed as "released" (nothing
@@ -533,48 +562,18 @@ def release_unlaunched(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, i
             continue
         rig, boot = ledger.rig_boot_of_sk(record["sk"]["S"])
         reserved = int(record["reserved"]["N"])
-        try:
-            ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": ledger.boot(sweep_id, rig, boot),
-                            "UpdateExpression": "SET #s = :released, spent = :zero",
-                            "ConditionExpression": (
-                                "#s = :reserved AND attribute_not_exists(launch_anchor)"
-                            ),
-                            "ExpressionAttributeNames": {"#s": "status"},
-                            "ExpressionAttributeValues": {
-                                ":released": {"S": ledger.RELEASED},
-                                ":reserved": {"S": "reserved"},
-                                ":zero": {"N": "0"},
-                            },
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": ledger.sweep_total(sweep_id),
-                            "UpdateExpression": "ADD reserved :release",
-                            "ExpressionAttributeValues": {":release": {"N": str(-reserved)}},
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": ledger.month_total(record["month"]["S"]),
-                            "UpdateExpression": "ADD committed :release",
-                            "ExpressionAttributeValues": {":release": {"N": str(-reserved)}},
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            continue  # began to launch or was closed meanwhile: not this function's to release
-        released.append((rig, boot))
+        values = {
+            ":released": {"S": ledger.RELEASED},
+            ":reserved": {"S": "reserved"},
+            ":zero": {"N": "0"},
+        }
+        if _close_boot(
+            ddb, table, (sweep_id, rig, boot), "SET #s = :released, spent = :zero",
+            "#s = :reserved AND attribute_not_exists(launch_anchor)", values,
+            month=record["month"]["S"], reserved=reserved, spent=0,
+        ):  # fmt: skip
+            released.append((rig, boot))
+        # else it began to launch or was closed meanwhile: not this function's to release
     return released
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from boto3.dynamodb.types import TypeDeserializer
 
+from functions.events import BundleRef, SweepConfig
+from functions.execution_input import SweepInput
 from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
@@ -146,3 +148,15 @@ def assert_clean(emu: Emulation, sweep_id: str, *, reserved: bool = True) -> Non
 
 def error_of(described: dict[str, Any]) -> tuple[str, str]:
     return str(described.get("error", "")), str(described.get("cause", ""))
+
+
+def accepted(sweep: SweepInput) -> SweepConfig:
+    """The state's record of `sweep` as ValidateInput would write it (fixed ids)."""
+    return SweepConfig.accepted(
+        sweep,
+        sweep_id="s-1",
+        subnets=["subnet-0123abcd"],
+        bundle=BundleRef(sha256="0" * 64, key="bundles/x.tar.gz", rigs=sweep.rigs),
+        execution_arn="arn:aws:states:us-east-1:123456789012:execution:sweep:s-1",
+        created_at="2025-01-01T00:00:00+00:00",
+    )

@@ -10,7 +10,6 @@ from functions.boot_plan import plan_boot
 from functions.errors import InvalidInput
 from functions.events import (
     BootState,
-    BundleRef,
     CellsConfig,
     DeadlinesConfig,
     Reservation,
@@ -28,6 +27,7 @@ from functions.execution_input import (
     parse_sweep_input,
     render_schema,
 )
+from tests.orchestrator.conftest import accepted
 
 CONTEXT = {
     "rigs": {"torch", "vllm"},
@@ -191,16 +191,9 @@ def test_a_later_task_parses_a_state_that_todays_input_rules_refuse() -> None:
     # instance type, settings for a rig the sweep does not run and these deadlines: every
     # Task of the running sweep (polls included) still parses its state.
     sweep = parse_sweep_input(GOOD, CONTEXT)
-    accepted = SweepConfig.accepted(
-        sweep,
-        sweep_id="s-1",
-        subnets=["subnet-0123abcd"],
-        bundle=BundleRef(sha256="0" * 64, key="bundles/x.tar.gz", rigs=["torch"]),
-        execution_arn="arn:aws:states:us-east-1:123456789012:execution:sweep:s-1",
-        created_at="2025-01-01T00:00:00+00:00",
-    ).model_dump(mode="json")
+    record = accepted(sweep).model_dump(mode="json")
     refused_today = {
-        **accepted,
+        **record,
         "boots_per_rig": 11,
         "instance_type": "p9.imaginary",
         "rig_settings": {"vllm": {"gpu_memory_utilization": 2.0}},

@@ -5,12 +5,13 @@ figure it did not measure."""
 from pathlib import Path
 
 from functions.boot_plan import plan_boot
-from functions.events import BootState, BundleRef, Reservation, SweepConfig
+from functions.events import BootState, Reservation
 from functions.execution_input import parse_sweep_input
 from functions.instance_commands import InstanceProvenance
 from functions.store import result_rows
 from functions.tables.results import cell_key
 from harness.schemas import BenchmarkReport, cell_label, metric_value
+from tests.orchestrator.conftest import accepted
 
 OLD_REPORT = (
     Path(__file__).resolve().parents[1]
@@ -26,14 +27,7 @@ NOT_RECORDED_BEFORE_ACHIEVED_LOAD = (
 
 def boot_state() -> BootState:
     sweep = parse_sweep_input({"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1})
-    config = SweepConfig.accepted(
-        sweep,
-        sweep_id="s-1",
-        subnets=["subnet-0123abcd"],
-        bundle=BundleRef(sha256="0" * 64, key="bundles/x.tar.gz", rigs=["torch"]),
-        execution_arn="arn:aws:states:us-east-1:123456789012:execution:sweep:s-1",
-        created_at="2025-01-01T00:00:00+00:00",
-    )
+    config = accepted(sweep)
     return BootState(
         sweep=config,
         reservation=Reservation(
