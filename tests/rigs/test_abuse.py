@@ -367,11 +367,14 @@ async def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
                 await client.post("/v1/completions", json=body, timeout=after_s)
 
 
+ABANDON_S = 0.3  # the client walks away this long after sending
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
 @pytest.mark.slow
 def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
     # Calibrate: a generation of 3 to 4 s on this rig and machine (a loaded CPU runs the
-    # torch rig 100x slower than an idle one), one that the client abandons after 0.3 s.
+    # torch rig 100x slower than an idle one), one that the client abandons after ABANDON_S.
     start = time.monotonic()
     assert _post(rig, "/v1/completions", _completion(PROMPT, 16)).status_code == 200
     per_token = (time.monotonic() - start) / 16
@@ -393,7 +396,7 @@ def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
         # More abandoned requests than the JAX rig has slots; the torch rig serves one at a
         # time: left running, they would hold the next request for several full lengths.
         await asyncio.gather(
-            *(_abandon(rig, {**full, "stream": stream}, after_s=0.3) for _ in range(5))
+            *(_abandon(rig, {**full, "stream": stream}, after_s=ABANDON_S) for _ in range(5))
         )
         async with httpx.AsyncClient(base_url=rig, timeout=120) as client:
             start = time.monotonic()
@@ -402,6 +405,8 @@ def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
             return time.monotonic() - start
 
     next_latency = asyncio.run(main())
-    assert one_long > 1.0, f"a {long_tokens}-token generation took only {one_long:.2f} s"
+    # The longest generation the context allows can be short on a quiet machine (the JAX rig
+    # ran its 1,003 tokens in 1.0 s): twice the abandonment time still abandons it mid-way.
+    assert one_long > 2 * ABANDON_S, f"a {long_tokens}-token generation took only {one_long:.2f} s"
     assert next_latency < one_long / 2, (next_latency, one_long)
     assert httpx.get(f"{rig}/health").status_code == 200
