@@ -61,7 +61,7 @@ def sweep_rates(
     n: int, sweeps: int, rng: np.random.Generator, draw: Draw, ratio: float = 1.0
 ) -> float:
     """A/A (ratio 1): the share of sweeps that reported any difference. Otherwise: the mean
-    share of the sweep's 10 real differences it called, the right way round."""
+    share of the sweep's 22 real differences it called, the right way round."""
     found = 0.0
     for _ in range(sweeps):
         values = {

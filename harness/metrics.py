@@ -221,10 +221,17 @@ def stalled_share(lag_s: Sequence[float], at_least_s: float) -> float | None:
 
 
 def _share(part: int, whole: int, what: str) -> str:
-    """`3 of 800 chunks (0.4%)`: never a share that rounds to 0% or 100% when it is not."""
-    percent = 100 * part / max(whole, 1)
+    """`3 of 800 chunks (0.4%)`."""
+    return f"{part} of {whole} {what} ({_percent(part / max(whole, 1))})"
+
+
+def _percent(fraction: float) -> str:
+    """Never a share that rounds to 0% or 100% when it is not (below 0.05%: "under 0.1%")."""
+    percent = 100 * fraction
+    if 0 < percent < 0.05:
+        return "under 0.1%"
     digits = 1 if 0 < percent < 1 or 99 < percent < 100 else 0
-    return f"{part} of {whole} {what} ({percent:.{digits}f}%)"
+    return f"{percent:.{digits}f}%"
 
 
 def attribute(
@@ -263,7 +270,7 @@ def attribute(
         "cause": "server_or_network",
         "reason": f"{bunched_part} arrived together with a later one while the "
         f"client's event loop was stalled by a token gap ({1e3 * gap_s:.1f} ms) or more for "
-        f"only {100 * stalled:.0f}% of the cell: the server or network delivered these tokens "
+        f"only {_percent(stalled)} of the cell: the server or network delivered these tokens "
         "together, and the figure is as measured (what the server's users see)",
     })  # fmt: skip
 
