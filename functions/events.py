@@ -299,9 +299,14 @@ class SummarizeEvent(_Model):
 
     @property
     def outcomes(self) -> list[BootOutcome]:
-        """Every boot that ran, each once (a folded round is not in `ran` any more)."""
-        folded = {(b.rig, b.boot) for b in self.boots}
-        return [*self.boots, *(b for b in self.ran if (b.rig, b.boot) not in folded)]
+        return every_outcome(self.boots, self.ran)
+
+
+def every_outcome(boots: list[BootOutcome], ran: list[BootOutcome]) -> list[BootOutcome]:
+    """Every boot that ran, each once: the folded rounds' `boots`, then those of the last
+    round's `ran` not folded yet."""
+    folded = {(b.rig, b.boot) for b in boots}
+    return [*boots, *(b for b in ran if (b.rig, b.boot) not in folded)]
 
 
 class DecideRoundEvent(_Model):

@@ -27,11 +27,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.events import (
     BootItem,
-    BootOutcome,
     DecideRoundEvent,
     Decision,
     HeadlineComparison,
     Round,
+    every_outcome,
 )
 from functions.execution_input import BootRounds
 from functions.observability import instrumented, logger
@@ -100,22 +100,16 @@ def look(
                 xb = values.get(b, {}).get(key, empty)[1].get(metric, [])
                 found = difference(xa, xb) if xa and xb else None
                 tests.append((cells[key], metric, a, b, found))
-    testable = [t for t in tests if t[4] is not None and t[4].p_value is not None]
-    adjusted = dict(
-        zip(
-            (id(t) for t in testable),
-            holm([t[4].p_value for t in testable]),  # type: ignore[union-attr,misc]
-            strict=True,
-        )
-    )
+    p_values = {i: t[4].p_value for i, t in enumerate(tests) if t[4] is not None}
+    tested = {i: p for i, p in p_values.items() if p is not None}
+    adjusted = dict(zip(tested, holm(list(tested.values())), strict=True))
     out = []
-    for test in tests:
-        label, metric, a, b, found = test
+    for i, (label, metric, a, b, found) in enumerate(tests):
         earlier = decided.get((label, metric, a, b))
         if earlier is not None:
             out.append(earlier)
             continue
-        p_holm = adjusted.get(id(test))
+        p_holm = adjusted.get(i)
         significant = p_holm is not None and p_holm < level
         verdict = (
             Verdict.NO_VERDICT if found is None else decide(found, HEADLINE[metric], significant)
@@ -147,11 +141,7 @@ def decide_round(event: DecideRoundEvent, rows: Iterable[Mapping[str, Any]] | No
     """The decision after the round in `event`, from the sweep's results rows so far (None
     for a fixed sweep, which has no look)."""
     sweep = event.sweep
-    folded = {(b.rig, b.boot) for b in event.boots}
-    outcomes: list[BootOutcome] = [
-        *event.boots,
-        *(b for b in event.ran if (b.rig, b.boot) not in folded),
-    ]
+    outcomes = every_outcome(event.boots, event.ran)
     if not sweep.adaptive or rows is None:
         return Decision(boots=outcomes, rounds=[], headline=[], items=[], more=False)
     looks = sweep.looks()
@@ -161,6 +151,7 @@ def decide_round(event: DecideRoundEvent, rows: Iterable[Mapping[str, Any]] | No
     decided = sum(c.decided_in_round is not None for c in headline)
     cost = round(sum(b.cost_usd for b in outcomes), 6)
     stop = ""
+    upcoming: list[BootItem] = []
     if headline and decided == len(headline):
         stop = ALL_DECIDED
     elif number == len(looks):
@@ -170,14 +161,13 @@ def decide_round(event: DecideRoundEvent, rows: Iterable[Mapping[str, Any]] | No
     else:
         upcoming = next_items(sweep, event.items, looks[number - 1], looks[number])
         if cost + len(upcoming) * event.reservation.per_boot_usd > sweep.budget_usd:
-            stop = OVER_BUDGET
+            stop, upcoming = OVER_BUDGET, []
     this = Round(
         round=number, boots_per_rig=looks[number - 1], level=level, comparisons=len(headline),
         decided=decided, boots=len(outcomes), cost_usd=cost, stop=stop,
     )  # fmt: skip
-    items = [] if stop else next_items(sweep, event.items, looks[number - 1], looks[number])
     return Decision(
-        boots=outcomes, rounds=[*event.rounds, this], headline=headline, items=items,
+        boots=outcomes, rounds=[*event.rounds, this], headline=headline, items=upcoming,
         more=not stop,
     )  # fmt: skip
 

@@ -93,15 +93,25 @@ def sweep_table(
 def rounds_table(rounds: list[Round]) -> Table:
     """One row per look of an adaptive sweep: its boots, level, what was decided, the cost."""
     table = Table(title='rounds ("boots_per_rig": "auto")', title_justify="left")
-    for column in ("round", "boots per rig", "level", "decided", "boots", "spent $", "then"):
+    for column in ("round", "boots per rig", "level", "decided", "boots", "spent", "then"):
         table.add_column(column)
     for r in rounds:
-        table.add_row(
-            str(r.round), str(r.boots_per_rig), f"{r.level:.2g}",
-            f"{r.decided} of {r.comparisons}", str(r.boots), f"{r.cost_usd:.4f}",
-            f"stopped: {r.stop}" if r.stop else "another round",
-        )  # fmt: skip
+        table.add_row(*round_row(r))
     return table
+
+
+def round_row(r: Round) -> list[str]:
+    """A look's row, in the terminal and the report alike."""
+    return [
+        str(r.round), str(r.boots_per_rig), f"{r.level:.2g}", f"{r.decided} of {r.comparisons}",
+        str(r.boots), f"${r.cost_usd:.4f}", f"stopped: {r.stop}" if r.stop else "another round",
+    ]  # fmt: skip
+
+
+def decision_row(c: HeadlineComparison, rounds: list[Round]) -> list[str]:
+    """A headline comparison's row, in the terminal and the report alike."""
+    ratio = "" if c.ratio is None else f"{c.ratio:.3g}"
+    return [c.cell, c.metric, f"{c.rig_a} vs {c.rig_b}", c.verdict, ratio, decided_at(c, rounds)]
 
 
 def decided_at(comparison: HeadlineComparison, rounds: list[Round]) -> str:
@@ -124,10 +134,7 @@ def decisions_table(rounds: list[Round], headline: list[HeadlineComparison]) -> 
     for column in ("cell", "metric", "rigs", "verdict", "ratio", "decided"):
         table.add_column(column)
     for c in headline:
-        table.add_row(
-            c.cell, c.metric, f"{c.rig_a} vs {c.rig_b}", c.verdict,
-            "" if c.ratio is None else f"{c.ratio:.3g}", decided_at(c, rounds),
-        )  # fmt: skip
+        table.add_row(*decision_row(c, rounds))
     return table
 
 

@@ -20,7 +20,7 @@ from harness.compare import (
 )
 from harness.stats import BootAggregate, Verdict
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
-from rigbench.progress import decided_at
+from rigbench.progress import decision_row, round_row
 from rigbench.report import analysis, figures
 from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
 from rigbench.report.data import BootData, SweepData
@@ -100,24 +100,12 @@ def rounds_section(data: SweepData) -> Section:
     last = data.rounds[-1]
     looks = render_table(
         ["round", "boots per rig", "look's level", "decided so far", "boots", "spent", "then"],
-        [
-            [
-                r.round, r.boots_per_rig, f"{r.level:.2g}", f"{r.decided} of {r.comparisons}",
-                r.boots, _usd(r.cost_usd), f"stopped: {r.stop}" if r.stop else "another round",
-            ]
-            for r in data.rounds
-        ],
+        [round_row(r) for r in data.rounds],
         caption="each look tests every headline comparison at its level (Holm over them)",
     )  # fmt: skip
     decisions = render_table(
         ["cell", "metric", "rigs", "verdict", "ratio", "decided"],
-        [
-            [
-                c.cell, c.metric, f"{c.rig_a} vs {c.rig_b}", c.verdict,
-                "" if c.ratio is None else f"{c.ratio:.3g}", decided_at(c, data.rounds),
-            ]
-            for c in data.headline
-        ],
+        [decision_row(c, data.rounds) for c in data.headline],
         caption="a comparison decided at a look keeps that look's verdict; ratio: the first "
         "rig's centre over the second's",
     )  # fmt: skip
