@@ -84,10 +84,11 @@ def result_rows(
     agreement = row_agreement(report.agreement)  # on every row of the boot: any one gives it
     for cell in report.cells:
         metrics_doc = cell.model_dump(mode="json", exclude_unset=True)
+        key_of_cell = cell_key(cell)
         rows.append(
             {
                 "sweep_id": sweep.sweep_id,
-                "row_key": row_key(state.rig, state.boot, cell_key(cell)),
+                "row_key": row_key(state.rig, state.boot, key_of_cell),
                 "config_key": config_key(state.rig, sweep.model, sweep.instance_type),
                 "month": month_of(report.started_at),
                 "started_at": report.started_at,
@@ -95,7 +96,7 @@ def result_rows(
                 "boot": state.boot,
                 "model": sweep.model,
                 "instance_type": sweep.instance_type,
-                "cell": cell_key(cell),
+                "cell": key_of_cell,
                 "metrics": metrics_doc,
                 "provenance": provenance,
                 "report_key": key,
