@@ -42,7 +42,7 @@ RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}(@[a-z0-9][a-z0-9_-]{0,15})?$"
 # 10 boots a sweep's history allows at the default waits.
 DEFAULT_BOOTS_PER_RIG = 3
 # Adaptive boots ("boots_per_rig": "auto"): looks after 3 and 5 boots per rig and at the cap,
-# each at its O'Brien-Fleming-type alpha-spending increment (harness/sequential.py, measured in
+# each at its Hwang-Shih-DeCani alpha-spending increment (harness/sequential.py, measured in
 # docs/measurements.md "Boots until decided"). 3 is the fewest at which the test decides at all.
 AUTO = "auto"
 FIRST_LOOKS = (3, 5)

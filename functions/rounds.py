@@ -5,7 +5,7 @@ The headline comparisons are every rig pair x load cell x headline metric (outpu
 TTFT p50, TPOT p50: `functions.regressions.HEADLINE`), each boot contributing its value, as
 the verdicts use them. The test is the verdicts' (`harness.stats`): Welch's t-test on log boot
 values, Holm-corrected over the look's headline comparisons. The look's level is its
-O'Brien-Fleming-type alpha-spending increment (`harness.sequential.look_levels` over the looks
+Hwang-Shih-DeCani (gamma -1) alpha-spending increment (`harness.sequential.look_levels` over the looks
 `SweepInput.looks` names: 3, 5 and the cap boots per rig), so the chance that an A/A sweep
 decides anything at any look stays within 5% (the union bound over looks, Holm within each;
 measured in docs/measurements.md, "Boots until decided"). A comparison decided at a look stays
@@ -42,7 +42,7 @@ from harness.schemas import cell_label, metric_value
 from harness.sequential import Spending, look_levels
 from harness.stats import Verdict, decide, difference, holm
 
-SPENDING = Spending.OBRIEN_FLEMING
+SPENDING = Spending.HWANG_SHIH_DECANI
 ALL_DECIDED = "every headline comparison decided"
 AT_CAP = "max_boots_per_rig reached"
 NO_RESULTS = "the round stored no results to decide from"

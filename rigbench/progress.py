@@ -96,8 +96,8 @@ def rounds_table(rounds: list[Round]) -> Table:
         title='rounds ("boots_per_rig": "auto")',
         title_justify="left",
         caption="each look: Welch's t-test on log boot values, Holm over the headline "
-        "comparisons, at the look's O'Brien-Fleming-type alpha-spending level; the looks "
-        "together call an A/A pair different at most 5% of the time (4.3% simulated, "
+        "comparisons, at the look's Hwang-Shih-DeCani alpha-spending level; the looks "
+        "together call an A/A pair different at most 5% of the time (3.8% simulated, "
         "docs/measurements.md)",
     )
     for column in ("round", "boots per rig", "level", "decided", "boots", "spent", "then"):

@@ -8,6 +8,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
+from functions.events import SweepConfig
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.stack.models import SweepPlan
@@ -18,15 +19,18 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
     if not plan.valid:
         parts.append(f"[red]a cloud run of this input would fail:[/] {escape(plan.error)}")
         return Group(*parts)
-    sweep = plan.sweep
-    deadline_h = (sweep.get("deadlines") or {}).get("instance_s", 0) / 3600
-    rigs = ", ".join(sweep.get("rigs", []))
-    parts.append(
-        f"[green]valid[/]: sweep {sweep.get('sweep_id')}: {rigs} x {sweep.get('boots_per_rig')} "
-        f"boots of {sweep.get('model')} on {sweep.get('instance_type')} ({sweep.get('market')})"
+    sweep = SweepConfig.model_validate(plan.sweep)
+    deadline_h = sweep.deadlines.instance_s / 3600
+    boots = (
+        f"up to {sweep.boots_cap()} boots (auto: rounds at {sweep.looks()} per rig)"
+        if sweep.adaptive
+        else f"{sweep.boots_per_rig} boots"
     )
-    boots = int(sweep.get("boots_per_rig") or 0)
-    if boots == 1:
+    parts.append(
+        f"[green]valid[/]: sweep {sweep.sweep_id}: {', '.join(sweep.rigs)} x {boots} "
+        f"of {sweep.model} on {sweep.instance_type} ({sweep.market})"
+    )
+    if sweep.boots_per_rig == 1:
         parts.append(
             "[yellow]1 boot per rig: the comparison can give no verdict (it needs 2 or more; "
             f"{DEFAULT_BOOTS_PER_RIG}, the default, tells one 1.5x difference at 10% spread about "
@@ -44,16 +48,24 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
         parts.append(
             f"price ${r.price_usd_per_hour:.4f}/h ({r.price_source}; emulated spot price "
             f"${account.spot_price_usd_per_hour:.4f}/h) x {deadline_h:g} h deadline = "
-            f"${r.per_boot_usd:.2f} per boot; {len(plan.boots)} boots reserve "
-            f"${r.total_usd:.2f} of the ${float(sweep.get('budget_usd', 0)):.2f} budget ({r.month})"
+            f"${r.per_boot_usd:.2f} per boot; {sweep.boot_count()} boots reserve "
+            f"${r.total_usd:.2f} of the ${sweep.budget_usd:.2f} budget ({r.month})"
         )
     per_boot = f"${plan.reservation.per_boot_usd:.2f}" if plan.reservation else "?"
-    table = Table(title="would launch", title_justify="left")
+    title = "the first round would launch" if sweep.adaptive else "would launch"
+    table = Table(title=title, title_justify="left")
     for column in ("rig", "boot", "instance type", "market", "reserved"):
         table.add_column(column)
     for boot in plan.boots:
         table.add_row(boot.rig, str(boot.boot), boot.instance_type, boot.market, per_boot)
     parts.append(table)
+    if sweep.adaptive:
+        later = sweep.boot_count() - len(plan.boots)
+        parts.append(
+            f"later rounds launch up to {later} more boots, only while a headline comparison is "
+            "undecided; the reservation covers them all, and Summarize releases what no round "
+            "launched"
+        )
     if plan.boots:
         order = ", ".join(f"{s} ({zones.get(s, '?')})" for s in plan.boots[0].subnets)
         parts.append(f"each launch tries the subnets in this order on capacity errors: {order}")

@@ -58,6 +58,8 @@ class BootData(BaseModel):
 class SweepData(BaseModel):
     sweep_id: str
     status: str | None = None  # the execution's status; None when the execution is gone
+    error: str = ""  # why it failed: the execution's error name (RoundDecisionFailed, ...)
+    cause: str = ""
     started_at: datetime | None = None
     stopped_at: datetime | None = None
     sweep_input: dict[str, Any] | None = None
@@ -201,6 +203,7 @@ def gather(store: Store, sweep_id: str) -> SweepData:
 
     sweep_input: dict[str, Any] | None = None
     status = started = stopped = None
+    error = cause = ""
     progress = {}
     rounds: list[Round] = []
     headline: list[HeadlineComparison] = []
@@ -216,6 +219,7 @@ def gather(store: Store, sweep_id: str) -> SweepData:
         folded = fold(events, execution_arn=described["executionArn"])
         progress = {(b.rig, b.boot): b for b in folded.boots if b.boot is not None}
         rounds, headline = folded.rounds, folded.headline
+        error, cause = folded.error, folded.cause
 
     keys = set(ledger_boots) | set(objects) | set(progress)
     keys |= {(r["rig"], int(r["boot"])) for r in rows}
@@ -254,6 +258,8 @@ def gather(store: Store, sweep_id: str) -> SweepData:
     return SweepData(
         sweep_id=sweep_id,
         status=status,
+        error=error,
+        cause=cause,
         started_at=started,
         stopped_at=stopped,
         sweep_input=sweep_input,

@@ -5,7 +5,7 @@ resource find it. It is its own function with its own package: plotly, numpy and
 
 The execution is still running here, so the page does not read it: what only the execution
 knows (the input, each boot's outcome and why it failed, how the sweep ends) comes from the
-Map's result, as Summarize sees it."""
+Map's result and the rounds, as Summarize sees them."""
 
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +17,7 @@ from functions.events import ReportWritten, SummarizeEvent
 from functions.execution_input import SweepInput
 from functions.observability import instrumented
 from functions.settings import EMULATED_AMI_PARAMETER, Clients, Settings, sweep_report_key
+from functions.summarize import summarize
 from rigbench.report.data import BootData, Store, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
@@ -36,10 +37,12 @@ def sweep_data(store: Store, event: SummarizeEvent, now: datetime) -> SweepData:
             error = f"{outcome.error}: {outcome.cause}" if outcome.error else ""
             boots[key] = boot.model_copy(update={"outcome": outcome.outcome, "error": error})
     rigs = [*sweep.rigs, *sorted({rig for rig, _ in boots} - set(sweep.rigs))]
-    failed = any(b.outcome == "failed" for b in event.outcomes)
+    ending = summarize(event)
     return stored.model_copy(
         update={
-            "status": "FAILED" if failed else "SUCCEEDED",
+            "status": "FAILED" if ending.failed else "SUCCEEDED",
+            "error": ending.error,
+            "cause": ending.cause,
             "rounds": event.rounds,
             "headline": event.headline,
             "started_at": datetime.fromisoformat(sweep.created_at),

@@ -114,7 +114,7 @@ def rounds_section(data: SweepData) -> Section:
         "rounds",
         intro='"boots_per_rig": "auto": boots ran in rounds, and after each round the headline '
         "comparisons (every rig pair, cell and one of output tokens/s, TTFT p50, TPOT p50) were "
-        "tested at that look's share of the 5% error rate (O'Brien-Fleming-type alpha "
+        "tested at that look's share of the 5% error rate (Hwang-Shih-DeCani alpha "
         'spending; docs/measurements.md, "Boots until decided"). The sweep stopped after '
         f"round {last.round} ({last.stop or 'it did not finish'}). The comparison table's "
         f"verdicts are at the final look's level, {last.level:.2g}, not at 5%: the looks "
@@ -139,6 +139,8 @@ def notes(data: SweepData) -> list[str]:
             "unknown here; `make sweep` writes the full report at the end of the run."
         )
     failed = [b for b in data.boots if b.outcome == "failed"]
+    if data.error and not failed:  # the sweep itself failed, not a boot (a round's decision)
+        out.append(f"The sweep failed: {data.error}: {data.cause}")
     if failed:
         out.append(
             f"{len(failed)} of {len(data.boots)} boots failed: "
@@ -425,6 +427,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
         badge, text = "warn", "still running"
     elif failed or data.status in ("FAILED", "TIMED_OUT", "ABORTED"):
         badge, text = "bad", (data.status or "boots failed").lower()
+        if data.error:
+            text = f"{text}: {data.error}"
     elif data.status is None:
         badge, text = "warn", "execution not available"
     else:

@@ -1,5 +1,6 @@
 """The alpha spending of sequential boots: each design spends exactly alpha by the cap, the
-Pocock-type early and the O'Brien-Fleming-type late."""
+Pocock-type early, the O'Brien-Fleming-type late and Hwang-Shih-DeCani (the adaptive boots')
+between them."""
 
 import math
 
@@ -26,6 +27,12 @@ def test_pocock_spends_early_and_obrien_fleming_late() -> None:
     assert pocock[0] > 100 * obf[0]  # at 2 of 10 boots
     assert obf[-1] > pocock[-1]
     assert math.fsum(obf[len(obf) // 2 :]) > 0.8 * ALPHA  # most of it kept for the later looks
+
+
+def test_hwang_shih_decani_spends_between_the_two() -> None:
+    pocock, obf, hsd = (look_levels(kind, LOOKS) for kind in Spending)
+    assert obf[0] < hsd[0] < pocock[0]
+    assert pocock[-1] < hsd[-1] < obf[-1]
 
 
 def test_bad_looks_are_refused_in_one_line() -> None:

@@ -1,5 +1,6 @@
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,8 @@ from rigbench.local.fleet import LocalFleet
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import ProcessGroups
 from rigs.bootstrap.user_data import BootstrapSpec
+
+REPO = Path(__file__).resolve().parents[2]
 
 # moto's state machine parser logs every failure with the whole parsed definition.
 logging.getLogger("moto").setLevel(logging.CRITICAL)
@@ -56,3 +59,18 @@ def fleet(home: LocalHome) -> Iterator[LocalFleet]:
     finally:
         fleet.close()
         groups.close()
+
+
+def local_env(home: Path) -> dict[str, str]:
+    """A child environment with no AWS credentials anywhere boto3 would look."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    nowhere = str(home / "no-such-aws-file")
+    return {
+        **env,
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHONPATH": str(REPO),
+        "RIGBENCH_HOME": str(home),
+        "COLUMNS": "160",
+    }

@@ -1,30 +1,26 @@
-"""The local sweep end to end: the real state machine, handlers, torch rig and harness.
+"""The local sweep end to end: the real state machine, handlers, rigs and harness, read back
+from the run's one shared sweep (tests/shared_sweep.py).
 
 Proves: the sweep stores results that a new process reads back, no child process survives a
-run, an interrupted run (Ctrl-C), or a killed one (the next run cleans up), and a dry run
-prints the plan and launches nothing.
+run, a rig made wrong on purpose is flagged, and each rig serves the plan stored with its rows.
+Runs of their own (interrupted, rehearsed, refused) are in test_local_runs.py.
 """
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from rigbench.cli import app
-from rigbench.commands.local import local_stack, run_local
+from rigbench.commands.local import local_stack
 from rigbench.local import persist
 from rigbench.local.home import LocalHome
-from rigbench.local.procs import group_alive, read_records
-from tests.local.conftest import processes_under, wait_for
+from rigbench.local.procs import read_records
+from tests.local.conftest import REPO, local_env, processes_under
 from tests.shared_sweep import (
     SHARED_SWEEP_GROUP,
     SHARED_SWEEP_ID,
@@ -32,49 +28,7 @@ from tests.shared_sweep import (
     FinishedSweep,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.xdist_group(SHARED_SWEEP_GROUP)
-TINY_CELLS = {
-    "concurrency": [1, 2],
-    "requests_per_cell": 2,
-    "prompt_tokens": 8,
-    "output_tokens": 4,
-    "warmup_requests": 1,
-}
-FAST = {
-    "deadlines": {"ready_s": 240, "bench_s": 240, "instance_s": 600},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
-}
-
-
-def _input(tmp_path: Path, **overrides: Any) -> Path:
-    body = {
-        "rigs": ["torch"],
-        "model": "random:tiny",
-        "boots_per_rig": 1,
-        "budget_usd": 1,
-        "cells": TINY_CELLS,
-        **FAST,
-        **overrides,
-    }
-    path = tmp_path / "input.json"
-    path.write_text(json.dumps(body))
-    return path
-
-
-def _env(home: Path) -> dict[str, str]:
-    """A child environment with no AWS credentials anywhere boto3 would look."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    nowhere = str(home / "no-such-aws-file")
-    return {
-        **env,
-        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
-        "AWS_CONFIG_FILE": nowhere,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "PYTHONPATH": str(REPO),
-        "RIGBENCH_HOME": str(home),
-        "COLUMNS": "160",
-    }
 
 
 @pytest.mark.slow
@@ -113,7 +67,7 @@ def test_sweep_stores_results_a_new_process_reads(
     read = subprocess.run(
         [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", SHARED_SWEEP_ID,
          "--format", "json"],
-        cwd=REPO, env=_env(home), capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO, env=local_env(home), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert read.returncode == 0, read.stderr[-2000:]
     rows = json.loads(read.stdout)
@@ -124,7 +78,7 @@ def test_sweep_stores_results_a_new_process_reads(
 
     # The other commands in-process (the same code a new process runs).
     runner = CliRunner()
-    env = {**_env(home), **{k: None for k in os.environ if k.startswith("AWS_")}}
+    env = {**local_env(home), **{k: None for k in os.environ if k.startswith("AWS_")}}
 
     def cli(*args: str) -> Result:
         return runner.invoke(app, list(args), env=env, catch_exceptions=False)
@@ -228,125 +182,3 @@ def test_each_local_rig_serves_the_plan_stored_with_its_rows(
     assert compared["torch@wrong"] >= {"batching", "test_logit_perturbation"}
     wrong = next(r for r in rows if r.rig == "torch@wrong").provenance["rig"]
     assert (wrong["batching"], wrong["test_logit_perturbation"]) == ("batched", "1")
-
-
-def _start_cli(args: list[str], home: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rigbench", *args],
-        cwd=REPO, env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
-def _rig_groups(home: Path) -> list[int]:
-    return [r.pgid for _, r in read_records(LocalHome(home)) if r and r.label.startswith("rig ")]
-
-
-@pytest.mark.slow
-def test_ctrl_c_then_kill_leave_no_process_and_the_next_run_cleans_up(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    sweep = _input(tmp_path, boots_per_rig=2)
-
-    # 1. Ctrl-C mid-sweep: the CLI stops the execution and every local instance.
-    cli = _start_cli(["run", "--local", str(sweep), "--quota-vcpus", "16"], home)
-    wait_for(lambda: len(_rig_groups(home)) == 2, timeout=180, what="two rigs started")
-    groups = _rig_groups(home)
-    cli.send_signal(signal.SIGINT)
-    out, _ = cli.communicate(timeout=120)
-    assert cli.returncode == 130, out[-3000:]
-    assert "interrupted" in out
-    assert not any(group_alive(g) for g in groups)
-    assert read_records(LocalHome(home)) == []
-    assert processes_under(tmp_path) == []
-
-    # 2. SIGKILL of the CLI and of its watchdog: the rig processes are orphaned...
-    # (no --local: without AWS credentials `rigbench run` runs locally and says so)
-    cli = _start_cli(["run", str(sweep), "--quota-vcpus", "8"], home)
-    wait_for(lambda: len(_rig_groups(home)) == 1, timeout=180, what="a rig started")
-    orphans = _rig_groups(home)
-    watchdogs = [
-        p for p in psutil.Process(cli.pid).children()
-        if "rigbench.local.watchdog" in " ".join(p.cmdline())
-    ]  # fmt: skip
-    assert len(watchdogs) == 1
-    for proc in (*watchdogs, psutil.Process(cli.pid)):
-        proc.kill()
-    out, _ = cli.communicate(timeout=30)
-    assert out.splitlines()[0].startswith("no AWS credentials found: using the local")
-    time.sleep(0.5)
-    assert all(group_alive(g) for g in orphans)
-
-    # ...and the next run reports them and ends them before doing anything else.
-    nxt = _start_cli(["run", "--local", "--dry-run", str(sweep)], home)
-    out, _ = nxt.communicate(timeout=180)
-    assert nxt.returncode == 0, out[-3000:]
-    assert "cleaned up after an earlier run" in out
-    assert f"process group {orphans[0]}" in out
-    assert not any(group_alive(g) for g in orphans)
-    assert read_records(LocalHome(home)) == []
-    assert processes_under(tmp_path) == []
-
-
-REAL_INPUT = {
-    "rigs": ["vllm", "torch"],
-    "model": "google/gemma-4-E2B-it",
-    "boots_per_rig": 3,
-    "budget_usd": 5,
-    "cells": {"concurrency": [1, 8, 32], "requests_per_cell": 64},
-}
-
-
-def _dry(tmp_path: Path, body: dict[str, Any], **kwargs: Any) -> tuple[int, str]:
-    path = tmp_path / "real.json"
-    path.write_text(json.dumps(body))
-    console = Console(record=True, width=200)
-    code = run_local(path, dry_run=True, home=tmp_path / "home", console=console, **kwargs)
-    return code, console.export_text()
-
-
-@pytest.mark.slow
-def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
-    code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=64, spot_price=0.25)
-    assert code == 0, out
-    assert "vllm, torch x 3 boots of google/gemma-4-E2B-it on g5g.2xlarge (spot)" in out
-    assert "64 vCPU (emulated) - 0 in use = 64" in out
-    assert "at most 6 instances at once" in out  # 8 fit; the sweep has 6 boots
-    # $0.25/h x 2 h instance deadline = $0.50 per boot, 6 boots = $3.00 of $5.00.
-    assert "$0.50 per boot; 6 boots reserve $3.00 of the $5.00 budget" in out
-    assert out.count("g5g.2xlarge   │ spot") == 6
-    assert "no instance was launched" in out
-    home = LocalHome(tmp_path / "home")
-    assert not any(home.instances.iterdir())  # no local instance either
-    assert persist.describe(home.data) is None  # a rehearsal stores nothing
-    assert processes_under(tmp_path) == []
-
-
-@pytest.mark.slow
-def test_dry_run_says_why_a_cloud_run_would_fail(
-    tmp_path: Path, recwarn: pytest.WarningsRecorder, capfd: pytest.CaptureFixture[str]
-) -> None:
-    # A refusal is bad input like any other: one line, exit 2, no warning printed before it.
-    code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=64, spot_price=1.0)
-    assert code == 2
-    assert out.strip().splitlines() == [
-        "error: a cloud run of this input would fail: estimate $12.00 (6 boots x $1.0000/h x "
-        "2 h deadline) is over the sweep budget $5.00 by $7.00; lower boots or "
-        "deadlines.instance_s, or raise budget_usd"
-    ]
-    code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=0)
-    assert code == 2
-    assert len(out.strip().splitlines()) == 1, out
-    assert "quota" in out.lower()
-    assert not [w for w in recwarn if "metrics" in str(w.message)]
-    assert "Warning" not in capfd.readouterr().err
-
-
-def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    console = Console(record=True, width=200)
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({**REAL_INPUT, "budget_usd": 0}))
-    assert run_local(bad, home=tmp_path / "home", console=console) == 2
-    assert "budget_usd" in console.export_text()
-    bad.write_text("{not json")
-    assert run_local(bad, dry_run=True, home=tmp_path / "home", console=console) == 2
-    assert "not valid JSON" in console.export_text()
-    assert not (tmp_path / "home").exists()

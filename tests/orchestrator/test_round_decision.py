@@ -90,12 +90,12 @@ def event(sweep: dict[str, Any], done: int, rounds: list[Any] | None = None) -> 
     )
 
 
-def test_looks_are_3_5_and_the_cap_at_obrien_fleming_levels() -> None:
+def test_looks_are_3_5_and_the_cap_at_hwang_shih_decani_levels() -> None:
     for cap, looks in ((3, [3]), (4, [3, 4]), (5, [3, 5]), (10, [3, 5, 10])):
         sweep = parse_sweep_input(auto(max_boots_per_rig=cap), CONTEXT)
         assert sweep.looks() == looks
         assert sweep.boot_count() == 2 * cap  # the worst case is what is reserved
-        assert levels(sweep) == pytest.approx(look_levels(Spending.OBRIEN_FLEMING, looks))
+        assert levels(sweep) == pytest.approx(look_levels(Spending.HWANG_SHIH_DECANI, looks))
         assert sum(levels(sweep)) == pytest.approx(0.05)
     fixed = parse_sweep_input({**auto(), "boots_per_rig": 4}, CONTEXT)
     assert (fixed.looks(), fixed.boot_count(), fixed.adaptive) == ([4], 8, False)
@@ -150,10 +150,10 @@ def test_no_cap_named_gets_the_most_boots_the_history_allows() -> None:
 
 
 def test_a_large_difference_is_decided_at_the_first_look() -> None:
-    # The first look spends little (0.00035 of the 5% at 3 of 10 boots): at 10% spread a 3x
-    # difference waits for the second; at 3%, as CPU rigs vary, it stops at the first.
-    assert not decide_round(event(auto(), 3), rows_for(3, ratio=3.0)).rounds[0].stop
-    decision = decide_round(event(auto(), 3), rows_for(3, ratio=3.0, spread=0.03))
+    # The first look tests at 0.010 of the 5% (3 of 10 boots): a 1.1x difference at 10% spread
+    # waits for more boots; a 3x difference stops the sweep there.
+    assert not decide_round(event(auto(), 3), rows_for(3, ratio=1.1)).rounds[0].stop
+    decision = decide_round(event(auto(), 3), rows_for(3, ratio=3.0))
     [first] = decision.rounds
     assert (first.round, first.boots_per_rig, first.stop) == (1, 3, ALL_DECIDED)
     assert first.decided == first.comparisons == 6  # 2 cells x 3 headline metrics x 1 pair

@@ -84,7 +84,7 @@ def test_an_a_a_sweep_runs_to_its_cap_and_decides_nothing(emu: Emulation) -> Non
     assert [(r["round"], r["boots_per_rig"], r["boots"]) for r in rounds] == [(1, 3, 6), (2, 5, 10)]
     assert [r["decided"] for r in rounds] == [0, 0]
     assert [r["stop"] for r in rounds] == ["", AT_CAP]
-    # the levels spent: O'Brien-Fleming at 3 and 5 of 5 boots sum to 5%
+    # the levels spent at 3 and 5 of 5 boots sum to 5%
     assert sum(r["level"] for r in rounds) == pytest.approx(0.05)
     assert {c["verdict"] for c in output["headline"]} == {"indistinguishable"}
     assert len(fleet_of(emu).instances) == 10
@@ -121,6 +121,9 @@ def test_a_failed_decision_ends_with_a_report_and_nothing_leaks(emu: Emulation) 
     key = sweep_report_key(sweep_id)
     listed = emu.client("s3").list_objects_v2(Bucket=emu.stack_refs().bucket, Prefix=key)
     assert [o["Key"] for o in listed.get("Contents", [])] == [key]
+    page = emu.client("s3").get_object(Bucket=emu.stack_refs().bucket, Key=key)["Body"].read()
+    assert f"failed: {ROUND_FAILED}".encode() in page
+    assert b"The sweep failed: RoundDecisionFailed: deciding after round 1 failed" in page
 
 
 @pytest.mark.parametrize(
