@@ -5,8 +5,8 @@ The headline comparisons are every rig pair x load cell x headline metric (outpu
 TTFT p50, TPOT p50: `functions.regressions.HEADLINE`), each boot contributing its value, as
 the verdicts use them. The test is the verdicts' (`harness.stats`): Welch's t-test on log boot
 values, Holm-corrected over the look's headline comparisons. The look's level is its
-Hwang-Shih-DeCani (gamma -1) alpha-spending increment (`harness.sequential.look_levels` over the looks
-`SweepInput.looks` names: 3, 5 and the cap boots per rig), so the chance that an A/A sweep
+Hwang-Shih-DeCani (gamma -1) alpha-spending increment (`harness.sequential.look_levels` over
+the looks `SweepInput.looks` names: 3, 5 and the cap boots per rig), so the chance that an A/A sweep
 decides anything at any look stays within 5% (the union bound over looks, Holm within each;
 measured in docs/measurements.md, "Boots until decided"). A comparison decided at a look stays
 decided with that look's verdict.
