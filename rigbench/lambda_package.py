@@ -30,6 +30,7 @@ from typing import Any
 from cfn_tools import load_yaml
 
 from rigbench.bundle import REPO_ROOT
+from rigs.sources import cache_root
 
 TEMPLATE = "template.yaml"
 REQUIREMENTS = "requirements.txt"
@@ -47,8 +48,9 @@ SHARED = "shared"
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
 LAYER_ALLOWANCE = 30_000_000
 # sam build builds each function on its own; each package is built once per content of its
-# sources (these folders, the requirements, template.yaml) and copied from here.
-CACHE = Path(".aws-sam") / "lambda-package"
+# sources (these folders, the requirements, template.yaml) and copied from the project's cache
+# dir, which every clone shares (`rigs.sources.cache_root`: RIGBENCH_CACHE or ~/.cache/rigbench).
+CACHE = "lambda-package"
 SOURCES = ("functions", "hardware", "rigs", "rigbench", "harness")
 PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
 
@@ -192,7 +194,7 @@ def build(dest: Path, root: Path = REPO_ROOT, logical_id: str | None = None) -> 
     files. A PackageError when it would not fit in Lambda."""
     package = package_of(logical_id)
     digest = source_digest(root)
-    cached = root / CACHE / f"{digest}-{package}"
+    cached = cache_root() / CACHE / f"{digest}-{package}"
     if not cached.is_dir():
         staging = cached.with_name(f"{cached.name}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)

@@ -6,15 +6,17 @@ from pathlib import Path
 
 import pytest
 
+from rigs.sources import cache_root
 from tests.shared_sweep import SHARED_SWEEP_GROUP, FinishedSweep, run_once
 
 pytest_plugins = ["tests.fast_lane"]
 
 REPO = Path(__file__).resolve().parents[1]
-# Kept between runs, inside the checkout and never the user's own ~/.cache/rigbench: random
-# weights (named by their config's digest) and the JAX rig's persistent compilation cache
-# (keyed by each program's HLO, so changed code compiles anew).
-TEST_CACHE = Path(os.environ.get("RIGBENCH_TEST_CACHE", REPO / ".cache" / "tests"))
+# Kept between runs and between clones, in the project's cache dir but apart from what the
+# user's own runs keep there: random weights (named by their config's digest), the JAX rig's
+# persistent compilation cache (keyed by each program's HLO, so changed code compiles anew) and
+# the Lambda packages (keyed by a digest of their sources).
+TEST_CACHE = Path(os.environ.get("RIGBENCH_TEST_CACHE", cache_root() / "tests"))
 
 
 @pytest.fixture(scope="session", autouse=True)
