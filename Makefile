@@ -23,10 +23,13 @@ install: $(STAMP)
 sweep: $(STAMP)
 	$(BIN)/rigbench demo
 
+# mypy's cache checks each file's hash, so every clone shares one, in the project's cache dir.
+MYPY_CACHE ?= $(or $(RIGBENCH_CACHE),$(HOME)/.cache/rigbench)/mypy
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)
 
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
