@@ -5,6 +5,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -73,4 +74,30 @@ def local_env(home: Path) -> dict[str, str]:
         "PYTHONPATH": str(REPO),
         "RIGBENCH_HOME": str(home),
         "COLUMNS": "160",
+    }
+
+
+TINY_CELLS = {
+    "concurrency": [1, 2],
+    "requests_per_cell": 2,
+    "prompt_tokens": 8,
+    "output_tokens": 4,
+    "warmup_requests": 1,
+}
+FAST = {
+    "deadlines": {"ready_s": 240, "bench_s": 240, "instance_s": 600},
+    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
+}
+
+
+def sweep_input(**overrides: Any) -> dict[str, Any]:
+    """One torch boot of random:tiny with two tiny cells: a sweep of under a minute."""
+    return {
+        "rigs": ["torch"],
+        "model": "random:tiny",
+        "boots_per_rig": 1,
+        "budget_usd": 1,
+        "cells": TINY_CELLS,
+        **FAST,
+        **overrides,
     }

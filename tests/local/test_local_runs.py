@@ -18,31 +18,11 @@ from rigbench.commands.local import run_local
 from rigbench.local import persist
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
-from tests.local.conftest import REPO, local_env, processes_under, wait_for
-
-TINY_CELLS = {
-    "concurrency": [1, 2],
-    "requests_per_cell": 2,
-    "prompt_tokens": 8,
-    "output_tokens": 4,
-    "warmup_requests": 1,
-}
-FAST = {
-    "deadlines": {"ready_s": 240, "bench_s": 240, "instance_s": 600},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
-}
+from tests.local.conftest import REPO, local_env, processes_under, sweep_input, wait_for
 
 
 def _input(tmp_path: Path, **overrides: Any) -> Path:
-    body = {
-        "rigs": ["torch"],
-        "model": "random:tiny",
-        "boots_per_rig": 1,
-        "budget_usd": 1,
-        "cells": TINY_CELLS,
-        **FAST,
-        **overrides,
-    }
+    body = sweep_input(**overrides)
     path = tmp_path / "input.json"
     path.write_text(json.dumps(body))
     return path

@@ -19,30 +19,6 @@ logging.getLogger("moto").setLevel(logging.CRITICAL)
 
 CEILING_USD = 2.0
 QUOTA_VCPUS = 8.0  # one g5g.2xlarge at a time
-TINY_CELLS = {
-    "concurrency": [1, 2],
-    "requests_per_cell": 2,
-    "prompt_tokens": 8,
-    "output_tokens": 4,
-    "warmup_requests": 1,
-}
-FAST = {
-    "deadlines": {"ready_s": 240, "bench_s": 240, "instance_s": 600},
-    "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
-}
-
-
-def sweep_input(**overrides: Any) -> dict[str, Any]:
-    """One torch boot of random:tiny with two tiny cells: a sweep of under a minute."""
-    return {
-        "rigs": ["torch"],
-        "model": "random:tiny",
-        "boots_per_rig": 1,
-        "budget_usd": 1,
-        "cells": TINY_CELLS,
-        **FAST,
-        **overrides,
-    }
 
 
 TOOLS = {

@@ -28,6 +28,7 @@ from rigbench.mcp.server import (
 from rigbench.mcp.tools import Refused, SweepTools
 from rigbench.stack.local import LocalStack
 from rigs.registry import discover
+from tests.local.conftest import sweep_input
 from tests.mcp.conftest import (
     CEILING_USD,
     DESTRUCTIVE,
@@ -36,7 +37,6 @@ from tests.mcp.conftest import (
     TOOLS,
     ok,
     refused,
-    sweep_input,
     text,
 )
 

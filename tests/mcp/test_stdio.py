@@ -13,8 +13,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.local.conftest import processes_under
-from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused, sweep_input
+from tests.local.conftest import processes_under, sweep_input
+from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused
 
 REPO = Path(__file__).resolve().parents[2]
 CEILING_USD = 1.5
