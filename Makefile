@@ -39,7 +39,7 @@ $(CHROMIUM):
 PYTEST_WORKERS ?= 2
 
 test: lint $(CHROMIUM)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 check: lint
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" -q
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not slow" -q

@@ -3,6 +3,7 @@
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,18 @@ LONGEST_FIRST = (
     "tests/orchestrator/test_fault_matrix.py",
     "tests/orchestrator/test_faults.py",
 )
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Stop the run where xdist's groups silently stopped grouping: every module would build
+    its fixtures on both workers and one worker would wait out the shared sweep (pytest 9.2
+    with pytest-xdist 3.8 loses the group suffix xdist writes into each node id: #1386)."""
+    if node.config.option.dist == "loadgroup" and ids and not any("@" in i for i in ids):
+        pytest.exit(
+            "pytest-xdist's --dist loadgroup did not group the tests (no node id carries its "
+            "group: pytest-xdist#1386); install the versions pyproject.toml pins",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.hookimpl(tryfirst=True)

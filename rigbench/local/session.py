@@ -180,6 +180,9 @@ class LocalSession:
             if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler
             ):
+                if getattr(handler.stream, "closed", False):
+                    # bound at import inside an in-process CLI run, whose capture has closed
+                    handler.stream = sys.stdout
                 self._redirected.append((handler, handler.setStream(log)))
         if not self._redirected:
             log.close()
