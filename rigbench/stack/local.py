@@ -23,7 +23,9 @@ from rigbench.stack.history import fold
 from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
 from rigbench.stack.rehearsal import plan_from
 
-LOCAL_POLL_S = 0.5
+# Each poll reads the whole execution history, which the emulation serializes slowly: polls
+# every 0.5 s cost a six-boot sweep's own process 70 CPU-seconds.
+LOCAL_POLL_S = 2.0
 PLAN_TIMEOUT_S = 300.0
 
 
