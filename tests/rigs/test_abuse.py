@@ -368,6 +368,9 @@ async def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
 
 
 ABANDON_S = 0.3  # the client walks away this long after sending
+# More than three times the JAX rig's 4 slots (the torch rig here serves one at a time): left
+# running, they would hold the next request for at least three full lengths on either rig.
+ABANDONED = 13
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
@@ -393,10 +396,11 @@ def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
         long_tokens = min(room, max(2 * long_tokens, int(long_tokens * 4.0 / one_long)))
 
     async def main() -> float:
-        # More abandoned requests than the JAX rig has slots; the torch rig serves one at a
-        # time: left running, they would hold the next request for several full lengths.
         await asyncio.gather(
-            *(_abandon(rig, {**full, "stream": stream}, after_s=ABANDON_S) for _ in range(5))
+            *(
+                _abandon(rig, {**full, "stream": stream}, after_s=ABANDON_S)
+                for _ in range(ABANDONED)
+            )
         )
         async with httpx.AsyncClient(base_url=rig, timeout=120) as client:
             start = time.monotonic()
@@ -408,5 +412,7 @@ def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
     # The longest generation the context allows can be short on a quiet machine (the JAX rig
     # ran its 1,003 tokens in 1.0 s): twice the abandonment time still abandons it mid-way.
     assert one_long > 2 * ABANDON_S, f"a {long_tokens}-token generation took only {one_long:.2f} s"
-    assert next_latency < one_long / 2, (next_latency, one_long)
+    # Stopped, the next request waits only for the rig to notice the clients left, which a
+    # loaded machine stretched to 0.63 of a full length (2.8 s of 4.5 s, one core kept busy).
+    assert next_latency < 2 * one_long, (next_latency, one_long)
     assert httpx.get(f"{rig}/health").status_code == 200
