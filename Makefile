@@ -35,11 +35,13 @@ $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 # Tests run on two workers (pytest-xdist); a module, or a group of modules sharing one server or
-# sweep, stays on one worker (tests/conftest.py), so their fixtures are built once.
+# sweep, stays on one worker (tests/conftest.py), so their fixtures are built once; units are
+# handed out in the conftest's longest-first order, not re-sorted by test count.
 PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: lint $(CHROMIUM)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest $(XDIST)
 
 check: lint
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not slow" -q
+	$(BIN)/pytest $(XDIST) -m "not slow" -q
