@@ -12,6 +12,10 @@ from tests.shared_sweep import SHARED_SWEEP_GROUP, FinishedSweep, run_once
 
 pytest_plugins = ["tests.fast_lane"]
 
+# The rig processes tests start, and the workers' own torch, run with one OpenMP thread, as a
+# local instance does (rigbench/local/fleet.py says why). Read when torch first loads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 # Kept between runs and between clones, in the project's cache dir but apart from what the
 # user's own runs keep there: random weights (named by their config's digest), the JAX rig's

@@ -446,4 +446,10 @@ class LocalFleet:
             RIGBENCH_PYTHON=sys.executable,
             RIG_PORT=str(port),
         )
+        # A local instance shares this machine's cores with the other boots, the harness and
+        # whatever else runs. torch's OpenMP pool (a thread per core) spins at each of its many
+        # small ops for a thread the scheduler gave to another process: the agreement probe on
+        # a 2-core machine took 5.3 CPU-s idle and 127 (timing out) with one core kept busy;
+        # with one thread, 2.6 either way. One thread, unless the user chose a number.
+        env.setdefault("OMP_NUM_THREADS", "1")
         return env
