@@ -50,7 +50,7 @@ from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.responses import DynamoHandler
+from moto.dynamodb.responses import DynamoHandler, DynamoResult
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend, StateReason
@@ -59,9 +59,11 @@ from moto.servicequotas.models import ServiceQuotasBackend
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
+from rigbench.emulation import speedups
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
@@ -454,6 +456,8 @@ class Seams:
             (DynamoHandler, "call_action", dynamodb_action),
             (BaseExecutionWorkerCommunication, "terminated", terminated),
             (ExecutionWorker, "stop", stop),
+            (AmazonStateLanguageParser, "parse", staticmethod(speedups.parse_definition)),
+            (DynamoResult, "execute_result", speedups.dynamodb_result),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))
