@@ -63,8 +63,8 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from rigbench.emulation import speedups
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
+from rigbench.emulation.speedups import dynamodb_result, parse_definition
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
 ENDS_WITHOUT_FINISH = {ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT, ExecutionStatus.FAILED}
@@ -456,8 +456,8 @@ class Seams:
             (DynamoHandler, "call_action", dynamodb_action),
             (BaseExecutionWorkerCommunication, "terminated", terminated),
             (ExecutionWorker, "stop", stop),
-            (AmazonStateLanguageParser, "parse", staticmethod(speedups.parse_definition)),
-            (DynamoResult, "execute_result", speedups.dynamodb_result),
+            (AmazonStateLanguageParser, "parse", staticmethod(parse_definition)),
+            (DynamoResult, "execute_result", dynamodb_result),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))
