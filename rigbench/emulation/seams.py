@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, lambda_backends
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
@@ -59,12 +60,22 @@ from moto.servicequotas.models import ServiceQuotasBackend
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.asl.component.common.path import result_path
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
-from rigbench.emulation.speedups import dynamodb_result, parse_definition
+from rigbench.emulation.speedups import (
+    dynamodb_result,
+    jsonpath,
+    jsonpath_ext,
+    moto_modules,
+    parse_definition,
+    step_functions_client,
+)
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
 ENDS_WITHOUT_FINISH = {ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT, ExecutionStatus.FAILED}
@@ -193,7 +204,7 @@ class Seams:
     closing: bool = False  # the emulation is being torn down: deliver no more events
     times: InstanceTimes = field(default_factory=InstanceTimes)
     status_changes: StatusChanges = field(default_factory=StatusChanges)
-    _originals: list[tuple[type, str, Any]] = field(default_factory=list)
+    _originals: list[tuple[object, str, Any]] = field(default_factory=list)
     _client_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
     _launch_lock: threading.Lock = field(default_factory=threading.Lock)
     _ended: set[str] = field(default_factory=set)  # executions whose end was reflected
@@ -439,7 +450,7 @@ class Seams:
             with dynamodb_request:
                 return original_dynamodb_action(handler)
 
-        patches: list[tuple[type, str, Callable[..., Any]]] = [
+        patches: list[tuple[object, str, Callable[..., Any]]] = [
             (LambdaBackend, "invoke", invoke),
             (SimpleSystemManagerBackend, "send_command", send_command),
             (SimpleSystemManagerBackend, "get_command_invocation", get_command_invocation),
@@ -458,6 +469,10 @@ class Seams:
             (ExecutionWorker, "stop", stop),
             (AmazonStateLanguageParser, "parse", staticmethod(parse_definition)),
             (DynamoResult, "execute_result", dynamodb_result),
+            (lambda_eval_utils, "boto_client_for", step_functions_client),
+            (json_path, "parse", jsonpath_ext),
+            (result_path, "parse", jsonpath),
+            (moto_backends, "list_of_moto_modules", moto_modules),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))

@@ -1,4 +1,4 @@
-"""Two of moto's costs the emulation does without, each giving what moto gives.
+"""moto's costs the emulation does without, each giving what moto gives.
 
 - moto parses a state machine's definition with its ANTLR grammar at every execution start
   (and create and update); a sweep starts one execution, the tests hundreds, and the parse of
@@ -11,17 +11,32 @@
   agreement probe). Those answers are plain JSON, as moto wrote them before its generic
   serializer (its `dynamo_json_dump`): the same response, about 8x faster; binary values,
   sets, nulls, pages and consumed capacity read back identically through boto3.
+- moto's Step Functions builds a new boto3 client for every Lambda task (a fresh client loads
+  botocore's service model and opens a new connection: 5% of the fault matrix's CPU) and
+  builds a JSONPath parser for every path it reads or writes (4%). Clients are thread-safe
+  and a parsed path is only read, so both are kept: clients by region, service and the
+  emulation's port, paths by their text.
+- moto's server lists its own package folder on every request to match a host name (1%);
+  the folder does not change while the process runs.
 """
 
+import threading
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+import jsonpath_ng
+import jsonpath_ng.ext
 from antlr4 import ParserRuleContext
+from botocore.client import BaseClient
+from moto.backends import list_of_moto_modules
 from moto.dynamodb.models.utilities import dynamo_json_dump
 from moto.dynamodb.responses import DynamoResult
+from moto.settings import moto_server_port
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
 _moto_parse = AmazonStateLanguageParser.parse
 _moto_result = DynamoResult.execute_result
@@ -45,3 +60,26 @@ def dynamodb_result(result: DynamoResult, context: Any) -> Any:
     if context.operation_model.name not in _PLAIN_JSON_READS:
         return _moto_result(result, context)
     return 200, {"Content-Type": "application/x-amz-json-1.0"}, dynamo_json_dump(result.result)
+
+
+_clients: dict[tuple[str, str, str], BaseClient] = {}
+_clients_lock = threading.Lock()
+
+
+def step_functions_client(region: str, service: str, state_credentials: Any = None) -> BaseClient:
+    """moto's `boto_client_for`, one client per region, service and server port."""
+    key = (region, service, moto_server_port())
+    with _clients_lock:
+        if key not in _clients:
+            _clients[key] = boto_client_for(region, service, state_credentials)
+        return _clients[key]
+
+
+jsonpath = lru_cache(maxsize=1024)(jsonpath_ng.parse)
+jsonpath_ext = lru_cache(maxsize=1024)(jsonpath_ng.ext.parse)
+
+
+@lru_cache(maxsize=1)
+def moto_modules() -> Iterable[str]:
+    """moto's `list_of_moto_modules`, listed once."""
+    return tuple(list_of_moto_modules())

@@ -72,3 +72,41 @@ def test_each_parse_builds_its_own_program_from_one_syntax_tree() -> None:
     assert same_tree is tree
     assert second is not first
     assert type(second) is type(first)
+
+
+def test_step_functions_keeps_one_client_per_service_and_server_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MOTO_PORT", "5101")
+    lambda_client = speedups.step_functions_client("us-east-1", "lambda")
+    assert speedups.step_functions_client("us-east-1", "lambda") is lambda_client
+    assert lambda_client.meta.endpoint_url == "http://localhost:5101"
+    assert speedups.step_functions_client("us-east-1", "sqs") is not lambda_client
+    monkeypatch.setenv("MOTO_PORT", "5102")
+    moved = speedups.step_functions_client("us-east-1", "lambda")
+    assert moved is not lambda_client
+    assert moved.meta.endpoint_url == "http://localhost:5102"
+
+
+@pytest.mark.parametrize("path", ["$.sweep.boots[0].rig", "$.plan..boot", "$.cells[?(@.c > 1)]"])
+def test_a_kept_json_path_finds_what_a_new_one_finds(path: str) -> None:
+    from jsonpath_ng.ext import parse
+
+    data = {"sweep": {"boots": [{"rig": "torch"}]}, "plan": {"a": {"boot": 1}, "b": {"boot": 2}}}
+    data |= {"cells": [{"c": 1}, {"c": 2}, {"c": 4}]}
+    kept = speedups.jsonpath_ext(path)
+    assert speedups.jsonpath_ext(path) is kept
+    for _ in range(2):  # a find leaves the kept path as it was
+        assert [m.value for m in kept.find(data)] == [m.value for m in parse(path).find(data)]
+    assert [m.value for m in kept.find(data)]
+
+
+def test_results_written_through_a_kept_path_land_where_a_new_one_puts_them() -> None:
+    from jsonpath_ng import parse
+
+    kept = speedups.jsonpath("$.result.rows")
+    for i in range(2):
+        mine, theirs = {"result": {"n": i}}, {"result": {"n": i}}
+        kept.update_or_create(mine, [i])
+        parse("$.result.rows").update_or_create(theirs, [i])
+        assert mine == theirs == {"result": {"n": i, "rows": [i]}}
