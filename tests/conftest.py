@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_CACHE = Path(os.environ.get("RIGBENCH_TEST_CACHE", cache_root() / "tests"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The filter functions/observability.py installs when imported: pytest restores the
+    # warning filters after collection and after each test, so a handler first imported there
+    # would lose it.
+    config.addinivalue_line("filterwarnings", "ignore:No application metrics to publish")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_rig_cache() -> Iterator[Path]:
     """One RIGBENCH_CACHE for every test, pytest-xdist worker and rig process they start:
@@ -61,6 +68,7 @@ LONGEST_FIRST = (
     SHARED_SWEEP_GROUP,
     "jax-rig",
     "tests/mcp/test_stdio.py",
+    "tests/orchestrator/test_template.py",
     "tests/mcp/test_server.py",
     "tests/orchestrator/test_fault_matrix.py",
     "tests/orchestrator/test_faults.py",

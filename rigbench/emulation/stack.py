@@ -64,6 +64,24 @@ def _placeholder_package() -> bytes:
     return code.getvalue()
 
 
+_sessions: dict[str, boto3.session.Session] = {}
+_sessions_lock = threading.Lock()
+
+
+def _session_for(region: str) -> boto3.session.Session:
+    """One session per region for every emulation this process runs: a session's loader keeps
+    botocore's service models, which each new session would read and parse again."""
+    with _sessions_lock:
+        if region not in _sessions:
+            _sessions[region] = boto3.session.Session(
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+                aws_session_token="testing",
+                region_name=region,
+            )
+        return _sessions[region]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -214,12 +232,7 @@ class Emulation:
     # ------------------------------------------------------------------ clients
     def session(self) -> boto3.session.Session:
         if self._session is None:
-            self._session = boto3.session.Session(
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-                aws_session_token="testing",
-                region_name=self.region,
-            )
+            self._session = _session_for(self.region)
         return self._session
 
     def client(self, name: str) -> Any:
