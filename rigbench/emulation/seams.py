@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, lambda_backends
+from moto.cloudformation.models import Stack
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.dynamodb.exceptions import DynamodbException
@@ -74,6 +75,7 @@ from rigbench.emulation.speedups import (
     jsonpath_ext,
     moto_modules,
     parse_definition,
+    parse_template,
     step_functions_client,
 )
 
@@ -473,6 +475,7 @@ class Seams:
             (json_path, "parse", jsonpath_ext),
             (result_path, "parse", jsonpath),
             (moto_backends, "list_of_moto_modules", moto_modules),
+            (Stack, "parse_template", staticmethod(parse_template)),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))

@@ -16,10 +16,14 @@
   builds a JSONPath parser for every path it reads or writes (4%). Clients are thread-safe
   and a parsed path is only read, so both are kept: clients by region, service and the
   emulation's port, paths by their text.
+- moto's CloudFormation reads a template body with PyYAML's pure-Python loader, 0.5 CPU-s for
+  the stack's JSON template at every deploy (every emulation, every `--local` command); a
+  JSON body is read as JSON, which gives the same document; any other body as moto reads it.
 - moto's server lists its own package folder on every request to match a host name (1%);
   the folder does not change while the process runs.
 """
 
+import json
 import threading
 from collections.abc import Iterable
 from functools import lru_cache
@@ -30,6 +34,7 @@ import jsonpath_ng.ext
 from antlr4 import ParserRuleContext
 from botocore.client import BaseClient
 from moto.backends import list_of_moto_modules
+from moto.cloudformation.models import Stack
 from moto.dynamodb.models.utilities import dynamo_json_dump
 from moto.dynamodb.responses import DynamoResult
 from moto.settings import moto_server_port
@@ -41,6 +46,7 @@ from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 _moto_parse = AmazonStateLanguageParser.parse
 _moto_result = DynamoResult.execute_result
 _PLAIN_JSON_READS = frozenset({"Query", "Scan"})
+_moto_template = Stack.parse_template
 
 
 @lru_cache(maxsize=16)
@@ -83,3 +89,12 @@ jsonpath_ext = lru_cache(maxsize=1024)(jsonpath_ng.ext.parse)
 def moto_modules() -> Iterable[str]:
     """moto's `list_of_moto_modules`, listed once."""
     return tuple(list_of_moto_modules())
+
+
+def parse_template(template: str) -> dict[str, Any]:
+    """moto's `Stack.parse_template`, a JSON body read as JSON."""
+    try:
+        document = json.loads(template)
+    except ValueError:
+        return _moto_template(template)
+    return document if isinstance(document, dict) else _moto_template(template)

@@ -110,3 +110,17 @@ def test_results_written_through_a_kept_path_land_where_a_new_one_puts_them() ->
         kept.update_or_create(mine, [i])
         parse("$.result.rows").update_or_create(theirs, [i])
         assert mine == theirs == {"result": {"n": i, "rows": [i]}}
+
+
+def test_the_stack_s_json_template_reads_as_moto_reads_it() -> None:
+    from moto.cloudformation.models import Stack
+
+    from rigbench.emulation.cfn_template import TEMPLATE_PATH, transform
+
+    assert Stack.parse_template is not speedups.parse_template  # moto's own, not installed
+    body = json.dumps(transform("rigbench", "us-east-1", "code", TEMPLATE_PATH).body)
+    assert speedups.parse_template(body) == Stack.parse_template(body)
+    yaml_body = (
+        "Resources:\n  Topic:\n    Type: AWS::SNS::Topic\n    Properties: {TopicName: !Ref N}\n"
+    )
+    assert speedups.parse_template(yaml_body) == Stack.parse_template(yaml_body)

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,12 @@ RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
 FUNCTIONS = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"}
 REPOSITORY_TOP_LEVEL = ("functions", "hardware", "rigs", "rigbench", "harness", "pyproject.toml")
 PROJECT_TAG_CONDITIONS = {"ec2:ResourceTag/rigbench:project", "aws:ResourceTag/rigbench:project"}
+
+
+@cache
+def files_of(package: str) -> frozenset[str]:
+    """The package's files; found once per run (a fresh interpreter imports its handlers)."""
+    return frozenset(str(p) for p in package_files(package=package))
 
 
 def tool(name: str) -> str:
@@ -66,7 +73,7 @@ def test_cfn_lint() -> None:
 
 @pytest.mark.slow
 def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
-    files = {str(p) for p in package_files()}
+    files = set(files_of(SHARED))
     assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs", "harness"}
     # Store reads the harness report with the harness's schema, and nothing else of it.
     assert {f for f in files if f.startswith("harness/")} == {
@@ -116,7 +123,7 @@ def test_the_shared_package_s_handlers_load_no_library_it_does_not_hold() -> Non
 @pytest.mark.slow
 def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rigs() -> None:
     assert set(OWN_PACKAGES) == {"ReportFunction", "SummarizeFunction", "DecideRoundFunction"}
-    files = {str(p) for p in package_files(package="ReportFunction")}
+    files = set(files_of("ReportFunction"))
     assert "rigbench/report/publish.py" in files
     assert {"rigbench/report/template.html.j2", "rigbench/report/table.html.j2"} <= files
     assert "harness/stats.py" in files
@@ -127,7 +134,7 @@ def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rig
 
 @pytest.mark.slow
 def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
-    files = {str(p) for p in package_files(package="SummarizeFunction")}
+    files = set(files_of("SummarizeFunction"))
     assert {"functions/summarize.py", "functions/regressions.py", "harness/stats.py"} <= files
     # hardware/: the price catalog functions/budget.py (closing the sweep) reads
     tops = {f.split("/")[0] for f in files}
@@ -142,7 +149,7 @@ def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cl
 
 @pytest.mark.slow
 def test_decide_round_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
-    files = {str(p) for p in package_files(package="DecideRoundFunction")}
+    files = set(files_of("DecideRoundFunction"))
     assert {"functions/rounds.py", "harness/stats.py", "harness/sequential.py"} <= files
     assert {f.split("/")[0] for f in files} <= {
         "functions",
@@ -170,7 +177,7 @@ def test_sam_build_after_a_local_sweep(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     for logical_id in FUNCTIONS:
         name = package_of(logical_id)
-        expected = {str(p) for p in package_files(package=name)}
+        expected = set(files_of(name))
         package = build / logical_id
         found = {str(p.relative_to(package)) for p in package.rglob("*") if p.is_file()}
         ours = {f for f in found if f.split("/")[0] in REPOSITORY_TOP_LEVEL}
