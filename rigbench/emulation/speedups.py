@@ -24,9 +24,8 @@
 """
 
 import json
-import threading
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import jsonpath_ng
@@ -68,24 +67,22 @@ def dynamodb_result(result: DynamoResult, context: Any) -> Any:
     return 200, {"Content-Type": "application/x-amz-json-1.0"}, dynamo_json_dump(result.result)
 
 
-_clients: dict[tuple[str, str, str], BaseClient] = {}
-_clients_lock = threading.Lock()
-
-
 def step_functions_client(region: str, service: str, state_credentials: Any = None) -> BaseClient:
-    """moto's `boto_client_for`, one client per region, service and server port."""
-    key = (region, service, moto_server_port())
-    with _clients_lock:
-        if key not in _clients:
-            _clients[key] = boto_client_for(region, service, state_credentials)
-        return _clients[key]
+    """moto's `boto_client_for`, one client per region, service and server port (moto ignores
+    the state's credentials)."""
+    return _client(region, service, moto_server_port())
+
+
+@cache
+def _client(region: str, service: str, port: str) -> BaseClient:
+    return boto_client_for(region, service)  # reads the port from MOTO_PORT itself
 
 
 jsonpath = lru_cache(maxsize=1024)(jsonpath_ng.parse)
 jsonpath_ext = lru_cache(maxsize=1024)(jsonpath_ng.ext.parse)
 
 
-@lru_cache(maxsize=1)
+@cache
 def moto_modules() -> Iterable[str]:
     """moto's `list_of_moto_modules`, listed once."""
     return tuple(list_of_moto_modules())

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 import zipfile
+from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -64,22 +65,16 @@ def _placeholder_package() -> bytes:
     return code.getvalue()
 
 
-_sessions: dict[str, boto3.session.Session] = {}
-_sessions_lock = threading.Lock()
-
-
+@cache
 def _session_for(region: str) -> boto3.session.Session:
     """One session per region for every emulation this process runs: a session's loader keeps
     botocore's service models, which each new session would read and parse again."""
-    with _sessions_lock:
-        if region not in _sessions:
-            _sessions[region] = boto3.session.Session(
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-                aws_session_token="testing",
-                region_name=region,
-            )
-        return _sessions[region]
+    return boto3.session.Session(
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        aws_session_token="testing",
+        region_name=region,
+    )
 
 
 def free_port() -> int:
