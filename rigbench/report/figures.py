@@ -29,8 +29,7 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def _style(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
-    fig.update_layout(
-        template="plotly_white",
+    fig.update_layout(  # the template is put in as the figure is written (report/html.py)
         title={"text": title, "x": 0.01, "font": {"size": 15}},
         font={"family": FONT, "size": 12},
         height=height,

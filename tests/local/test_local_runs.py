@@ -73,10 +73,12 @@ def test_ctrl_c_then_kill_leave_no_process_and_the_next_run_cleans_up(tmp_path: 
     time.sleep(0.5)
     assert all(group_alive(g) for g in orphans)
 
-    # ...and the next run reports them and ends them before doing anything else.
-    nxt = _start_cli(["run", "--local", "--dry-run", str(sweep)], home)
-    out, _ = nxt.communicate(timeout=180)
-    assert nxt.returncode == 0, out[-3000:]
+    # ...and the next run (in-process: the code the CLI runs) reports them and ends them
+    # before doing anything else.
+    console = Console(record=True, width=200)
+    code = run_local(sweep, dry_run=True, home=home, console=console)
+    out = console.export_text()
+    assert code == 0, out[-3000:]
     assert "cleaned up after an earlier run" in out
     assert f"process group {orphans[0]}" in out
     assert not any(group_alive(g) for g in orphans)

@@ -1,15 +1,13 @@
 """The local sweep end to end: the real state machine, handlers, rigs and harness, read back
 from the run's one shared sweep (tests/shared_sweep.py).
 
-Proves: the sweep stores results that a new process reads back, no child process survives a
+Proves: the sweep stores results that a new stack reads back, no child process survives a
 run, a rig made wrong on purpose is flagged, and each rig serves the plan stored with its rows.
 Runs of their own (interrupted, rehearsed, refused) are in test_local_runs.py.
 """
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from rigbench.commands.local import local_stack
 from rigbench.local import persist
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import read_records
-from tests.local.conftest import REPO, local_env, processes_under
+from tests.local.conftest import local_env, processes_under
 from tests.shared_sweep import (
     SHARED_SWEEP_GROUP,
     SHARED_SWEEP_ID,
@@ -33,7 +31,7 @@ pytestmark = pytest.mark.xdist_group(SHARED_SWEEP_GROUP)
 
 @pytest.mark.slow
 @pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
-def test_sweep_stores_results_a_new_process_reads(
+def test_sweep_stores_results_the_cli_reads_back(
     finished_sweep: FinishedSweep, tmp_path: Path
 ) -> None:
     out = finished_sweep.terminal
@@ -63,24 +61,21 @@ def test_sweep_stores_results_a_new_process_reads(
         assert all(c["requests_ok"] == 3 and c["requests_failed"] == 0 for c in cells), cells
         assert all(c["output_tok_s"] > 0 for c in cells)
 
-    # A new process restores the tables; `rigbench results` queries them as on AWS.
-    read = subprocess.run(
-        [sys.executable, "-m", "rigbench", "results", "--local", "--sweep", SHARED_SWEEP_ID,
-         "--format", "json"],
-        cwd=REPO, env=local_env(home), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert read.returncode == 0, read.stderr[-2000:]
-    rows = json.loads(read.stdout)
-    assert sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows) == sorted(
-        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "torch", "torch@wrong")] * 4
-    )
-
-    # The other commands in-process (the same code a new process runs).
     runner = CliRunner()
     env = {**local_env(home), **{k: None for k in os.environ if k.startswith("AWS_")}}
 
     def cli(*args: str) -> Result:
         return runner.invoke(app, list(args), env=env, catch_exceptions=False)
+
+    # A new stack restores the tables; `rigbench results` queries them as on AWS. (In-process:
+    # tests/mcp/test_stdio.py reads a sweep back in a new process, tests/harness/test_cli.py
+    # runs `python -m rigbench` itself.)
+    read = cli("results", "--local", "--sweep", SHARED_SWEEP_ID, "--format", "json")
+    assert read.exit_code == 0, read.stderr[-2000:]
+    rows = json.loads(read.stdout)
+    assert sorted((r["sweep_id"], r["rig"], r["model"]) for r in rows) == sorted(
+        [(SHARED_SWEEP_ID, rig, "random:tiny") for rig in ("jax", "torch", "torch@wrong")] * 4
+    )
 
     # Without AWS credentials `rigbench results` falls back to local, saying so in one line.
     table = cli("results", "--rig", "torch")
