@@ -67,10 +67,12 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
 from rigbench.emulation.speedups import (
     dynamodb_result,
+    execution_history,
     jsonpath,
     jsonpath_ext,
     moto_modules,
@@ -471,6 +473,7 @@ class Seams:
             (ExecutionWorker, "stop", stop),
             (AmazonStateLanguageParser, "parse", staticmethod(parse_definition)),
             (DynamoResult, "execute_result", dynamodb_result),
+            (StepFunctionResponse, "get_execution_history", execution_history),
             (lambda_eval_utils, "boto_client_for", step_functions_client),
             (json_path, "parse", jsonpath_ext),
             (result_path, "parse", jsonpath),

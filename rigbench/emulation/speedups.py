@@ -11,6 +11,9 @@
   agreement probe). Those answers are plain JSON, as moto wrote them before its generic
   serializer (its `dynamo_json_dump`): the same response, about 8x faster; binary values,
   sets, nulls, pages and consumed capacity read back identically through boto3.
+- moto serializes a Step Functions execution's history the same way, parsing every event's
+  timestamp back from text: 23% of a local sweep's own CPU, whose progress is read from its
+  history every two seconds. The events are plain JSON too, their times in epoch seconds.
 - moto's Step Functions builds a new boto3 client for every Lambda task (a fresh client loads
   botocore's service model and opens a new connection: 5% of the fault matrix's CPU) and
   builds a JSONPath parser for every path it reads or writes (4%). Clients are thread-safe
@@ -25,6 +28,7 @@
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from functools import cache, lru_cache
 from typing import Any
 
@@ -34,6 +38,8 @@ from antlr4 import ParserRuleContext
 from botocore.client import BaseClient
 from moto.backends import list_of_moto_modules
 from moto.cloudformation.models import Stack
+from moto.core.responses import ActionResult
+from moto.core.serialize import TimestampSerializer
 from moto.dynamodb.models.utilities import dynamo_json_dump
 from moto.dynamodb.responses import DynamoResult
 from moto.settings import moto_server_port
@@ -41,6 +47,7 @@ from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+from moto.stepfunctions.responses import StepFunctionResponse
 
 _moto_parse = AmazonStateLanguageParser.parse
 _moto_result = DynamoResult.execute_result
@@ -65,6 +72,33 @@ def dynamodb_result(result: DynamoResult, context: Any) -> Any:
     if context.operation_model.name not in _PLAIN_JSON_READS:
         return _moto_result(result, context)
     return 200, {"Content-Type": "application/x-amz-json-1.0"}, dynamo_json_dump(result.result)
+
+
+class _PlainJsonResult(ActionResult):
+    def execute_result(self, context: Any) -> Any:
+        return 200, {"Content-Type": "application/x-amz-json-1.0"}, json.dumps(self.result)
+
+
+def _without_nulls(value: Any) -> Any:
+    """As moto's serializer leaves out a member that is None."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _epoch_seconds(iso: str) -> float:
+    """An event's time as moto keeps it (ISO 8601, in milliseconds) as the API sends it."""
+    return TimestampSerializer._timestamp_unixtimestamp(datetime.fromisoformat(iso))
+
+
+def execution_history(response: StepFunctionResponse) -> ActionResult:
+    """`StepFunctionResponse.get_execution_history`, its events dumped as plain JSON."""
+    arn = response._get_param("executionArn")
+    history = response.stepfunction_backend.get_execution_history(arn)
+    events = [{**e, "timestamp": _epoch_seconds(e["timestamp"])} for e in history["events"]]
+    return _PlainJsonResult(_without_nulls({**history, "events": events}))
 
 
 def step_functions_client(region: str, service: str, state_credentials: Any = None) -> BaseClient:

@@ -2,6 +2,7 @@
 moto answers."""
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,13 @@ import boto3
 import pytest
 from moto import mock_aws
 from moto.dynamodb.responses import DynamoResult
+from moto.stepfunctions.responses import StepFunctionResponse
 
-from rigbench.emulation import speedups
+from rigbench.emulation import Emulation, speedups
+from tests.orchestrator.conftest import sweep_input
+
+# moto's own, kept before any emulation in this process installs the seams
+MOTO_HISTORY = StepFunctionResponse.get_execution_history
 
 NESTED = {
     "M": {
@@ -124,3 +130,22 @@ def test_the_stack_s_json_template_reads_as_moto_reads_it() -> None:
         "Resources:\n  Topic:\n    Type: AWS::SNS::Topic\n    Properties: {TopicName: !Ref N}\n"
     )
     assert speedups.parse_template(yaml_body) == Stack.parse_template(yaml_body)
+
+
+@pytest.mark.slow
+def test_an_execution_history_reads_back_as_moto_serializes_it(
+    emu: Emulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed sweep's history (Lambda tasks, a Map, a boot's failure caught, the sweep's Fail)
+    read through boto3 with the emulation's answer and with moto's own."""
+    emu.faults.fail_lambda("StoreFunction", "raise")
+    arn = emu.start_execution(sweep_input(boots_per_rig=2))
+    assert emu.wait(arn, 90)["status"] == "FAILED"
+    sfn = emu.client("stepfunctions")
+    ours = sfn.get_execution_history(executionArn=arn)["events"]
+    monkeypatch.setattr(StepFunctionResponse, "get_execution_history", MOTO_HISTORY)
+    assert sfn.get_execution_history(executionArn=arn)["events"] == ours
+    kinds = {e["type"] for e in ours}
+    assert {"MapIterationStarted", "TaskFailed", "TaskSucceeded", "FailStateEntered"} <= kinds
+    assert len(ours) > 100
+    assert all(isinstance(e["timestamp"], datetime) for e in ours)
