@@ -71,12 +71,17 @@ def dynamodb_result(result: DynamoResult, context: Any) -> Any:
     """`DynamoResult.execute_result`, a Query or Scan dumped as plain JSON."""
     if context.operation_model.name not in _PLAIN_JSON_READS:
         return _moto_result(result, context)
-    return 200, {"Content-Type": "application/x-amz-json-1.0"}, dynamo_json_dump(result.result)
+    return _json_answer(dynamo_json_dump(result.result))
+
+
+def _json_answer(body: str) -> tuple[int, dict[str, str], str]:
+    """A JSON-protocol answer as moto's serializer writes one (status, headers, body)."""
+    return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
 
 
 class _PlainJsonResult(ActionResult):
     def execute_result(self, context: Any) -> Any:
-        return 200, {"Content-Type": "application/x-amz-json-1.0"}, json.dumps(self.result)
+        return _json_answer(json.dumps(self.result))
 
 
 def _without_nulls(value: Any) -> Any:
