@@ -9,7 +9,7 @@ Phases (each a child process, so each owns the GPU alone), within --budget-s ove
    prompts / 128 new tokens through `Engine.generate` at concurrency 1, 8 and 32
    (counting compilations during them), then time each decode width and each prefill
    batch size on the device alone.
-2. http: `rigbench rig serve jax` (compile cache warmed by phase 1), time to /health 200,
+2. http: `rigbench rig serve jax` (loading the programs phase 1 kept), time to /health 200,
    then `rigbench bench` at concurrency 1 and 32 (same lengths), compilations during it.
 3. cmdbuf (if at least --cmdbuf-min-s of the budget is left): the decode microbench at
    the smallest and largest width again with RIGBENCH_JAX_COMMAND_BUFFERS=1 (while loops
@@ -101,7 +101,6 @@ def start_engine(args: argparse.Namespace) -> StartedEngine:
     from rigs.sources import resolve_model
 
     counter = compiles.install()
-    jax.config.update("jax_compilation_cache_dir", args.compile_cache)
     source = resolve_model(args.model, seed=0)
     device = jax.devices()[0]
     cfg = checkpoint.load_config(source.path)
@@ -114,7 +113,10 @@ def start_engine(args: argparse.Namespace) -> StartedEngine:
         max_model_len=args.max_model_len,
         steps_per_call=args.steps_per_call,
     )
-    engine = JaxEngine(params, cfg, options, model_name=args.model, device=device)
+    engine = JaxEngine(
+        params, cfg, options, model_name=args.model, device=device,
+        executable_cache=Path(args.compile_cache),  # the server's, loaded by phase 2
+    )  # fmt: skip
     t = time.perf_counter()
     engine.start()
     engine.wait_ready()
@@ -229,8 +231,8 @@ def prefill_microbench(engine: Any, input_len: int) -> dict[str, Any]:
 def profile_phase(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """The engine's own programs on the device: step time by width and context bucket,
     prefill time by batch size, and a profiler trace of decode chunks (kernels per step,
-    time in matrix products, the costliest kernels). Its options are the server's, so a
-    compilation cache the server filled makes this start warm."""
+    time in matrix products, the costliest kernels). Its options are the server's, so the
+    programs the server kept make this start warm."""
     import jax
 
     started = start_engine(args)

@@ -19,8 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 # Kept between runs and between clones, in the project's cache dir but apart from what the
 # user's own runs keep there: random weights (named by their config's digest), the JAX rig's
-# persistent compilation cache (keyed by each program's HLO, so changed code compiles anew) and
-# the Lambda packages (keyed by a digest of their sources).
+# compiled programs (rigs/jax/executables.py: keyed by its source, versions and shapes, so
+# changed code compiles anew) and the Lambda packages (keyed by a digest of their sources).
 TEST_CACHE = Path(os.environ.get("RIGBENCH_TEST_CACHE", cache_root() / "tests"))
 
 

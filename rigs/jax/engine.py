@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -35,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rigs.jax import compiles, model, steps
+from rigs.jax.executables import ExecutableCache, build
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 
 # tokens (scored for a request that asked for logprobs), a failure, or the end
@@ -189,6 +191,7 @@ class JaxEngine(ScoredStreams):
         model_name: str,
         eos_token_ids: frozenset[int] | None = None,
         device: jax.Device | None = None,
+        executable_cache: Path | None = None,
     ) -> None:
         self.model_name = model_name
         self.max_model_len = options.max_model_len
@@ -202,6 +205,9 @@ class JaxEngine(ScoredStreams):
         self.dtype = jnp.dtype(params.embed.dtype)
         self.device = device or jax.devices()[0]
         self.compiles = compiles.install()
+        self.executables = (
+            None if executable_cache is None else ExecutableCache(executable_cache, self.device)
+        )
         self.stats = Stats()
         self.ready = threading.Event()
         self.failure: BaseException | None = None
@@ -243,6 +249,7 @@ class JaxEngine(ScoredStreams):
             "max_model_len": str(self.max_model_len),
             "compilations": str(c["executables"]),
             "compile_seconds": str(c["compile_seconds"]),
+            "executables_loaded": str(self.executables.loaded if self.executables else 0),
             "warm_up_seconds": str(self.stats.warm_up_seconds),
         }
 
@@ -376,7 +383,9 @@ class JaxEngine(ScoredStreams):
 
         def prefill_program(key: tuple[int, int]) -> Any:
             bucket, size = key
-            return steps.prefill_slots.lower(
+            return build(
+                steps.prefill_slots,
+                self.executables,
                 self.params,
                 cfg=self.cfg,
                 cache=self._cache,
@@ -386,11 +395,13 @@ class JaxEngine(ScoredStreams):
                 slot_ids=np.zeros(size, np.int32),
                 request=self._request_arrays(probe * size),
                 eos_ids=self._eos,
-            ).compile()
+            )
 
         def decode_program(key: tuple[int, int, bool]) -> Any:
             width, context, greedy = key
-            return steps.decode_chunk.lower(
+            return build(
+                steps.decode_chunk,
+                self.executables,
                 self.params,
                 cfg=self.cfg,
                 cache=self._cache,
@@ -400,7 +411,7 @@ class JaxEngine(ScoredStreams):
                 steps=o.steps_per_call,
                 greedy=greedy,
                 context=context,
-            ).compile()
+            )
 
         decode_keys = o.decode_keys
 

@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
     parser.add_argument(
         "--compile-cache",
-        default=os.environ.get("RIGBENCH_JAX_COMPILE_CACHE", str(cache_root() / "jax-compile")),
-        help="persistent XLA compilation cache ('' to disable; env RIGBENCH_JAX_COMPILE_CACHE)",
+        default=os.environ.get("RIGBENCH_JAX_COMPILE_CACHE", str(cache_root() / "jax-programs")),
+        help="the engine's compiled programs, kept to load at the next start without tracing or "
+        "compiling them (rigs/jax/executables.py; '' to disable; env RIGBENCH_JAX_COMPILE_CACHE)",
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
@@ -124,12 +125,6 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     from rigs.jax.engine import EngineOptions, JaxEngine
 
     compiles.install()
-    if args.compile_cache:
-        os.makedirs(args.compile_cache, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", args.compile_cache)
-        # Every program, not only those over a second: a small model's many quick compiles
-        # add up to most of a CPU start.
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     source = resolve_model(args.model, seed=args.seed)
     device = jax.devices()[0]
     capability = getattr(device, "compute_capability", None)
@@ -158,6 +153,7 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
         model_name=source.name,
         eos_token_ids=eos_ids(source.path) or None,
         device=device,
+        executable_cache=Path(args.compile_cache) if args.compile_cache else None,
     )
     engine.start()
     engine.wait_ready()

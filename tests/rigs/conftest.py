@@ -56,12 +56,10 @@ def jax_rig_server(
     """The JAX rig serving random:tiny with JAX_SETTINGS, started by `rigbench rig serve`;
     modules that use it are marked JAX_RIG_GROUP so one worker starts it once."""
     log = tmp_path_factory.mktemp("jax-rig") / "server.log"
-    # CPU codegen at -O0 compiles the buckets twice as fast; numerics are unchanged.
-    env = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
     rig = JaxRig(base="")
     with rig_server(
         "jax", "random:tiny", cache=rig_cache, log=log, timeout_s=600,
-        settings=JAX_SETTINGS, env=env, health_codes=rig.health_codes,
+        settings=JAX_SETTINGS, health_codes=rig.health_codes,
     ) as base:  # fmt: skip
         rig.base = base
         yield rig
