@@ -9,7 +9,8 @@ For each rig: `rigbench rig serve RIG --model random:e2b --dtype bfloat16` (time
 --out OUT/RIG/cC_rR.json`, N = max(8, 2 C). Writes OUT/summary.json and OUT/summary.md
 (medians over the runs of each cell) and stops a phase early when the budget runs out,
 saying so in the summary. `--restart RIG`: serve the rig once more after its cells and
-record the time to /health 200 again (its compilation cache now warm) and its compile count.
+record the time to /health 200 again (its compilation cache now warm), its compile count and
+whether it serves the same greedy tokens.
 """
 
 from __future__ import annotations
@@ -89,8 +90,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _compiles(provenance: dict[str, Any]) -> dict[str, Any]:
-    keys = ("compilations", "compile_seconds", "warm_up_seconds", "batching")
+    keys = ("compilations", "compile_seconds", "executables_loaded", "warm_up_seconds", "batching")
     return {k: provenance[k] for k in keys if k in provenance}
+
+
+def _greedy_tokens(base: str, model: str) -> list[int]:
+    """The token ids of one greedy completion (a restart must serve the same ones)."""
+    body = {"model": model, "prompt": "The quick brown fox", "max_tokens": 32,
+            "temperature": 0, "ignore_eos": True, "return_token_ids": True}  # fmt: skip
+    answer = httpx.post(f"{base}/v1/completions", json=body, timeout=300).json()
+    return list(answer["choices"][0]["token_ids"])
 
 
 def run_rig(
@@ -113,6 +122,7 @@ def run_rig(
             return result
         result["ready_s"] = round(time.monotonic() - start, 1)
         result["provenance"] = httpx.get(f"{base}/provenance", timeout=10).json()
+        result["greedy"] = _greedy_tokens(base, args.model)
         compiled = _compiles(result["provenance"])
         print(f"{rig}: ready in {result['ready_s']} s {compiled}", flush=True)
         for c in args.concurrency:
@@ -143,6 +153,7 @@ def run_rig(
                 result["ready_again_s"] = round(time.monotonic() - start, 1)
                 again = httpx.get(f"{base}/provenance", timeout=10).json()
                 result["ready_again"] = _compiles(again)
+                result["same_greedy_again"] = _greedy_tokens(base, args.model) == result["greedy"]
                 print(f"{rig}: ready again in {result['ready_again_s']} s", flush=True)
             else:
                 result["ready_again_error"] = "not ready within the budget"

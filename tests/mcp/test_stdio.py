@@ -1,6 +1,7 @@
 """`rigbench mcp --local` as a real stdio subprocess, driven by the SDK's stdio client: every
 tool over the wire, a sweep run to its end while rig processes share the server's stdout,
-and what it stored read back by a second server on the same state directory."""
+and what it stored read back by a second server on the same state directory; that server's
+client goes away mid-sweep, and a third server finds that sweep stopped."""
 
 import json
 import os
@@ -75,28 +76,14 @@ async def run_sweep_over_stdio(home: Path) -> None:
         assert (await ok(client, "reap"))["report"]["instances"] == []
 
 
-async def read_back_over_stdio(home: Path) -> dict[str, Any]:
+async def read_back_then_start_and_go_away(home: Path) -> dict[str, Any]:
+    """A second server on the same home: read the finished sweep back, then start another and
+    follow it until its boot is launched, then close the client."""
     async with Client(server_params(home)) as client:
         status = await ok(client, "sweep_status", {"sweep_id": "mcp-stdio"})
         assert status["progress"]["status"] == "SUCCEEDED"
         result: dict[str, Any] = await ok(client, "query_results", {"sweep": "mcp-stdio"})
-        return result
 
-
-@pytest.mark.slow
-def test_stdio_server_runs_a_sweep_and_a_new_server_reads_it_back(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    anyio.run(run_sweep_over_stdio, home)
-    assert processes_under(tmp_path) == []
-    rows = anyio.run(read_back_over_stdio, home)
-    assert rows["total"] == 2
-    assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
-    assert processes_under(tmp_path) == []
-
-
-async def start_and_go_away(home: Path) -> None:
-    """Start a sweep, follow it until its boot is launched, then close the client."""
-    async with Client(server_params(home)) as client:
         await ok(client, "start_sweep", sweep_input(sweep_id="mcp-away"))
         deadline = time.monotonic() + SWEEP_TIMEOUT_S
         while True:
@@ -106,22 +93,33 @@ async def start_and_go_away(home: Path) -> None:
             assert not status["done"], status
             assert time.monotonic() < deadline, status
             await anyio.sleep(0.5)
+        return result
 
 
+async def status_over_stdio(home: Path, sweep_id: str) -> dict[str, Any]:
+    async with Client(server_params(home)) as client:
+        return dict(await ok(client, "sweep_status", {"sweep_id": sweep_id}))
+
+
+# One home, three servers one after another (each server start costs seconds of CPU).
 @pytest.mark.slow
-def test_a_client_that_goes_away_mid_sweep_leaves_a_stopped_sweep(tmp_path: Path) -> None:
+def test_stdio_servers_run_a_sweep_read_it_back_and_stop_one_whose_client_went_away(
+    tmp_path: Path,
+) -> None:
     home = tmp_path / "home"
-    anyio.run(start_and_go_away, home)
+    anyio.run(run_sweep_over_stdio, home)
     assert processes_under(tmp_path) == []
 
-    async def read_back() -> dict[str, Any]:
-        async with Client(server_params(home)) as client:
-            return dict(await ok(client, "sweep_status", {"sweep_id": "mcp-away"}))
+    rows = anyio.run(read_back_then_start_and_go_away, home)
+    assert rows["total"] == 2
+    assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
+    assert processes_under(tmp_path) == []
 
-    status = anyio.run(read_back)
+    status = anyio.run(status_over_stdio, home, "mcp-away")
     progress = status["progress"]
     assert (progress["status"], progress["error"]) == ("ABORTED", "SessionStopped")
     [line] = status["explained"]
     assert line.startswith("sweep mcp-away aborted in RunBoots: SessionStopped: the MCP server ")
     assert "its local instances terminated" in line
     assert "AttributeError" not in json.dumps(status)
+    assert processes_under(tmp_path) == []
