@@ -62,18 +62,17 @@ def finished_sweep(
 
 # pytest-xdist's work units (`--dist loadgroup`): a module is one unit, so its module-scoped
 # fixtures (an emulation, a rig) are built once, unless it is marked into a group spanning
-# modules (the shared sweep, the JAX rig). Units are handed out longest first, so no worker is
-# left with a long one at the end: these are those over 15 s on three workers, slowest first
+# modules (the shared sweep, the rig servers). Units are handed out longest first, so no worker
+# is left with a long one at the end: these are those over 15 s on three workers, slowest first
 # (their wall time in a full run: `pytest -n 3 --durations=0`, summed per unit).
 LONGEST_FIRST = (
     SHARED_SWEEP_GROUP,
-    "jax-rig",
+    "rig-servers",
     "tests/mcp/test_stdio.py",
     "tests/orchestrator/test_fault_matrix.py",
     "tests/orchestrator/test_template.py",
     "tests/orchestrator/test_faults.py",
     "tests/local/test_local_runs.py",
-    "tests/rigs/test_torch_rig.py",
     "tests/harness/test_quirks.py",
     "tests/mcp/test_server.py",
     "tests/orchestrator/test_rounds.py",

@@ -40,7 +40,9 @@ def torch_rig(
 # random:tiny has; 4 slots so a few abandoned requests would fill it; 4 decode steps per call.
 JAX_BURST = 4
 JAX_SETTINGS = ("max_model_len=4096", "max_slots=4", f"steps_per_call={JAX_BURST}")
-JAX_RIG_GROUP = pytest.mark.xdist_group("jax-rig")
+# The modules that use this session's JAX rig or serial torch rig share one pytest-xdist work
+# unit: one worker starts each server once.
+RIG_SERVERS_GROUP = pytest.mark.xdist_group("rig-servers")
 
 
 @dataclass
@@ -54,7 +56,7 @@ def jax_rig_server(
     tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JaxRig]:
     """The JAX rig serving random:tiny with JAX_SETTINGS, started by `rigbench rig serve`;
-    modules that use it are marked JAX_RIG_GROUP so one worker starts it once."""
+    modules that use it are marked RIG_SERVERS_GROUP so one worker starts it once."""
     log = tmp_path_factory.mktemp("jax-rig") / "server.log"
     rig = JaxRig(base="")
     with rig_server(

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 from rigs.serving.app import DEFAULT_MAX_BODY_BYTES
 from rigs.serving.protocol import UNHONOURED
-from tests.rigs.conftest import JAX_BURST, JAX_RIG_GROUP
+from tests.rigs.conftest import JAX_BURST, RIG_SERVERS_GROUP
 
 CONTEXT = 1024  # random:tiny's max_position_embeddings
 PROMPT = [2, *range(300, 320)]
 HUGE = DEFAULT_MAX_BODY_BYTES + 2 * 2**20  # ~10 MB: over the body limit
 LONG_TEXT = "word " * (1024 * 1024)  # 5 MB: under the body limit, far over the context
-pytestmark = JAX_RIG_GROUP
+pytestmark = RIG_SERVERS_GROUP
 
 
 @pytest.fixture(scope="module", params=["torch", "jax"])

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.slow
+from tests.rigs.conftest import RIG_SERVERS_GROUP
+
+pytestmark = [RIG_SERVERS_GROUP, pytest.mark.slow]
 
 OK_PROMPT = {"prompt": "hi", "max_tokens": 1}
 LONG_PROMPT = [2] * 1000

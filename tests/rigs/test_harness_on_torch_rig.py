@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rigbench.cli import app
+from tests.rigs.conftest import RIG_SERVERS_GROUP
 
-pytestmark = pytest.mark.slow
+pytestmark = [RIG_SERVERS_GROUP, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])

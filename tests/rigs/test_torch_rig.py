@@ -14,12 +14,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rigs.sources import ModelSource
+from tests.rigs.conftest import RIG_SERVERS_GROUP
 from tests.rigs.prompts import eos_prompt
 from tests.rigs.rig_process import rig_server
 from tests.rigs.sse_client import stream_events
 
 # Longer than the tiny config's sliding window (16), so generation crosses it.
-pytestmark = pytest.mark.slow
+pytestmark = [RIG_SERVERS_GROUP, pytest.mark.slow]
 
 PROMPT_IDS = [2, *range(300, 330)]
 NEW_TOKENS = 40

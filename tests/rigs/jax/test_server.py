@@ -11,12 +11,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rigs.sources import ModelSource
-from tests.rigs.conftest import JAX_RIG_GROUP, JaxRig
+from tests.rigs.conftest import RIG_SERVERS_GROUP, JaxRig
 
 # Longer than the tiny config's sliding window (16), so generation crosses it.
 PROMPT_IDS = [2, *range(300, 330)]
 CONTEXT = 1024  # what the rig serves of the 4096 it is asked for (tests/rigs/conftest.py)
-pytestmark = [JAX_RIG_GROUP, pytest.mark.slow]
+pytestmark = [RIG_SERVERS_GROUP, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
