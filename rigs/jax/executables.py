@@ -107,17 +107,20 @@ class ExecutableCache:
         return program
 
     def _store(self, path: Path, program: jax.stages.Compiled) -> None:
+        """Keep `program` at `path`; one that cannot be kept (a backend that cannot serialize,
+        a folder that cannot be written) is only logged: the rig serves it all the same."""
         try:
-            serialized = serialize_executable.serialize(program)
-        except (ValueError, NotImplementedError) as err:  # a backend that cannot: keep building
-            log.warning("cannot keep %s: %s", path.name, err)
-            return
+            self._write(path, pickle.dumps(serialize_executable.serialize(program)))
+        except (ValueError, NotImplementedError, OSError) as err:
+            log.warning("cannot keep %s in %s: %s", path.name, self.root, err)
+
+    def _write(self, path: Path, data: bytes) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         # written whole under another name, then renamed: a concurrent start never reads half
         fd, partial = tempfile.mkstemp(dir=self.root, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "wb") as handle:
-                pickle.dump(serialized, handle)
+                handle.write(data)
             os.replace(partial, path)
         except BaseException:
             Path(partial).unlink(missing_ok=True)

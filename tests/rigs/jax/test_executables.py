@@ -33,6 +33,9 @@ print(json.dumps({"loaded": cache.loaded, "kept": cache.keeps, "outputs": output
 
 
 def run(cache: Path, *rows: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The program run once in a new process; JAX's persistent cache off unless `env` says."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM, str(cache), *map(str, rows)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
@@ -67,3 +70,12 @@ def test_nothing_is_kept_while_the_persistent_compilation_cache_is_on(tmp_path: 
     done = run(tmp_path / "programs", 2, env=env)
     assert done["kept"] is False
     assert not (tmp_path / "programs").exists()
+
+
+def test_a_folder_that_cannot_be_written_keeps_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    done = run(not_a_folder, 2)
+    assert done["loaded"] == 0
+    assert "cannot keep" in done["log"]
+    assert done["outputs"] == run(tmp_path / "programs", 2)["outputs"]
