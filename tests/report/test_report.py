@@ -108,7 +108,7 @@ def test_terminal_table_and_report_say_the_same_things(
         if r.aggregate is not None
     }
     assert words
-    assert intervals <= {"range of 2 boots", "2 equal boots"}  # what 2 boots give, said so
+    assert intervals == {"1 boot, no interval"}  # what 1 boot gives, said so
     table = render_text(comparison, width=TERMINAL_WIDTH)
     page = _text(sweep.report.read_text())
     terminal = " ".join(sweep.terminal.split())
@@ -260,8 +260,27 @@ def test_report_command_later_says_what_it_cannot_know(
     assert "no results for vllm serving random:tiny" in nothing.output
 
 
-def _boots(data: SweepData, **changes: Any) -> list[Any]:
-    return [b.model_copy(update=changes.get(f"{b.rig}{b.boot}", {})) for b in data.boots]
+def _two_boots_each(data: SweepData, **changes: Any) -> list[Any]:
+    """The sweep's boots (one per rig) and a second of each, a copy of its first, with
+    `changes` (keyed rig and boot, "torch2") applied."""
+    boots = [*data.boots, *(b.model_copy(update={"boot": 2}) for b in data.boots)]
+    return [b.model_copy(update=changes.get(f"{b.rig}{b.boot}", {})) for b in boots]
+
+
+@pytest.mark.slow
+def test_two_boots_give_an_interval_named_with_its_n(gathered: SweepData) -> None:
+    twice = gathered.model_copy(update={"boots": _two_boots_each(gathered)})
+    comparison = comparison_of(twice, local=True)
+    assert comparison is not None
+    intervals = {
+        r.aggregate.interval_words
+        for c in comparison.cells
+        for m in c.metrics
+        for r in m.results
+        if r.aggregate is not None
+    }
+    assert intervals == {"2 equal boots"}  # each boot twice: no spread, and said so
+    assert "2 equal boots" in render_text(comparison, width=TERMINAL_WIDTH)
 
 
 @pytest.mark.slow
@@ -270,7 +289,9 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
     failed = gathered.model_copy(
         update={
             "status": "FAILED",
-            "boots": _boots(gathered, torch2={"report": None, "outcome": "failed", "error": why}),
+            "boots": _two_boots_each(
+                gathered, torch2={"report": None, "outcome": "failed", "error": why}
+            ),
         }
     )
     text = _text(render_page(sweep_page(failed)))
@@ -279,7 +300,7 @@ def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: Swe
     assert "torch 1 reported, 1 failed, 2 in all" in text
 
     running = gathered.model_copy(
-        update={"status": "RUNNING", "boots": _boots(gathered, jax2={"report": None})}
+        update={"status": "RUNNING", "boots": _two_boots_each(gathered, jax2={"report": None})}
     )
     text = _text(render_page(sweep_page(running)))
     assert "The sweep is still running: 5 of 6 boots have stored a report so far" in text
