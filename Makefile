@@ -44,6 +44,11 @@ PYTEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 XDIST := --dist loadgroup --no-loadscope-reorder
 
+# A run starts many Python processes (workers, rigs, CLIs): each reads the project's modules
+# compiled once into __pycache__ (git ignores it) rather than compiling them again, which an
+# environment's PYTHONDONTWRITEBYTECODE would make them do.
+test check: export PYTHONDONTWRITEBYTECODE =
+
 test: lint $(CHROMIUM)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) $(XDIST)
 
