@@ -83,7 +83,8 @@ def run_once(root: Path) -> FinishedSweep:
     with FileLock(str(root / "sweep.lock")):
         if not record.exists():
             console = Console(record=True, width=TERMINAL_WIDTH)
-            code = run_local(dict(SHARED_SWEEP_INPUT), home=home, console=console, quota_vcpus=16)
+            # room for all three boots at once (8 vCPU each)
+            code = run_local(dict(SHARED_SWEEP_INPUT), home=home, console=console, quota_vcpus=24)
             record.write_text(json.dumps({"code": code, "terminal": console.export_text()}))
     saved = json.loads(record.read_text())
     return FinishedSweep(home=home, code=saved["code"], terminal=saved["terminal"])

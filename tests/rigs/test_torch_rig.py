@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,27 +218,6 @@ def test_client_disconnect_mid_stream_leaves_the_rig_serving(torch_rig: str) -> 
     assert result["usage"]["completion_tokens"] == 2
 
 
-def test_serves_a_local_checkpoint_directory(
-    tiny: ModelSource, rig_cache: Path, tmp_path: Path, reference: Any
-) -> None:
-    """`rigbench rig serve torch --model DIR`: a plain directory, served under its path."""
-    checkpoint = tmp_path / "my-checkpoint"
-    shutil.copytree(tiny.path, checkpoint)
-    with rig_server("torch", str(checkpoint), cache=rig_cache, log=tmp_path / "log") as base:
-        models = httpx.get(f"{base}/v1/models").json()
-        assert [m["id"] for m in models["data"]] == [str(checkpoint)]
-        body = _complete(
-            base,
-            model=str(checkpoint),
-            prompt=PROMPT_IDS,
-            max_tokens=16,
-            temperature=0,
-            return_token_ids=True,
-        )
-        assert body["choices"][0]["token_ids"] == reference(PROMPT_IDS, 16)
-        assert httpx.get(f"{base}/provenance").json()["model_revision"] == "local"
-
-
 # -- batched and continuous modes ---------------------------------------------------------
 
 # Requests of a wave are sent 15 ms apart: a window counted from the first arrival (the old
@@ -247,12 +227,50 @@ WAVE_SETTINGS = ["batch_gap_ms=400", "batch_wait_ms=5000"]
 WAVE_SPACING_S = 0.015
 
 
+@dataclass(frozen=True)
+class CheckpointRig:
+    base: str
+    checkpoint: Path
+
+
 @pytest.fixture(scope="module")
-def batched_rig(rig_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("torch-batched") / "server.log"
+def batched_checkpoint_rig(
+    tiny: ModelSource, rig_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CheckpointRig]:
+    """The batched engine, serving random:tiny's weights from a plain directory (`rigbench rig
+    serve torch --model DIR`): one server start for both."""
+    folder = tmp_path_factory.mktemp("torch-batched")
+    checkpoint = folder / "my-checkpoint"
+    shutil.copytree(tiny.path, checkpoint)
     settings = ["batching=batched", *WAVE_SETTINGS]
-    with rig_server("torch", "random:tiny", cache=rig_cache, log=log, settings=settings) as base:
-        yield base
+    with rig_server(
+        "torch", str(checkpoint), cache=rig_cache, log=folder / "server.log", settings=settings
+    ) as base:
+        yield CheckpointRig(base=base, checkpoint=checkpoint)
+
+
+@pytest.fixture(scope="module")
+def batched_rig(batched_checkpoint_rig: CheckpointRig) -> str:
+    return batched_checkpoint_rig.base
+
+
+def test_serves_a_local_checkpoint_directory(
+    batched_checkpoint_rig: CheckpointRig, reference: Any
+) -> None:
+    """A plain directory, served under its path, with no revision to name."""
+    base, checkpoint = batched_checkpoint_rig.base, batched_checkpoint_rig.checkpoint
+    models = httpx.get(f"{base}/v1/models").json()
+    assert [m["id"] for m in models["data"]] == [str(checkpoint)]
+    body = _complete(
+        base,
+        model=str(checkpoint),
+        prompt=PROMPT_IDS,
+        max_tokens=16,
+        temperature=0,
+        return_token_ids=True,
+    )
+    assert body["choices"][0]["token_ids"] == reference(PROMPT_IDS, 16)
+    assert httpx.get(f"{base}/provenance").json()["model_revision"] == "local"
 
 
 @pytest.fixture(scope="module")
