@@ -50,6 +50,7 @@ from moto.awslambda.models import LambdaBackend, lambda_backends
 from moto.cloudformation.models import Stack
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
+from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.exceptions import DynamodbException
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.responses import DynamoHandler, DynamoResult
@@ -71,6 +72,7 @@ from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
 from rigbench.emulation.speedups import (
+    TableCopies,
     dynamodb_result,
     execution_history,
     jsonpath,
@@ -79,6 +81,7 @@ from rigbench.emulation.speedups import (
     parse_definition,
     parse_template,
     step_functions_client,
+    transact_write_items,
 )
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
@@ -479,6 +482,8 @@ class Seams:
             (result_path, "parse", jsonpath),
             (moto_backends, "list_of_moto_modules", moto_modules),
             (Stack, "parse_template", staticmethod(parse_template)),
+            (DynamoDBBackend, "transact_write_items", transact_write_items),
+            (dynamodb_models, "copy", TableCopies),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))

@@ -22,11 +22,17 @@
 - moto's CloudFormation reads a template body with PyYAML's pure-Python loader, 0.5 CPU-s for
   the stack's JSON template at every deploy (every emulation, every `--local` command); a
   JSON body is read as JSON, which gives the same document; any other body as moto reads it.
+- moto's DynamoDB backs up every table a transaction names, deep-copied once per item, to
+  roll back to; the ledger's transactions cost more with every sweep a module ran (4% of the
+  fault matrix). The backup is the tables' item layout with copies of the written items.
 - moto's server lists its own package folder on every request to match a host name (1%);
   the folder does not change while the process runs.
 """
 
+import contextlib
+import copy
 import json
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 from functools import cache, lru_cache
@@ -40,6 +46,14 @@ from moto.backends import list_of_moto_modules
 from moto.cloudformation.models import Stack
 from moto.core.responses import ActionResult
 from moto.core.serialize import TimestampSerializer
+from moto.dynamodb.exceptions import (
+    MockValidationException,
+    MultipleTransactionsException,
+    TransactionCanceledException,
+)
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import dynamo_json_dump
 from moto.dynamodb.responses import DynamoResult
 from moto.settings import moto_server_port
@@ -53,6 +67,7 @@ _moto_parse = AmazonStateLanguageParser.parse
 _moto_result = DynamoResult.execute_result
 _PLAIN_JSON_READS = frozenset({"Query", "Scan"})
 _moto_template = Stack.parse_template
+_moto_transact = DynamoDBBackend.transact_write_items
 
 
 @lru_cache(maxsize=16)
@@ -134,3 +149,69 @@ def parse_template(template: str) -> dict[str, Any]:
     except ValueError:
         return _moto_template(template)
     return document if isinstance(document, dict) else _moto_template(template)
+
+
+class TableCopies:
+    """What `moto.dynamodb.models` sees as its `copy` module: a table is "copied" as itself
+    (its transactions back up only the items they write, `transact_write_items` below); any
+    other value, and a table with a stream (whose records moto's rollback also restores), is
+    deep-copied as before."""
+
+    @staticmethod
+    def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+        if isinstance(value, Table) and value.stream_shard is None:
+            return value
+        return copy.deepcopy(value, memo)
+
+
+def transact_write_items(backend: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
+    """moto's `transact_write_items`, which deep-copies every table a transaction names, once
+    per item, to roll back to: ledger transactions grew dearer with every sweep a test module
+    ran. Here a table is backed up as its items' layout (shallow) with deep copies of just
+    the items the transaction writes, which only they can change; the same rollback."""
+    backups = _backups(backend, transact_items)
+    try:
+        _moto_transact(backend, transact_items)
+    except (MultipleTransactionsException, MockValidationException, TransactionCanceledException):
+        for table, items in backups.values():  # where moto rolls back
+            table.items = items
+        raise
+
+
+def _backups(
+    backend: DynamoDBBackend, transact_items: list[dict[str, Any]]
+) -> dict[str, tuple[Table, Any]]:
+    backups: dict[str, tuple[Table, Any]] = {}
+    for entry in transact_items:
+        for kind, op in entry.items():
+            name = str(op.get("TableName") or "")
+            table = backend.tables.get(name)
+            if table is None or table.stream_shard is not None:
+                continue
+            if name not in backups:
+                backups[name] = (table, _layout(table))
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                attrs = op["Item"] if kind == "Put" else op["Key"]
+                hash_key = DynamoType(attrs[table.hash_key_attr])
+                range_key = DynamoType(attrs[table.range_key_attr]) if table.has_range_key else None
+                _keep(backups[name][1], table, hash_key, range_key)
+    return backups
+
+
+def _layout(table: Table) -> Any:
+    items = defaultdict(dict, table.items)
+    if table.has_range_key:
+        for hash_key, by_range in items.items():
+            items[hash_key] = dict(by_range)
+    return items
+
+
+def _keep(items: Any, table: Table, hash_key: DynamoType, range_key: DynamoType | None) -> None:
+    """The item as it is now, deep-copied into the backup (update_item changes it in place)."""
+    item = table.get_item(hash_key, range_key)
+    if item is None:
+        return
+    if range_key is None:
+        items[hash_key] = copy.deepcopy(item)
+    else:
+        items[hash_key][range_key] = copy.deepcopy(item)

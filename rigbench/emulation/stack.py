@@ -38,6 +38,7 @@ from rigbench.emulation.cfn_template import (
 from rigbench.emulation.environ import EnvironOverride
 from rigbench.emulation.fleet import Fleet
 from rigbench.emulation.seams import ACCOUNT_ID, Faults, Seams
+from rigbench.emulation.transport import InProcessTransport
 from rigbench.stack_refs import StackRefs
 
 
@@ -115,6 +116,7 @@ class Emulation:
         self.port = 0
         self._server: ThreadedMotoServer | None = None
         self._seams: Seams | None = None
+        self._transport: InProcessTransport | None = None
         self._environ = EnvironOverride()
         self.physical: dict[str, str] = {}  # logical id -> name / id / ARN (Ref)
         self.state_machine_arn = ""
@@ -159,6 +161,8 @@ class Emulation:
         self._clients.clear()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
+        self._transport = InProcessTransport(self.port)
+        self._transport.install()
         httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
         httpx.post(
             f"{self.endpoint_url}/moto-api/config",
@@ -188,6 +192,9 @@ class Emulation:
                     self._server.stop()
                     self._server = None
         finally:
+            if self._transport is not None:
+                self._transport.uninstall()
+                self._transport = None
             if self._seams is not None:
                 self._seams.uninstall()
                 self._seams = None

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from rigs.jax import xla_flags
@@ -36,6 +37,51 @@ def slots_arg(value: str) -> int:
     if slots < 1:
         raise argparse.ArgumentTypeError(f"--max-slots must be 'auto' or >= 1, got {value!r}")
     return slots
+
+
+def buckets_arg(value: str) -> tuple[int, ...]:
+    """--prompt-buckets: 'auto' (empty: the engine's ladder) or prompt lengths, rising."""
+    if value == "auto":
+        return ()
+    try:
+        buckets = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        buckets = ()
+    if not buckets or buckets[0] < 1 or list(buckets) != sorted(set(buckets)):
+        raise argparse.ArgumentTypeError(
+            "--prompt-buckets must be 'auto' or prompt lengths rising from >= 1, such as"
+            f" 64,512; got {value!r}"
+        )
+    return buckets
+
+
+def prompt_len_arg(value: str) -> int:
+    """--batched-prefill-max-len: a prompt length, >= 1."""
+    try:
+        length = int(value)
+    except ValueError:
+        length = 0
+    if length < 1:
+        raise argparse.ArgumentTypeError(
+            f"--batched-prefill-max-len must be a prompt length >= 1, got {value!r}"
+        )
+    return length
+
+
+def served_buckets(asked: tuple[int, ...], max_model_len: int) -> tuple[int, ...]:
+    """The asked prompt buckets below the served context, then the context itself (so every
+    prompt it takes has one); () for the engine's ladder."""
+    if not asked:
+        return ()
+    below = tuple(b for b in asked if b < max_model_len)
+    if len(below) < len(asked):
+        log.warning(
+            "--prompt-buckets %s reach the served max_model_len %d: using %s",
+            ",".join(map(str, asked)),
+            max_model_len,
+            ",".join(map(str, (*below, max_model_len))),
+        )
+    return (*below, max_model_len)
 
 
 def auto_slots(free_bytes: int | None, bytes_per_slot: int) -> int:
@@ -98,6 +144,21 @@ def main(argv: list[str] | None = None) -> None:
         " that reports no memory)",
     )
     parser.add_argument("--steps-per-call", type=int, default=8, help="decode steps per trip")
+    parser.add_argument(
+        "--prompt-buckets",
+        type=buckets_arg,
+        default=(),
+        help="prompt lengths a prompt is padded up to, one compiled prefill program each (and"
+        " per batch size), such as 64,512; max_model_len is always the last; 'auto': powers of"
+        " two from 64",
+    )
+    parser.add_argument(
+        "--batched-prefill-max-len",
+        type=prompt_len_arg,
+        default=None,
+        help="prompt buckets up to this length prefill several prompts per call (one compiled"
+        " program per batch size), longer ones one at a time (default: the engine's, 1024)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
     parser.add_argument(
         "--compile-cache",
@@ -145,7 +206,10 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
         max_slots=slots,
         max_model_len=max_model_len,
         steps_per_call=args.steps_per_call,
+        prompt_buckets=served_buckets(args.prompt_buckets, max_model_len),
     )
+    if args.batched_prefill_max_len is not None:
+        options = replace(options, batched_prefill_max_len=args.batched_prefill_max_len)
     engine = JaxEngine(
         params,
         cfg,

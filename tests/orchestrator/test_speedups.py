@@ -71,6 +71,82 @@ def test_queries_and_scans_read_back_as_moto_serializes_them(
     assert by_moto["query"]["Items"][0]["nested"]["M"]["k0"]["L"][11] == {"B": b"\x00\xff"}
 
 
+def _tables(ddb: Any) -> None:
+    for name, keys in (("ranged", ("p", "s")), ("hashed", ("p",))):
+        ddb.create_table(
+            TableName=name,
+            KeySchema=[
+                {"AttributeName": k, "KeyType": t}
+                for k, t in zip(keys, ("HASH", "RANGE"), strict=False)
+            ],
+            AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        for i in range(4):
+            key = {"p": {"S": f"p{i % 2}"}, "s": {"S": f"{i:03d}"}} if name == "ranged" else {}
+            ddb.put_item(TableName=name, Item={"p": {"S": f"p{i}"}, **key, "n": {"N": str(i)}})
+
+
+def _transactions(ddb: Any) -> list[Any]:
+    """Scans after a transaction that fails at its last item, then after one that lands."""
+    writes: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": "ranged",
+                "Key": {"p": {"S": "p0"}, "s": {"S": "000"}},
+                "UpdateExpression": "ADD n :one",
+                "ExpressionAttributeValues": {":one": {"N": "1"}},
+            }
+        },
+        {"Put": {"TableName": "ranged", "Item": {"p": {"S": "p9"}, "s": {"S": "9"}}}},
+        {"Delete": {"TableName": "hashed", "Key": {"p": {"S": "p1"}}}},
+        {"Put": {"TableName": "hashed", "Item": {"p": {"S": "p2"}, "n": {"N": "7"}}}},
+    ]
+    failing = {
+        "ConditionCheck": {
+            "TableName": "hashed",
+            "Key": {"p": {"S": "p3"}},
+            "ConditionExpression": "attribute_not_exists(p)",
+        }
+    }
+    scans = []
+    with pytest.raises(ddb.exceptions.TransactionCanceledException):
+        ddb.transact_write_items(TransactItems=[*writes, failing])
+    scans.append([ddb.scan(TableName=t)["Items"] for t in ("ranged", "hashed")])
+    ddb.transact_write_items(TransactItems=writes)
+    scans.append([ddb.scan(TableName=t)["Items"] for t in ("ranged", "hashed")])
+    return scans
+
+
+def test_a_transaction_rolls_back_and_lands_as_moto_s_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.dynamodb import models
+    from moto.dynamodb.models import DynamoDBBackend, dynamodb_backends
+
+    runs = []
+    for kept in (False, True):
+        with mock_aws():
+            ddb = boto3.client("dynamodb", region_name="us-east-1")
+            _tables(ddb)
+            before = [ddb.scan(TableName=t)["Items"] for t in ("ranged", "hashed")]
+            if kept:
+                monkeypatch.setattr(
+                    DynamoDBBackend, "transact_write_items", speedups.transact_write_items
+                )
+                monkeypatch.setattr(models, "copy", speedups.TableCopies)
+            table = dynamodb_backends["123456789012"]["us-east-1"].tables["ranged"]
+            runs.append((before, *_transactions(ddb)))
+            # moto's rollback puts a copy of the table in its place; this one restores items
+            assert (
+                dynamodb_backends["123456789012"]["us-east-1"].tables["ranged"] is table
+            ) == kept
+    (before, rolled_back, landed), theirs = runs[1], runs[0]
+    assert runs[1] == theirs
+    assert rolled_back == before
+    assert landed != before
+
+
 def test_each_parse_builds_its_own_program_from_one_syntax_tree() -> None:
     definition = json.dumps(json.loads(Path("statemachine/bake.asl.json").read_text()))
     first, tree = speedups.parse_definition(definition)

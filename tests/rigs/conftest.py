@@ -38,8 +38,17 @@ def torch_rig(
 
 # The JAX rig is asked for 4096 positions and must serve (and advertise) only the 1024 that
 # random:tiny has; 4 slots so a few abandoned requests would fill it; 4 decode steps per call.
+# Every prompt the tests send fits in 64 tokens but those that fill the context, one at a
+# time: prompt buckets 64 and 1024, and only 64 prefills several at once. Each program the
+# rig warms up costs CPU at every start (the 4 x 1024 prefill alone ~7 s at -O0).
 JAX_BURST = 4
-JAX_SETTINGS = ("max_model_len=4096", "max_slots=4", f"steps_per_call={JAX_BURST}")
+JAX_SETTINGS = (
+    "max_model_len=4096",
+    "max_slots=4",
+    f"steps_per_call={JAX_BURST}",
+    "prompt_buckets=64",
+    "batched_prefill_max_len=64",
+)
 # The modules that use this session's JAX rig or serial torch rig share one pytest-xdist work
 # unit: one worker starts each server once.
 RIG_SERVERS_GROUP = pytest.mark.xdist_group("rig-servers")

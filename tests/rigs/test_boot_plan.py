@@ -220,7 +220,13 @@ def test_a_cpu_is_planned_in_float32_with_the_context_the_cells_need() -> None:
         "a CPU, no GPU",
         None,
     )
-    assert jax.settings == {"max_model_len": 256, "max_slots": 4, "steps_per_call": 8}
+    assert jax.settings == {
+        "max_model_len": 256,
+        "max_slots": 4,
+        "steps_per_call": 8,
+        "prompt_buckets": "auto",
+        "batched_prefill_max_len": 1024,
+    }
     torch = plan_for(sweep, "torch", cpu)
     assert (torch.settings["max_model_len"], torch.settings["max_batch"]) == (256, 4)
     serial = plan_for(sweep, "torch@serial", cpu)

@@ -6,7 +6,16 @@ import pytest
 
 from rigs.bootstrap.user_data import BootstrapSpec, render_user_data
 from rigs.contract import RigDefinition
-from rigs.jax.server import auto_slots, eos_ids, pick_dtype, slots_arg
+from rigs.jax.server import (
+    auto_slots,
+    buckets_arg,
+    eos_ids,
+    main,
+    pick_dtype,
+    prompt_len_arg,
+    served_buckets,
+    slots_arg,
+)
 from rigs.launch import launch_plan
 from rigs.registry import discover, get_rig
 from rigs.sources import ModelSource
@@ -53,7 +62,43 @@ def test_serve_command(jax_rig: RigDefinition) -> None:
     assert argv[1:4] == ["-m", "rigs.jax.server", "--model"]
     assert argv[argv.index("--max-slots") + 1] == "4"
     assert argv[argv.index("--max-model-len") + 1] == "4096"
+    assert argv[argv.index("--prompt-buckets") + 1] == "auto"
+    assert argv[argv.index("--batched-prefill-max-len") + 1] == "1024"
     assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.90"
+    settings = {"prompt_buckets": "64,512", "batched_prefill_max_len": "64"}
+    argv, _ = launch_plan(jax_rig, model="random:tiny", settings=settings)
+    assert argv[argv.index("--prompt-buckets") + 1] == "64,512"
+    assert argv[argv.index("--batched-prefill-max-len") + 1] == "64"
+
+
+def test_prompt_buckets_rise_from_one_and_end_at_the_served_context() -> None:
+    assert buckets_arg("auto") == ()
+    assert buckets_arg("64,512") == (64, 512)
+    for bad in ("", "0,64", "512,64", "64,64", "64,x", "64;512"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"rising from >= 1.*got {bad!r}"):
+            buckets_arg(bad)
+    assert served_buckets((), 1024) == ()  # the engine's ladder
+    assert served_buckets((64,), 1024) == (64, 1024)
+    assert served_buckets((64, 1024, 4096), 1024) == (64, 1024)  # max_model_len was cut
+
+
+def test_batched_prefill_max_len_is_a_length() -> None:
+    assert prompt_len_arg("64") == 64
+    for bad in ("0", "-64", "x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=f">= 1, got {bad!r}"):
+            prompt_len_arg(bad)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--prompt-buckets", "512,64"), ("--batched-prefill-max-len", "0")]
+)
+def test_bad_bucket_flags_stop_the_server_before_it_loads(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--model", "random:tiny", flag, value])
+    assert stopped.value.code == 2
+    assert f"{flag} must be" in capsys.readouterr().err
 
 
 def test_auto_slots_fill_half_the_free_memory_up_to_64() -> None:

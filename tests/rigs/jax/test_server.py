@@ -38,6 +38,14 @@ def test_health_is_503_until_compiled(jax_rig_server: JaxRig) -> None:
     assert jax_rig_server.health_codes[-1] == 200
 
 
+def test_settings_reach_the_engine(jax_rig_server: JaxRig) -> None:
+    """The fixture's prompt buckets (the served context always the last) and batching."""
+    provenance = httpx.get(f"{jax_rig_server.base}/provenance", timeout=10).json()
+    assert provenance["prompt_buckets"] == f"64,{CONTEXT}"
+    assert provenance["batched_prefill_max_len"] == "64"
+    assert provenance["max_model_len"] == str(CONTEXT)
+
+
 def test_greedy_matches_generate_token_for_token(jax_rig_server: JaxRig, reference: Any) -> None:
     expected = reference(PROMPT_IDS, 40)
     assert len(expected) == 40
