@@ -76,6 +76,16 @@ def browser() -> Iterator[Chromium]:
         chromium.close()
 
 
+def _interval_words(comparison: Comparison) -> set[str]:
+    return {
+        r.aggregate.interval_words
+        for c in comparison.cells
+        for m in c.metrics
+        for r in m.results
+        if r.aggregate is not None
+    }
+
+
 def _text(page: str) -> str:
     """The page's visible words: tags dropped, entities decoded, whitespace squeezed."""
     body = page.split("</head>", 1)[1]
@@ -100,13 +110,7 @@ def test_terminal_table_and_report_say_the_same_things(
         m.ranking for c in comparison.cells for m in c.metrics if m.ranking
     ]
     withheld = [m.withheld for c in comparison.cells for m in c.metrics if m.withheld]
-    intervals = {
-        r.aggregate.interval_words
-        for c in comparison.cells
-        for m in c.metrics
-        for r in m.results
-        if r.aggregate is not None
-    }
+    intervals = _interval_words(comparison)
     assert words
     assert intervals == {"1 boot, no interval"}  # what 1 boot gives, said so
     table = render_text(comparison, width=TERMINAL_WIDTH)
@@ -272,13 +276,7 @@ def test_two_boots_give_an_interval_named_with_its_n(gathered: SweepData) -> Non
     twice = gathered.model_copy(update={"boots": _two_boots_each(gathered)})
     comparison = comparison_of(twice, local=True)
     assert comparison is not None
-    intervals = {
-        r.aggregate.interval_words
-        for c in comparison.cells
-        for m in c.metrics
-        for r in m.results
-        if r.aggregate is not None
-    }
+    intervals = _interval_words(comparison)
     assert intervals == {"2 equal boots"}  # each boot twice: no spread, and said so
     assert "2 equal boots" in render_text(comparison, width=TERMINAL_WIDTH)
 
