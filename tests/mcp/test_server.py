@@ -1,12 +1,12 @@
-"""Every tool through the SDK's own client, in memory, on the embedded emulation: a sweep
-planned, started, followed to its end, queried and compared; the refusals (over the ceiling,
-an instance the stack did not launch, malformed arguments) as tool errors, after which the
-server keeps serving."""
+"""Every tool through the SDK's own client, in memory, on the embedded emulation: plans, a
+sweep the quota cannot hold, the refusals (over the ceiling, an instance the stack did not
+launch, malformed arguments) as tool errors, after which the server keeps serving. A sweep
+planned, started, followed to its end, queried and compared is tests/mcp/test_stdio.py's,
+over the wire."""
 
 import json
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -15,7 +15,7 @@ from mcp import Client, MCPError
 from mcp.types import TextResourceContents
 
 from functions.execution_input import SCHEMA_PATH, SweepInput
-from functions.settings import PROJECT_TAG
+from functions.settings import PROJECT_TAG, sweep_report_key
 from harness.version import harness_version
 from rigbench.commands.local_sweep import local_rigs
 from rigbench.mcp.server import (
@@ -33,7 +33,6 @@ from tests.mcp.conftest import (
     CEILING_USD,
     DESTRUCTIVE,
     QUOTA_VCPUS,
-    SWEEP_TIMEOUT_S,
     TOOLS,
     ok,
     refused,
@@ -273,123 +272,6 @@ def test_malformed_arguments_are_tool_errors_and_the_server_keeps_serving(
     with_client(stack, body, mode)
 
 
-@pytest.mark.slow
-def test_a_sweep_planned_started_followed_and_queried(stack: LocalStack) -> None:
-    sweep = sweep_input(sweep_id="mcp-e2e")
-    started_at = datetime.now(UTC) - timedelta(seconds=1)
-
-    async def body(client: Client) -> None:
-        rigs = {r["name"]: r for r in (await ok(client, "list_rigs"))["rigs"]}
-        assert rigs["torch"]["runs_here"] is True
-
-        planned = await ok(client, "plan_sweep", sweep)
-        assert planned["can_start"] is True, planned["reasons"]
-        assert planned["within_ceiling"] is True
-        assert planned["reasons"] == []
-        assert [(b["rig"], b["boot"]) for b in planned["plan"]["boots"]] == [("torch", 1)]
-        reservation = planned["plan"]["reservation"]
-        assert 0 < reservation["total_usd"] <= sweep["budget_usd"]
-        assert planned["plan"]["quota"]["max_concurrency"] == 1
-
-        started = await ok(client, "start_sweep", sweep)
-        assert started["sweep_id"] == "mcp-e2e"
-        assert started["ceiling_usd"] == CEILING_USD
-
-        phases: set[str] = set()
-        deadline = time.monotonic() + SWEEP_TIMEOUT_S
-        while True:
-            status = await ok(client, "sweep_status", {"sweep_id": "mcp-e2e"})
-            phases |= {b["phase"] for b in status["progress"]["boots"]}
-            if status["done"]:
-                break
-            assert time.monotonic() < deadline, f"sweep still running: {status}"
-            await anyio.sleep(1.0)
-        assert status["progress"]["status"] == "SUCCEEDED", status["explained"]
-        assert status["explained"] == []
-        [boot] = status["progress"]["boots"]
-        assert (boot["rig"], boot["boot"], boot["phase"]) == ("torch", 1, "terminated")
-        assert boot["instance_id"].startswith("i-")
-        assert "benchmarking" in phases or "terminated" in phases
-
-        listed = await ok(client, "list_sweeps", {"since": started_at.isoformat()})
-        assert "mcp-e2e" in {s["sweep_id"] for s in listed["sweeps"]}
-        later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-        assert (await ok(client, "list_sweeps", {"since": later}))["sweeps"] == []
-
-        results = await ok(client, "query_results", {"sweep": "mcp-e2e"})
-        assert results["total"] == 2
-        assert not results["truncated"]
-        assert sorted(r["cell"] for r in results["rows"]) == ["c00001", "c00002"]
-        for row in results["rows"]:
-            assert (row["rig"], row["boot"], row["model"]) == ("torch", 1, "random:tiny")
-            assert row["metrics"]["requests_ok"] == 2
-        page = await ok(client, "query_results", {"sweep": "mcp-e2e", "limit": 1})
-        assert len(page["rows"]) == 1
-        assert page["truncated"] is True
-        by_rig = await ok(client, "query_results", {"rig": "torch"})
-        assert {r["sweep_id"] for r in by_rig["rows"]} >= {"mcp-e2e"}
-
-        compact = await ok(client, "compare", {"sweep_id": "mcp-e2e"})
-        assert compact["comparison"] is None
-        assert (compact["baseline"], compact["rigs"]) == ("torch", ["torch"])
-        compared = await ok(client, "compare", {"sweep_id": "mcp-e2e", "detail": True})
-        assert len(json.dumps(compact)) < len(json.dumps(compared)) / 5
-        comparison = compared["comparison"]
-        assert comparison["rigs"] == ["torch"]
-        assert comparison["baseline"] == "torch"
-        assert [c["cell"] for c in comparison["cells"]] == ["c=1", "c=2"]
-        ttft = comparison["cells"][0]["metrics"][0]
-        [torch] = ttft["results"]
-        assert torch["aggregate"]["n_boots"] == 1
-        assert torch["aggregate"]["value"] > 0
-        assert compared["verdicts"] == []  # one rig: nothing to judge
-        assert compared["flipped"] is False
-        assert comparison["emulated"] == (
-            "local emulation on this machine's CPU; prices and AMIs are emulated"
-        )
-        read = await client.read_resource(COMPARISON_URI.format(sweep_id="mcp-e2e"))
-        content = read.contents[0]
-        assert isinstance(content, TextResourceContents)
-        assert json.loads(content.text) == compared
-        read = await client.read_resource(REPORT_HTML_URI.format(sweep_id="mcp-e2e"))
-        [page] = read.contents
-        assert isinstance(page, TextResourceContents)
-        assert page.mime_type == "text/html"
-        assert "<title>rigbench sweep mcp-e2e</title>" in page.text
-        assert 'id="plot-throughput"' in page.text
-        assert "<script src=" not in page.text  # self-contained: plotly.js is inlined
-        assert "rigbench run --local sweep.json" in page.text  # as it was really started
-        assert len(page.text.encode()) <= 2_000_000
-        # The report resource summarises the page and points at it.
-        read = await client.read_resource(REPORT_URI.format(sweep_id="mcp-e2e"))
-        [summary_text] = read.contents
-        assert isinstance(summary_text, TextResourceContents)
-        assert summary_text.mime_type == "application/json"
-        summary = json.loads(summary_text.text)
-        assert summary["html"] == REPORT_HTML_URI.format(sweep_id="mcp-e2e")
-        assert summary["size_bytes"] == len(page.text.encode())
-        assert summary["title"] == "rigbench sweep mcp-e2e"
-        assert "Comparison" in " ".join(summary["sections"])
-        assert summary["verdicts"] == compact["verdicts"]
-        assert len(summary_text.text) < 5000
-
-        assert (await ok(client, "list_instances"))["instances"] == []
-        reaped = await ok(client, "reap", {"dry_run": True})
-        assert reaped["report"] == {"dry_run": True, "instances": [], "released_sweeps": []}
-        reaped = await ok(client, "reap")
-        assert reaped["report"]["dry_run"] is False
-
-    with_client(stack, body)
-    # Locally the report's place is a file of the home, kept when the session saves.
-    kept = stack.home.report("mcp-e2e")
-    assert not kept.exists()
-    stack.session.save()
-    assert "<title>rigbench sweep mcp-e2e</title>" in kept.read_text()
-    kept.unlink()
-    assert stack.report_location("mcp-e2e") == str(kept)
-    assert "<title>rigbench sweep mcp-e2e</title>" in kept.read_text()
-
-
 def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) -> None:
     # A g5g.2xlarge needs 8 vCPUs; the account's quota, lowered to 4 for this test, cannot
     # hold one: CheckQuota fails the sweep before any launch.
@@ -421,3 +303,21 @@ def test_a_sweep_that_cannot_fit_the_quota_fails_explained(stack: LocalStack) ->
         with_client(stack, body)
     finally:
         stack.account.quota_vcpus = quota
+
+
+def test_a_report_kept_as_a_file_is_written_again_from_the_bucket(stack: LocalStack) -> None:
+    """Locally a report's place is a file of the home: kept when the session saves, and
+    written again from what WriteReport stored in the bucket once it is gone."""
+    emu = stack.session.emu
+    page = "<title>rigbench sweep mcp-kept</title>"
+    emu.client("s3").put_object(
+        Bucket=emu.stack_refs().bucket, Key=sweep_report_key("mcp-kept"), Body=page.encode()
+    )
+    kept = stack.home.report("mcp-kept")
+    assert not kept.exists()
+    stack.session.save()
+    assert kept.read_text() == page
+    kept.unlink()
+    assert stack.report_location("mcp-kept") == str(kept)
+    assert kept.read_text() == page
+    kept.unlink()

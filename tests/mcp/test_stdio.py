@@ -7,13 +7,16 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.types import TextResourceContents
 
+from rigbench.mcp.server import COMPARISON_URI, REPORT_HTML_URI, REPORT_URI
 from tests.local.conftest import processes_under, sweep_input
 from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused
 
@@ -46,7 +49,8 @@ async def run_sweep_over_stdio(home: Path) -> None:
     async with Client(server_params(home)) as client:
         assert {t.name for t in (await client.list_tools()).tools} == TOOLS
         assert (await ok(client, "check_quotas", {}))["spot"]["fits"] == 1
-        assert "torch" in {r["name"] for r in (await ok(client, "list_rigs"))["rigs"]}
+        rigs = {r["name"]: r for r in (await ok(client, "list_rigs"))["rigs"]}
+        assert rigs["torch"]["runs_here"] is True
 
         over = await refused(client, "start_sweep", {**sweep, "budget_usd": 2})
         assert "ceiling of 1.5 USD" in over
@@ -55,25 +59,107 @@ async def run_sweep_over_stdio(home: Path) -> None:
             client, "terminate", {"instance_id": "i-0123456789abcdef0"}
         )
 
+        started_at = datetime.now(UTC) - timedelta(seconds=1)
         planned = await ok(client, "plan_sweep", sweep)
         assert planned["can_start"] is True, planned["reasons"]
+        assert planned["within_ceiling"] is True
+        assert planned["reasons"] == []
+        assert [(b["rig"], b["boot"]) for b in planned["plan"]["boots"]] == [("torch", 1)]
+        reservation = planned["plan"]["reservation"]
+        assert 0 < reservation["total_usd"] <= sweep["budget_usd"]
+        assert planned["plan"]["quota"]["max_concurrency"] == 1
+
         started = await ok(client, "start_sweep", sweep)
+        assert started["sweep_id"] == "mcp-stdio"
+        assert started["ceiling_usd"] == CEILING_USD
+        phases: set[str] = set()
         deadline = time.monotonic() + SWEEP_TIMEOUT_S
-        while not (status := await ok(client, "sweep_status", {"sweep_id": started["sweep_id"]}))[
-            "done"
-        ]:
+        while True:
+            status = await ok(client, "sweep_status", {"sweep_id": "mcp-stdio"})
+            phases |= {b["phase"] for b in status["progress"]["boots"]}
+            if status["done"]:
+                break
             assert time.monotonic() < deadline, status
             await anyio.sleep(1.0)
         assert status["progress"]["status"] == "SUCCEEDED", status["explained"]
+        assert status["explained"] == []
+        [boot] = status["progress"]["boots"]
+        assert (boot["rig"], boot["boot"], boot["phase"]) == ("torch", 1, "terminated")
+        assert boot["instance_id"].startswith("i-")
+        assert "benchmarking" in phases or "terminated" in phases
 
-        assert "mcp-stdio" in {s["sweep_id"] for s in (await ok(client, "list_sweeps"))["sweeps"]}
-        rows = await ok(client, "query_results", {"sweep": "mcp-stdio"})
-        assert rows["total"] == 2
-        compared = await ok(client, "compare", {"sweep_id": "mcp-stdio"})
-        assert compared["rigs"] == ["torch"]
-        assert compared["comparison"] is None  # compact unless detail
+        listed = await ok(client, "list_sweeps", {"since": started_at.isoformat()})
+        assert "mcp-stdio" in {s["sweep_id"] for s in listed["sweeps"]}
+        later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        assert (await ok(client, "list_sweeps", {"since": later}))["sweeps"] == []
+        await query_and_compare(client)
+
         assert (await ok(client, "list_instances"))["instances"] == []
-        assert (await ok(client, "reap"))["report"]["instances"] == []
+        reaped = await ok(client, "reap", {"dry_run": True})
+        assert reaped["report"] == {"dry_run": True, "instances": [], "released_sweeps": []}
+        reaped = await ok(client, "reap")
+        assert reaped["report"]["dry_run"] is False
+        assert reaped["report"]["instances"] == []
+
+
+async def query_and_compare(client: Client) -> None:
+    """The finished sweep's rows, comparison, report page and its summary, as tools and
+    resources give them."""
+    results = await ok(client, "query_results", {"sweep": "mcp-stdio"})
+    assert results["total"] == 2
+    assert not results["truncated"]
+    assert sorted(r["cell"] for r in results["rows"]) == ["c00001", "c00002"]
+    for row in results["rows"]:
+        assert (row["rig"], row["boot"], row["model"]) == ("torch", 1, "random:tiny")
+        assert row["metrics"]["requests_ok"] == 2
+    page = await ok(client, "query_results", {"sweep": "mcp-stdio", "limit": 1})
+    assert len(page["rows"]) == 1
+    assert page["truncated"] is True
+    by_rig = await ok(client, "query_results", {"rig": "torch"})
+    assert {r["sweep_id"] for r in by_rig["rows"]} >= {"mcp-stdio"}
+
+    compact = await ok(client, "compare", {"sweep_id": "mcp-stdio"})
+    assert compact["comparison"] is None  # compact unless detail
+    assert (compact["baseline"], compact["rigs"]) == ("torch", ["torch"])
+    compared = await ok(client, "compare", {"sweep_id": "mcp-stdio", "detail": True})
+    assert len(json.dumps(compact)) < len(json.dumps(compared)) / 5
+    comparison = compared["comparison"]
+    assert comparison["rigs"] == ["torch"]
+    assert comparison["baseline"] == "torch"
+    assert [c["cell"] for c in comparison["cells"]] == ["c=1", "c=2"]
+    [torch] = comparison["cells"][0]["metrics"][0]["results"]
+    assert torch["aggregate"]["n_boots"] == 1
+    assert torch["aggregate"]["value"] > 0
+    assert compared["verdicts"] == []  # one rig: nothing to judge
+    assert compared["flipped"] is False
+    assert comparison["emulated"] == (
+        "local emulation on this machine's CPU; prices and AMIs are emulated"
+    )
+    read = await client.read_resource(COMPARISON_URI.format(sweep_id="mcp-stdio"))
+    content = read.contents[0]
+    assert isinstance(content, TextResourceContents)
+    assert json.loads(content.text) == compared
+    read = await client.read_resource(REPORT_HTML_URI.format(sweep_id="mcp-stdio"))
+    [html] = read.contents
+    assert isinstance(html, TextResourceContents)
+    assert html.mime_type == "text/html"
+    assert "<title>rigbench sweep mcp-stdio</title>" in html.text
+    assert 'id="plot-throughput"' in html.text
+    assert "<script src=" not in html.text  # self-contained: plotly.js is inlined
+    assert "rigbench run --local sweep.json" in html.text  # as it was really started
+    assert len(html.text.encode()) <= 2_000_000
+    # The report resource summarises the page and points at it.
+    read = await client.read_resource(REPORT_URI.format(sweep_id="mcp-stdio"))
+    [summary_text] = read.contents
+    assert isinstance(summary_text, TextResourceContents)
+    assert summary_text.mime_type == "application/json"
+    summary = json.loads(summary_text.text)
+    assert summary["html"] == REPORT_HTML_URI.format(sweep_id="mcp-stdio")
+    assert summary["size_bytes"] == len(html.text.encode())
+    assert summary["title"] == "rigbench sweep mcp-stdio"
+    assert "Comparison" in " ".join(summary["sections"])
+    assert summary["verdicts"] == compact["verdicts"]
+    assert len(summary_text.text) < 5000
 
 
 async def read_back_then_start_and_go_away(home: Path) -> dict[str, Any]:
@@ -109,6 +195,8 @@ def test_stdio_servers_run_a_sweep_read_it_back_and_stop_one_whose_client_went_a
     home = tmp_path / "home"
     anyio.run(run_sweep_over_stdio, home)
     assert processes_under(tmp_path) == []
+    # Locally the report's place is a file of the home, kept when the server's session saves.
+    assert "<title>rigbench sweep mcp-stdio</title>" in (home / "report-mcp-stdio.html").read_text()
 
     rows = anyio.run(read_back_then_start_and_go_away, home)
     assert rows["total"] == 2
