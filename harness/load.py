@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from harness.backend import OpenAIBackend
-from harness.metrics import LAG_INTERVAL_S
+from harness.metrics import LAG_INTERVAL_S, Stall
 from harness.schemas import RequestRecord
 
 MakeRecord = Callable[[int, float], RequestRecord]
@@ -93,19 +93,28 @@ async def run_rate(
 
 
 class LoopLagMonitor:
-    """Samples how late the event loop wakes from a short sleep: the harness's own strain."""
+    """Samples how late the event loop wakes from a short sleep: the harness's own strain.
+
+    `samples` holds every wake-up's lateness; `stalls` the (due, woke) interval of every late
+    one, on the backend's clock (that of the request records): the loop was blocked, or busy
+    with other work, for all of that interval, so no socket of this process was read in it.
+    """
 
     def __init__(self, backend: OpenAIBackend, interval_s: float = LAG_INTERVAL_S) -> None:
         self._backend = backend
         self._interval = interval_s
         self.samples: list[float] = []
+        self.stalls: list[Stall] = []
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         while True:
             due = self._backend.now() + self._interval
             await asyncio.sleep(self._interval)
-            self.samples.append(max(self._backend.now() - due, 0.0))
+            woke = self._backend.now()
+            self.samples.append(max(woke - due, 0.0))
+            if woke > due:
+                self.stalls.append((due, woke))
 
     def __enter__(self) -> LoopLagMonitor:
         self._task = asyncio.get_running_loop().create_task(self._run())

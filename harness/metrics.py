@@ -26,9 +26,10 @@ What was really measured, beside what was asked for:
   gaps. Each figure is computed again with every such group spread evenly over the gap
   that ends in its stamp (`spread_times`); the difference is the figure's predicted error.
   Where it exceeds the tolerance (TTFT 2 ms, ITL 0.5 ms), the client's own event-loop lag
-  says who bunched the chunks (`attribute`): the client, and the figure is marked invalid;
-  or the server or network (Nagle's algorithm, several tokens per write), and the figure
-  stands as measured, with the cause.
+  says who bunched the chunks (`attribute`): its stalls of a token gap or more, the gap
+  taken between reads that its stalls do not explain (`token_gap`). Either the client, and
+  the figure is marked invalid; or the server or network (Nagle's algorithm, several
+  tokens per write), and the figure stands as measured, with the cause.
 - Delivery: "burst" when more than half of the gaps between separately read chunks are
   under 0.2 ms (the server writes tokens in groups); ITL then describes the groups.
 """
@@ -57,6 +58,11 @@ LAG_INTERVAL_S = 0.01  # the lag monitor's sleep (harness.load.LoopLagMonitor)
 # Shorter stalls than this are the event loop's timer granularity (epoll waits in whole ms).
 STALL_FLOOR_S = 0.001
 CLIENT_SHARE = 0.25  # stalled share / bunched share at which the client is named
+# A gap between separate reads that the client's known stalls cover for this share or more
+# is the client's own doing, and is left out of the estimate of the token gap (`validity`).
+STALL_COVER = 0.5
+
+Stall = tuple[float, float]  # (due, woke): an interval the client's event loop was blocked
 
 
 def percentile_key(q: float) -> str:
@@ -220,6 +226,33 @@ def stalled_share(lag_s: Sequence[float], at_least_s: float) -> float | None:
     return float(lag[lag >= at_least_s].sum()) / total
 
 
+def stall_cover(starts: np.ndarray, ends: np.ndarray, stalls: Sequence[Stall]) -> np.ndarray:
+    """How much of each interval [starts[i], ends[i]] the stalls cover, in seconds.
+
+    Stalls may overlap (several client processes each report their own): their union counts.
+    """
+    starts = np.asarray(starts, dtype=float)
+    ends = np.asarray(ends, dtype=float)
+    if not len(stalls) or starts.size == 0:
+        return np.zeros(starts.size)
+    windows = np.asarray(stalls, dtype=float).reshape(-1, 2)
+    windows = windows[np.argsort(windows[:, 0], kind="stable")]
+    # Merge overlapping windows: a window opens a new run where it starts after every
+    # earlier one has ended.
+    reach = np.maximum.accumulate(windows[:, 1])
+    opens = np.concatenate(([True], windows[1:, 0] > reach[:-1]))
+    run_start = windows[opens, 0]
+    run_end = np.maximum.reduceat(windows[:, 1], np.flatnonzero(opens))
+    before = np.concatenate(([0.0], np.cumsum(run_end - run_start)))  # stalled before run k
+
+    def stalled_by(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(run_start, t, side="right") - 1
+        inside = np.clip(t - run_start[k], 0.0, run_end[k] - run_start[k])
+        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0.0)
+
+    return np.maximum(stalled_by(ends) - stalled_by(starts), 0.0)
+
+
 def _share(part: int, whole: int, what: str) -> str:
     """`3 of 800 chunks (0.4%)`."""
     return f"{part} of {whole} {what} ({_percent(part / max(whole, 1))})"
@@ -242,7 +275,8 @@ def attribute(
 
     The client can only have bunched a chunk by stalling from its arrival until the next
     chunk's, so the share of chunks it bunched cannot exceed the share of time it spent in
-    stalls of a token gap (`pace_s`, at least STALL_FLOOR_S) or more. The lag monitor sees
+    stalls of a token gap or more (`pace_s`, at least STALL_FLOOR_S: the gap between reads
+    that the client's own stalls do not explain, from `token_gap`). The lag monitor sees
     only the part of a stall past one of its wake-ups, so the client is named when its
     measured stalls reach a quarter of the bunched share; below that, the server or the
     network delivered the chunks together and the figure stands as measured. Without lag
@@ -275,18 +309,49 @@ def attribute(
     })  # fmt: skip
 
 
+def token_gap(
+    ok: Sequence[RequestRecord], loop_stalls: Sequence[Stall] = ()
+) -> tuple[float, np.ndarray]:
+    """The gap at which tokens reached the client, and every gap between separate reads.
+
+    The estimate is the median gap between a request's separate socket reads, over the gaps
+    the client's own known stalls (`loop_stalls`) cover for less than STALL_COVER: a client
+    stalled longer than the server's token gap reads once per stall, so its gaps between
+    reads are its stalls' length, and counting them would make its stalls look no longer
+    than the gap and excuse them (`attribute`). A server that writes in bursts (Nagle's
+    algorithm, several tokens per write) keeps its long gaps: no stall of the client covers
+    them. When stalls cover every gap, the estimate is 0 (the client named at STALL_FLOOR_S).
+    Without stall intervals every gap counts. The second value is every gap, for `validity`.
+    """
+    separate, kept = [], []
+    for r in ok:
+        times = np.asarray(r.content_times, dtype=float)
+        if times.size < 2:
+            continue
+        apart = np.flatnonzero(np.diff(times) > 0)
+        starts, ends = times[apart], times[apart + 1]
+        gaps = ends - starts
+        separate.append(gaps)
+        kept.append(gaps[stall_cover(starts, ends, loop_stalls) < STALL_COVER * gaps])
+    gaps_apart = np.concatenate(separate) if separate else np.empty(0)
+    pace = np.concatenate(kept) if kept else np.empty(0)
+    return (float(np.median(pace)) if pace.size else 0.0), gaps_apart
+
+
 def validity(
     ok: Sequence[RequestRecord],
     loop_lag_s: Sequence[float] = (),
     percentiles: Sequence[float] = (),
+    loop_stalls: Sequence[Stall] = (),
 ) -> tuple[MetricValidity, MetricValidity, Delivery]:
     """TTFT and ITL validity from the chunks read together, and how tokens were delivered.
 
     The predicted error of a figure is the figure as measured minus the same figure over
     the records with every group of chunks read together spread out (`spread_times`); who
-    bunched them is decided from the client's own event-loop lag (`attribute`).
+    bunched them is decided from the client's own event-loop lag (`attribute`), against
+    the token gap that the client's own stalls do not explain (`token_gap`).
     """
-    ttft, ttft_spread, itl, itl_spread, separate = [], [], [], [], []
+    ttft, ttft_spread, itl, itl_spread = [], [], [], []
     for r in ok:
         times = np.asarray(r.content_times, dtype=float)
         if times.size == 0:
@@ -296,10 +361,7 @@ def validity(
         ttft_spread.append(spread[0] - r.send_time)
         itl.append(itl_samples(r))
         itl_spread.append(itl_samples(r.model_copy(update={"content_times": spread.tolist()})))
-        gaps = np.diff(times)
-        separate.append(gaps[gaps > 0])
-    gaps_apart = np.concatenate(separate) if separate else np.empty(0)
-    pace = float(np.median(gaps_apart)) if gaps_apart.size else 0.0
+    pace, gaps_apart = token_gap(ok, loop_stalls)
     ttft_validity = attribute(
         _validity(summarize(ttft, percentiles), summarize(ttft_spread, percentiles),
                   TTFT_TOLERANCE_MS),
@@ -333,6 +395,7 @@ def cell_report(
     concurrency: int | None = None,
     rate: float | None = None,
     loop_lag_s: Sequence[float] = (),
+    loop_stalls: Sequence[Stall] = (),
     complete: bool = True,
     slo: SLO | None = None,
     percentiles: Sequence[float] = (),
@@ -367,7 +430,7 @@ def cell_report(
 
     queue_wait = summarize([r.queue_wait for r in sent], percentiles)
     achieved, nominal = achieved_concurrency(sent, concurrency)
-    ttft_validity, itl_validity, delivery = validity(ok, loop_lag_s, percentiles)
+    ttft_validity, itl_validity, delivery = validity(ok, loop_lag_s, percentiles, loop_stalls)
     first_failed = min(failed, key=lambda r: r.send_time, default=None)
     return CellReport(
         concurrency=concurrency,

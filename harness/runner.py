@@ -23,7 +23,7 @@ from harness.load import (
     run_concurrency,
     run_rate,
 )
-from harness.metrics import cell_report
+from harness.metrics import Stall, cell_report
 from harness.prompts import text_prompts, token_id_prompts
 from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord, cell_label
 from harness.version import harness_version
@@ -265,9 +265,11 @@ async def run_benchmark(
                         config, index, concurrency, rate, planned, origin, next_id + 1, headers
                     )
                     next_id += len(planned.bodies)
-                    cell_records, lag_samples, report.interrupted = await pool.run(shares, stop)
+                    cell_records, lag_samples, stalls, report.interrupted = await pool.run(
+                        shares, stop
+                    )
                 else:
-                    cell_records, lag_samples = await _run_cell_here(
+                    cell_records, lag_samples, stalls = await _run_cell_here(
                         config, index, concurrency, rate, planned.bodies, backend,
                         record_factory(index, planned), stop,
                     )  # fmt: skip
@@ -279,6 +281,7 @@ async def run_benchmark(
                         concurrency=concurrency,
                         rate=rate,
                         loop_lag_s=lag_samples,
+                        loop_stalls=stalls,
                         complete=not report.interrupted,
                         slo=config.slo,
                         percentiles=config.percentiles,
@@ -316,8 +319,8 @@ async def _run_cell_here(
     backend: OpenAIBackend,
     make_record: Callable[[int, float], RequestRecord],
     stop: asyncio.Event,
-) -> tuple[list[RequestRecord], list[float]]:
-    """One cell on this process's event loop."""
+) -> tuple[list[RequestRecord], list[float], list[Stall]]:
+    """One cell on this process's event loop: its records, lag samples and loop stalls."""
     cell_records: list[RequestRecord] = []
     if concurrency is not None:
         work = run_concurrency(backend, bodies, concurrency, make_record, cell_records)
@@ -329,7 +332,7 @@ async def _run_cell_here(
         )
     with LoopLagMonitor(backend) as lag:
         await cancel_on(stop, asyncio.ensure_future(work))
-    return cell_records, lag.samples
+    return cell_records, lag.samples, lag.stalls
 
 
 def _shares(

@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.backend import OpenAIBackend
 from harness.load import LoopLagMonitor, run_concurrency, run_rate
+from harness.metrics import Stall
 from harness.schemas import Endpoint, RequestRecord
 
 _stop: multiprocessing.synchronize.Event | None = None
@@ -102,12 +103,16 @@ def _ready() -> None:
     _started.wait(_START_TIMEOUT_S)
 
 
-def run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
-    """Worker entry point: the share's records (as dicts) and its event-loop lag samples."""
+ShareResult = tuple[list[dict[str, Any]], list[float], list[Stall]]
+
+
+def run_share(share: Share) -> ShareResult:
+    """Worker entry point: the share's records (as dicts), its event-loop lag samples and its
+    event loop's stalls (`LoopLagMonitor`), on the parent's clock like the records."""
     return asyncio.run(_run_share(share))
 
 
-async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
+async def _run_share(share: Share) -> ShareResult:
     records: list[RequestRecord] = []
     ids = iter(range(share.first_id, share.first_id + len(share.bodies)))
 
@@ -148,7 +153,7 @@ async def _run_share(share: Share) -> tuple[list[dict[str, Any]], list[float]]:
                     task.cancel()
             if not task.cancelled():
                 task.result()
-    return [r.model_dump() for r in records], lag.samples
+    return [r.model_dump() for r in records], lag.samples, lag.stalls
 
 
 class WorkerPool:
@@ -181,21 +186,25 @@ class WorkerPool:
 
     async def run(
         self, shares: list[Share], stop: asyncio.Event
-    ) -> tuple[list[RequestRecord], list[float], bool]:
-        """Run the shares at once; records, lag samples, and whether Ctrl-C cut them short."""
+    ) -> tuple[list[RequestRecord], list[float], list[Stall], bool]:
+        """Run the shares at once; records, lag samples, the workers' event-loop stalls
+        (all together: a gap they cover is counted as the client's whichever worker read
+        it), and whether Ctrl-C cut them short."""
         loop = asyncio.get_running_loop()
         futures = [loop.run_in_executor(self._pool, run_share, s) for s in shares]
         stopper = asyncio.ensure_future(stop.wait())
         done = asyncio.ensure_future(asyncio.gather(*futures))
-        await asyncio.wait({done, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {done, stopper}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         interrupted = stopper.done()
         if interrupted:
             self.stop.set()
         stopper.cancel()
         results = await done
-        records = [RequestRecord.model_validate(r) for rows, _ in results for r in rows]
-        lag = [x for _, samples in results for x in samples]
-        return records, lag, interrupted
+        records = [RequestRecord.model_validate(r) for rows, _, _ in results for r in rows]
+        lag = [x for _, samples, _ in results for x in samples]
+        stalls = [x for _, _, stalled in results for x in stalled]
+        return records, lag, stalls, interrupted
 
     def close(self) -> None:
         self.stop.set()

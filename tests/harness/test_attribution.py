@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import re
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from rich.console import Console
 
-from harness.metrics import _share, cell_report
+from harness.metrics import Stall, _share, cell_report, stall_cover
 from harness.output import results_table
 from harness.runner import run_benchmark
-from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport
+from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord
 from tests.harness.conftest import (
     StartServer,
     assert_ttft_matches_server,
@@ -146,6 +148,73 @@ def test_the_same_bunched_reads_are_blamed_by_the_clients_own_stalls() -> None:
     unknown = cell([])  # no word from the client's loop: the cautious reading
     assert unknown.ttft_validity.cause == "client"
     assert not unknown.ttft_validity.p50
+
+
+def read_through(r: RequestRecord, blocked: list[Stall]) -> RequestRecord:
+    """`r` as read by a client whose event loop is blocked over the `blocked` intervals: a
+    chunk that arrives in one is read at its end, with every other that arrived in it, and
+    all take the stamp of the last of them (the kernel's arrival time of the read)."""
+    times = r.content_times
+    read_at = [next((end for start, end in blocked if start <= t < end), t) for t in times]
+    stamped = [
+        max(t for t, at in zip(times, read_at, strict=True) if at == read) for read in read_at
+    ]
+    r.content_times = stamped
+    r.first_content_time = stamped[0]
+    r.shared_read_chunks = sum(a == b for a, b in itertools.pairwise(stamped))
+    r.first_token_shared_read = stamped[0] == stamped[1]
+    return r
+
+
+def test_a_client_stalled_longer_than_the_token_gap_is_not_excused_by_its_own_gaps() -> None:
+    # The live case above, without a server: tokens every 5 ms, the client's loop blocked
+    # from 0 to 31 ms of every 35. A stall's chunks are read together at its end, so most
+    # gaps between reads are the stalls' own (30 to 35 ms), longer than the lag monitor sees
+    # of them (it wakes 25 ms late: its sleep fell due 6 ms into each stall). Only two of
+    # the four streams get a token in the loop's free 4 ms, read apart, 5 ms after the last.
+    blocked = [(0.035 * k, 0.035 * k + 0.031) for k in range(12)]
+    seen = [(start + 0.006, end) for start, end in blocked]  # the lag monitor's stalls
+    lag = [end - start for start, end in seen]
+    records = [read_through(streamed(send, tokens=64), blocked)
+               for send in (0.00025, 0.00075, 0.00425, 0.00475)]  # fmt: skip
+    gaps = [b - a for r in records for a, b in itertools.pairwise(r.content_times) if b > a]
+    assert sum(g > 0.025 for g in gaps) > 1.5 * sum(g < 0.01 for g in gaps)  # mostly stalls
+    # Every gap between reads counted: the stalls (25 ms) look shorter than a token gap.
+    blind = cell_report(records, concurrency=4, loop_lag_s=lag)
+    assert blind.itl_validity.cause == "server_or_network"
+    # Told when the loop was stalled, the gaps it covers are the client's: the token gap is
+    # 5 ms, and a client stalled 71% of the time is named.
+    cell = cell_report(records, concurrency=4, loop_lag_s=lag, loop_stalls=seen)
+    assert cell.itl_validity.cause == "client"
+    assert not cell.itl_validity.p50
+    assert "(5.0 ms) or more for 71% of the cell" in str(cell.itl_validity.reason)
+    # Stalls over every gap leave none to say the token gap: the client is named.
+    everything = [(0.0, 1.0)]
+    assert cell_report(records, loop_lag_s=lag, loop_stalls=everything).itl_validity.cause == (
+        "client"
+    )
+
+
+def test_a_server_that_holds_its_writes_stays_named_beside_small_stalls_of_the_client() -> None:
+    # Nagle's algorithm on the server: tokens every 5 ms, but the server's writes wait for
+    # the client's delayed ACK and leave together every 40 ms. The client, on a loaded box,
+    # wakes 2.5 ms late from each 10 ms sleep: its stalls cover a small part of each gap.
+    blocked = [(0.0125 * k, 0.0125 * k + 0.0025) for k in range(40)]
+    held = [(0.04 * k, 0.04 * k + 0.0399) for k in range(12)]  # read as each write lands
+    records = [read_through(streamed(send, tokens=32), held) for send in (0.0, 0.002)]
+    lag = [end - start for start, end in blocked]
+    for stalls in ([], blocked):
+        cell = cell_report(records, concurrency=2, loop_lag_s=lag, loop_stalls=stalls)
+        assert cell.ttft_validity.cause == cell.itl_validity.cause == "server_or_network"
+        assert "token gap (40.0 ms)" in str(cell.itl_validity.reason)
+        assert cell.itl_validity.p50
+
+
+def test_the_stalls_of_several_client_processes_cover_a_gap_once() -> None:
+    stalls = [(0.5, 1.5), (0.6, 0.8), (1.8, 3.0)]  # two workers' stalls overlap
+    covered = stall_cover(np.array([0.0, 1.0, 3.5]), np.array([1.0, 2.0, 4.0]), stalls)
+    assert covered == pytest.approx([0.5, 0.7, 0.0])
+    assert list(stall_cover(np.array([0.0]), np.array([1.0]), [])) == [0.0]
 
 
 def test_a_note_never_contradicts_itself() -> None:

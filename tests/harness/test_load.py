@@ -2,11 +2,13 @@
 
 import asyncio
 import itertools
+import time
 
 import numpy as np
 import pytest
 
-from harness.load import poisson_arrivals
+from harness.backend import OpenAIBackend
+from harness.load import LoopLagMonitor, poisson_arrivals
 from harness.runner import run_benchmark
 from harness.schemas import BenchmarkConfig, RequestRecord
 from tests.harness.conftest import (
@@ -76,6 +78,27 @@ def test_queue_wait_is_reported_apart_from_latency(reference_server: StartServer
     # E2E is the server's time to first token and three gaps, not a queue wait more.
     gaps = server_stats(url)["observed_chunk_gap_ms"]["mean"]
     assert cell.e2e_ms.p50 == pytest.approx(server_ttft + 3 * gaps, abs=ITL_MS)
+
+
+def test_the_lag_monitor_says_when_the_loop_was_stalled() -> None:
+    # On the records' clock (the backend's, from its origin), the stall's interval: from
+    # when the monitor's sleep fell due to when the blocked loop woke it.
+    async def stalled() -> tuple[LoopLagMonitor, float, float]:
+        backend = OpenAIBackend("http://127.0.0.1:9", "completions",
+                                clock_origin=time.perf_counter() - 100.0)  # fmt: skip
+        with LoopLagMonitor(backend) as lag:
+            await asyncio.sleep(0.015)
+            began = backend.now()
+            time.sleep(0.05)  # noqa: ASYNC251  (the stall is the point)
+            ended = backend.now()
+            await asyncio.sleep(0.015)
+        return lag, began, ended
+
+    lag, began, ended = asyncio.run(stalled())
+    ((due, woke),) = [(due, woke) for due, woke in lag.stalls if due < ended <= woke]
+    assert due <= began + 0.0101  # it fell due at most one sleep after the loop last ran
+    assert woke - due in lag.samples
+    assert len(lag.stalls) == sum(x > 0 for x in lag.samples)
 
 
 def test_poisson_arrivals_are_seeded_with_the_right_mean() -> None:
