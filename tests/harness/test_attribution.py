@@ -29,7 +29,7 @@ from tests.harness.conftest import (
     server_stats,
     start_reference_server,
 )
-from tests.harness.test_metrics import read_late, streamed
+from tests.harness.test_metrics import read_late, restamped, streamed
 
 SERVER_BUNCHED = "the server or network delivered these tokens together"
 CLIENT_WARNING = "WARNING: the client was past its own ceiling"
@@ -159,11 +159,7 @@ def read_through(r: RequestRecord, blocked: list[Stall]) -> RequestRecord:
     stamped = [
         max(t for t, at in zip(times, read_at, strict=True) if at == read) for read in read_at
     ]
-    r.content_times = stamped
-    r.first_content_time = stamped[0]
-    r.shared_read_chunks = sum(a == b for a, b in itertools.pairwise(stamped))
-    r.first_token_shared_read = stamped[0] == stamped[1]
-    return r
+    return restamped(r, stamped)
 
 
 def test_a_client_stalled_longer_than_the_token_gap_is_not_excused_by_its_own_gaps() -> None:

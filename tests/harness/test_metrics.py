@@ -102,6 +102,11 @@ def read_late(r: RequestRecord, every: int) -> RequestRecord:
     """Chunks read in groups of `every`: each takes the stamp of the last of its group."""
     times = r.content_times
     stamped = [times[min((i // every + 1) * every - 1, len(times) - 1)] for i in range(len(times))]
+    return restamped(r, stamped)
+
+
+def restamped(r: RequestRecord, stamped: list[float]) -> RequestRecord:
+    """`r` with its chunks read at `stamped`: those sharing a stamp were read together."""
     r.content_times = stamped
     r.first_content_time = stamped[0]
     r.shared_read_chunks = sum(a == b for a, b in itertools.pairwise(stamped))
