@@ -27,16 +27,21 @@ AUTO_SLOTS_NO_STATS = 32  # a CPU reports no memory
 log = logging.getLogger("rigs.jax")
 
 
+def at_least_one(value: str, rule: str) -> int:
+    """`value` as an int >= 1, else an argparse error saying `rule` and what was given."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value!r}")
+    return number
+
+
 def slots_arg(value: str) -> int:
     if value == "auto":
         return AUTO
-    try:
-        slots = int(value)
-    except ValueError:
-        slots = 0
-    if slots < 1:
-        raise argparse.ArgumentTypeError(f"--max-slots must be 'auto' or >= 1, got {value!r}")
-    return slots
+    return at_least_one(value, "--max-slots must be 'auto' or >= 1")
 
 
 def buckets_arg(value: str) -> tuple[int, ...]:
@@ -57,15 +62,7 @@ def buckets_arg(value: str) -> tuple[int, ...]:
 
 def prompt_len_arg(value: str) -> int:
     """--batched-prefill-max-len: a prompt length, >= 1."""
-    try:
-        length = int(value)
-    except ValueError:
-        length = 0
-    if length < 1:
-        raise argparse.ArgumentTypeError(
-            f"--batched-prefill-max-len must be a prompt length >= 1, got {value!r}"
-        )
-    return length
+    return at_least_one(value, "--batched-prefill-max-len must be a prompt length >= 1")
 
 
 def served_buckets(asked: tuple[int, ...], max_model_len: int) -> tuple[int, ...]:
