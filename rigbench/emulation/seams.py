@@ -40,7 +40,8 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -144,6 +145,29 @@ class InstanceTimes:
 
     launched: dict[str, float] = field(default_factory=dict)
     ended: dict[str, float] = field(default_factory=dict)
+    # When the handler invocation that terminated the instance returned: a bill it took after
+    # its TerminateInstances call ends between `ended` and this.
+    answered: dict[str, float] = field(default_factory=dict)
+    _ended_by_invocation: threading.local = field(default_factory=threading.local)
+
+    def ended_now(self, instance_id: str) -> None:
+        self.ended.setdefault(instance_id, time.time())
+        ended_here = getattr(self._ended_by_invocation, "ids", None)
+        if ended_here is not None:
+            ended_here.append(instance_id)
+
+    @contextmanager
+    def invocation(self) -> Iterator[None]:
+        """Around one handler invocation, on its thread: the instances it terminates are
+        `answered` when it returns."""
+        ended_here: list[str] = []
+        self._ended_by_invocation.ids = ended_here
+        try:
+            yield
+        finally:
+            del self._ended_by_invocation.ids
+            for instance_id in ended_here:
+                self.answered.setdefault(instance_id, time.time())
 
     def seconds(self, instance_ids: Iterable[str], now: float) -> float:
         return sum(self.ended.get(i, now) - self.launched[i] for i in instance_ids)
@@ -420,7 +444,7 @@ class Seams:
             result = original_terminate(backend, instance_ids)
             for instance, previous in result:
                 if previous.name not in ("shutting-down", "terminated"):
-                    seams.times.ended.setdefault(instance.id, time.time())
+                    seams.times.ended_now(instance.id)
                 seams.fleet.terminated(instance.id)
             return result
 
@@ -519,7 +543,7 @@ class Seams:
             for instance in list(reservation.instances):
                 if instance.id == instance_id:
                     reservation.instances.remove(instance)
-        self.times.ended.setdefault(instance_id, time.time())
+        self.times.ended_now(instance_id)
         self.fleet.terminated(instance_id)
 
     def reclaim(self, instance_id: str, region: str = "us-east-1") -> None:
@@ -611,7 +635,8 @@ class Seams:
                 if fault == "raise":
                     raise RuntimeError(f"injected failure in {logical_id}")
                 handler = getattr(importlib.import_module(module_name), attr)
-                outcome["result"] = handler(event, context)
+                with self.times.invocation():
+                    outcome["result"] = handler(event, context)
             except Exception as exc:
                 outcome["error"] = exc
                 outcome["trace"] = traceback.format_exception(exc)

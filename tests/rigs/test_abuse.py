@@ -356,7 +356,9 @@ def test_streams_and_health_keep_flowing_while_huge_requests_are_refused(rig: st
 
 
 async def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
-    """Send a request and go away after `after_s` (streaming: after its first chunk)."""
+    """Send a request and go away after `after_s` (streaming: after its first chunk), counted
+    from when it was sent: connecting may take longer on a loaded machine (13 clients set up
+    at once in one event loop)."""
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         if body.get("stream"):
             async with client.stream("POST", "/v1/completions", json=body) as response:
@@ -364,7 +366,9 @@ async def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
                     break
         else:
             with pytest.raises(httpx.ReadTimeout):
-                await client.post("/v1/completions", json=body, timeout=after_s)
+                await client.post(
+                    "/v1/completions", json=body, timeout=httpx.Timeout(120, read=after_s)
+                )
 
 
 ABANDON_S = 0.3  # the client walks away this long after sending
