@@ -104,7 +104,7 @@ class Outcome:
         return -(tolerance + self.terminate_latency_s) <= self.unbilled_s <= tolerance
 
     def holds(self, case: Case) -> bool:
-        """Nothing running or open, committed = billed, at most 1 s unbilled per instance."""
+        """Nothing running or open, committed = billed, billed within tolerance."""
         return (
             self.status in case.expect
             and not self.instances_left

@@ -2,9 +2,8 @@
 has ended and its status-change cleanup has run (the reaper only where the case says so), no
 instance of the sweep is running, no reservation is open, the ledger billed what the
 instances really ran (to 1 s per instance: EC2's times are to the second, a vanished instance
-is billed to its last sighting; over, also by as long as the terminate call took to return),
-and the month's committed spend moved by exactly what was
-billed."""
+is billed to its last sighting; over what ran, also by as long as the terminate call took to
+return), and the month's committed spend moved by exactly what was billed."""
 
 import re
 
