@@ -1,5 +1,6 @@
 """Session-wide settings every test shares."""
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # warning filters after collection and after each test, so a handler first imported there
     # would lose it.
     config.addinivalue_line("filterwarnings", "ignore:No application metrics to publish")
+    # The emulation's API calls allocate in bursts: at Python's default threshold (700) the
+    # collector ran 2,600 times in tests/orchestrator/test_faults.py (3.0 CPU-s of 30); at
+    # 50,000, 1,000 times (1.7 CPU-s), for 7% more peak memory.
+    gc.set_threshold(50_000, 20, 10)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -117,6 +117,7 @@ class Emulation:
         self._server: ThreadedMotoServer | None = None
         self._seams: Seams | None = None
         self._transport: InProcessTransport | None = None
+        self._moto_api: httpx.Client | None = None
         self._environ = EnvironOverride()
         self.physical: dict[str, str] = {}  # logical id -> name / id / ARN (Ref)
         self.state_machine_arn = ""
@@ -163,11 +164,11 @@ class Emulation:
         self._server.start()
         self._transport = InProcessTransport(self.port)
         self._transport.install()
-        httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
-        httpx.post(
-            f"{self.endpoint_url}/moto-api/config",
-            json={"stepfunctions": {"execute_state_machine": True}},
-            timeout=60,
+        # One client for the server's lifetime: each httpx client reads the CA bundle (40 ms).
+        self._moto_api = httpx.Client(base_url=self.endpoint_url, timeout=60)
+        self._moto_api.post("/moto-api/reset")
+        self._moto_api.post(
+            "/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}
         ).raise_for_status()
         self._seams = Seams(self.fleet, self.faults, {}, self.function_timeout_s)
         self._seams.install()
@@ -187,8 +188,12 @@ class Emulation:
                     if self._seams is not None:
                         self._seams.closing = True  # no status-change cleanup while tearing down
                     self._stop_executions()
-                    httpx.post(f"{self.endpoint_url}/moto-api/reset", timeout=60)
+                    if self._moto_api is not None:
+                        self._moto_api.post("/moto-api/reset")
                 finally:
+                    if self._moto_api is not None:
+                        self._moto_api.close()
+                        self._moto_api = None
                     self._server.stop()
                     self._server = None
         finally:

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from harness.schemas import CellReport
+from tests import loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,7 @@ def reference_server() -> Iterator[StartServer]:
 
 
 def server_stats(url: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{url}/stats").json())
+    return dict(loopback.get(f"{url}/stats").json())
 
 
 def assert_ttft_matches_server(harness_p50_ms: float | None, url: str, itl_ms: float) -> float:

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests import loopback
 from tests.harness.conftest import ROOT, StartServer
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_a_client_stopped_between_reads_marks_its_figures_invalid(
     assert cell["itl_validity"]["p50"] is False
     # The errors the harness predicts are the errors it made, against what the server kept
     # (its own record of arrival to first token, and of the gaps between its writes).
-    kept = httpx.get(f"{url}/stats").json()
+    kept = loopback.get(f"{url}/stats").json()
     for metric, true in (("itl", kept["observed_chunk_gap_ms"]["p50"]),
                          ("ttft", kept["observed_ttft_ms"]["p50"])):  # fmt: skip
         predicted = cell[f"{metric}_validity"]["predicted_error_ms"]["mean"]

@@ -1,7 +1,8 @@
 """`rigbench mcp --local` as a real stdio subprocess, driven by the SDK's stdio client: every
 tool over the wire, a sweep run to its end while rig processes share the server's stdout,
 and what it stored read back by a second server on the same state directory; that server's
-client goes away mid-sweep, and a third server finds that sweep stopped."""
+client goes away mid-sweep, and the tools, opened on that directory again, find the sweep
+stopped (in this process: a third server would only add its start-up, about 10 CPU-s)."""
 
 import json
 import os
@@ -16,7 +17,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import TextResourceContents
 
+from rigbench.commands.local import local_stack
 from rigbench.mcp.server import COMPARISON_URI, REPORT_HTML_URI, REPORT_URI
+from rigbench.mcp.tools import SweepTools
 from tests.local.conftest import processes_under, sweep_input
 from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused
 
@@ -182,12 +185,15 @@ async def read_back_then_start_and_go_away(home: Path) -> dict[str, Any]:
         return result
 
 
-async def status_over_stdio(home: Path, sweep_id: str) -> dict[str, Any]:
-    async with Client(server_params(home)) as client:
-        return dict(await ok(client, "sweep_status", {"sweep_id": sweep_id}))
+def status_as_a_server_reopened_would_read_it(home: Path, sweep_id: str) -> dict[str, Any]:
+    """`sweep_status` on the stack `rigbench mcp --local --home` opens, as a tool call returns
+    it."""
+    with local_stack(home, save=True) as stack:
+        status = SweepTools(stack, ceiling_usd=CEILING_USD).sweep_status(sweep_id)
+    return status.model_dump(mode="json")
 
 
-# One home, three servers one after another (each server start costs seconds of CPU).
+# One home, two servers one after another (each server start costs seconds of CPU).
 @pytest.mark.slow
 def test_stdio_servers_run_a_sweep_read_it_back_and_stop_one_whose_client_went_away(
     tmp_path: Path,
@@ -203,7 +209,7 @@ def test_stdio_servers_run_a_sweep_read_it_back_and_stop_one_whose_client_went_a
     assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
     assert processes_under(tmp_path) == []
 
-    status = anyio.run(status_over_stdio, home, "mcp-away")
+    status = status_as_a_server_reopened_would_read_it(home, "mcp-away")
     progress = status["progress"]
     assert (progress["status"], progress["error"]) == ("ABORTED", "SessionStopped")
     [line] = status["explained"]

@@ -67,6 +67,7 @@ class ScriptedFleet:
         }
         self._lock = threading.Lock()
         self._aws_env: dict[str, str] = {}
+        self._s3: Any = None  # built at the first upload after bind: a boto3 client costs 20 ms
         self._clear()
 
     def reset(self) -> None:
@@ -88,6 +89,7 @@ class ScriptedFleet:
 
     def bind(self, aws_env: dict[str, str]) -> None:
         self._aws_env = dict(aws_env)
+        self._s3 = None
 
     def quota_vcpus(self, quota_code: str) -> float:
         return self.quotas.get(quota_code, 0.0)
@@ -210,13 +212,16 @@ class ScriptedFleet:
             "served_model": "random:tiny", "rig": self.rig_provenance,
             "gpu": self.gpu, "driver": self.driver,
         }  # fmt: skip
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=self._aws_env.get("AWS_ENDPOINT_URL"),
-            region_name=self._aws_env.get("AWS_DEFAULT_REGION", "us-east-1"),
-            aws_access_key_id=self._aws_env.get("AWS_ACCESS_KEY_ID", "testing"),
-            aws_secret_access_key=self._aws_env.get("AWS_SECRET_ACCESS_KEY", "testing"),
-        )
+        with self._lock:
+            if self._s3 is None:
+                self._s3 = boto3.client(
+                    "s3",
+                    endpoint_url=self._aws_env.get("AWS_ENDPOINT_URL"),
+                    region_name=self._aws_env.get("AWS_DEFAULT_REGION", "us-east-1"),
+                    aws_access_key_id=self._aws_env.get("AWS_ACCESS_KEY_ID", "testing"),
+                    aws_secret_access_key=self._aws_env.get("AWS_SECRET_ACCESS_KEY", "testing"),
+                )
+            s3 = self._s3
         s3.put_object(Bucket=bucket, Key=key, Body=body)
         prefix = key.rsplit("/", 1)[0]
         s3.put_object(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -17,6 +16,7 @@ from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.emulation import Emulation
 from rigbench.stack.boto import BotoStack
+from tests import loopback
 from tests.orchestrator.conftest import result_rows, run_sweep, sweep_input
 
 runner = CliRunner()
@@ -71,7 +71,7 @@ def test_run_follows_a_sweep_to_its_end(stack: Emulation, tmp_path: Path) -> Non
     assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url
     assert "X-Amz-Expires=86400" in url
     assert "/sweep-reports/cli-run-1/report.html?" in url
-    fetched = httpx.get(url, timeout=30)
+    fetched = loopback.get(url, timeout=30)
     assert fetched.status_code == 200
     assert fetched.headers["content-type"].startswith("text/html")
     assert "rigbench sweep cli-run-1" in fetched.text

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from tests import loopback
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -81,7 +83,7 @@ def _wait_healthy(
         if proc.poll() is not None:
             raise RuntimeError(f"rig exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
-            codes.append(httpx.get(f"{base}/health", timeout=2).status_code)
+            codes.append(loopback.get(f"{base}/health", timeout=2).status_code)
             if codes[-1] == 200:
                 return
         except httpx.TransportError:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
+from tests import loopback
 
 
 def stream_events(base: str, path: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """All `data:` JSON payloads of a streamed request, and whether `[DONE]` ended it."""
     events: list[dict[str, Any]] = []
     done = False
-    with httpx.stream("POST", f"{base}{path}", json=body, timeout=60) as response:
+    with loopback.stream("POST", f"{base}{path}", json=body, timeout=60) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from rigs.serving.app import DEFAULT_MAX_BODY_BYTES
 from rigs.serving.protocol import UNHONOURED
+from tests import loopback
 from tests.rigs.conftest import JAX_BURST, RIG_SERVERS_GROUP
 
 CONTEXT = 1024  # random:tiny's max_position_embeddings
@@ -40,7 +41,7 @@ def rig(request: pytest.FixtureRequest) -> str:
 def _post(base: str, path: str, body: bytes | dict[str, Any], **kw: Any) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"content-type": "application/json"}
-    return httpx.post(f"{base}{path}", content=content, headers=headers, timeout=120, **kw)
+    return loopback.post(f"{base}{path}", content=content, headers=headers, timeout=120, **kw)
 
 
 def _openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
@@ -69,12 +70,12 @@ def test_errors_have_openai_shape(rig: str) -> None:
     assert _openai_error(long, 400)["code"] == "context_length_exceeded"
     missing = _post(rig, "/v1/completions", {**_completion(PROMPT, 1), "model": "gpt-4"})
     assert _openai_error(missing, 404)["code"] == "model_not_found"
-    _openai_error(httpx.get(f"{rig}/v1/nothing"), 404)
-    _openai_error(httpx.get(f"{rig}/v1/completions"), 405)
+    _openai_error(loopback.get(f"{rig}/v1/nothing"), 404)
+    _openai_error(loopback.get(f"{rig}/v1/completions"), 405)
 
 
 def _chunks(base: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    with httpx.stream("POST", f"{base}{path}", json=body, timeout=120) as response:
+    with loopback.stream("POST", f"{base}{path}", json=body, timeout=120) as response:
         assert response.status_code == 200
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
@@ -223,7 +224,7 @@ def test_fuzzed_unhonoured_fields_are_honoured_or_refused(rig: str, extra: dict[
 
 @pytest.mark.slow
 def test_advertises_the_context_the_model_has(rig: str) -> None:
-    (card,) = httpx.get(f"{rig}/v1/models").json()["data"]
+    (card,) = loopback.get(f"{rig}/v1/models").json()["data"]
     assert card["max_model_len"] == CONTEXT
     fits = _post(rig, "/v1/completions", _completion([2] * (CONTEXT - 2), 2))
     assert fits.status_code == 200, fits.text
@@ -234,8 +235,8 @@ def test_advertises_the_context_the_model_has(rig: str) -> None:
 
 @pytest.mark.slow
 def test_token_delivery_is_declared(rig: str, request: pytest.FixtureRequest) -> None:
-    (card,) = httpx.get(f"{rig}/v1/models").json()["data"]
-    provenance = httpx.get(f"{rig}/provenance").json()
+    (card,) = loopback.get(f"{rig}/v1/models").json()["data"]
+    provenance = loopback.get(f"{rig}/provenance").json()
     if request.node.callspec.params["rig"] == "jax":
         assert (card["token_delivery"], card["tokens_per_burst"]) == ("burst", JAX_BURST)
         assert provenance["token_delivery"] == "burst"
@@ -263,7 +264,7 @@ def test_body_over_the_limit_is_a_413(rig: str) -> None:
             yield b"x" * 2**20
         yield b'"}'
 
-    response = httpx.post(f"{rig}/v1/completions", content=chunked(), timeout=60)
+    response = loopback.post(f"{rig}/v1/completions", content=chunked(), timeout=60)
     _openai_error(response, 413)
 
 
@@ -302,7 +303,7 @@ def test_streams_and_health_keep_flowing_while_huge_requests_are_refused(rig: st
     long_chat = {"messages": [{"role": "user", "content": LONG_TEXT}], "max_tokens": 1}
 
     async def main() -> tuple[list[float], list[list[float]], list[int]]:
-        async with httpx.AsyncClient(base_url=rig, timeout=120) as client:
+        async with loopback.async_client(base_url=rig, timeout=120) as client:
             baseline = await _stream_gaps(client, 24)
             health: list[tuple[int, float]] = []
             stop = asyncio.Event()
@@ -359,7 +360,7 @@ async def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
     """Send a request and go away after `after_s` (streaming: after its first chunk), counted
     from when it was sent: connecting may take longer on a loaded machine (13 clients set up
     at once in one event loop)."""
-    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+    async with loopback.async_client(base_url=base, timeout=120) as client:
         if body.get("stream"):
             async with client.stream("POST", "/v1/completions", json=body) as response:
                 async for _ in response.aiter_lines():
@@ -406,7 +407,7 @@ def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
                 for _ in range(ABANDONED)
             )
         )
-        async with httpx.AsyncClient(base_url=rig, timeout=120) as client:
+        async with loopback.async_client(base_url=rig, timeout=120) as client:
             start = time.monotonic()
             response = await client.post("/v1/completions", json=_completion(PROMPT, 4))
             assert response.status_code == 200
@@ -419,4 +420,4 @@ def test_abandoned_requests_stop_generating(rig: str, stream: bool) -> None:
     # Stopped, the next request waits only for the rig to notice the clients left, which a
     # loaded machine stretched to 0.63 of a full length (2.8 s of 4.5 s, one core kept busy).
     assert next_latency < 2 * one_long, (next_latency, one_long)
-    assert httpx.get(f"{rig}/health").status_code == 200
+    assert loopback.get(f"{rig}/health").status_code == 200

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import loopback
 from tests.rigs.conftest import RIG_SERVERS_GROUP
 
 pytestmark = [RIG_SERVERS_GROUP, pytest.mark.slow]
@@ -117,7 +118,7 @@ CASES: list[tuple[str, str, bytes | dict[str, Any], int, str]] = [
 
 def _post(base: str, path: str, body: bytes | dict[str, Any]) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(
+    return loopback.post(
         f"{base}{path}", content=content, headers={"content-type": "application/json"}, timeout=60
     )
 
@@ -144,8 +145,8 @@ def test_malformed_request_gets_a_clear_4xx(
 
 
 def test_unknown_route_and_method_are_openai_errors(torch_rig: str) -> None:
-    _assert_openai_error(httpx.get(f"{torch_rig}/v1/nothing"), 404)
-    _assert_openai_error(httpx.get(f"{torch_rig}/v1/completions"), 405)
+    _assert_openai_error(loopback.get(f"{torch_rig}/v1/nothing"), 404)
+    _assert_openai_error(loopback.get(f"{torch_rig}/v1/completions"), 405)
 
 
 _json = st.recursive(
@@ -176,7 +177,7 @@ def test_fuzzed_bodies_never_break_the_rig(torch_rig: str, body: Any) -> None:
 
 
 def test_rig_still_serves_after_the_abuse(torch_rig: str) -> None:
-    assert httpx.get(f"{torch_rig}/health").status_code == 200
+    assert loopback.get(f"{torch_rig}/health").status_code == 200
     response = _post(torch_rig, "/v1/completions", {"prompt": [2, 5, 6], "max_tokens": 3})
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 3

@@ -21,6 +21,7 @@ from rigs.serving.engine import Engine, SamplingParams, ScoredToken
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import ModelSource
 from rigs.torch.engine import TorchEngine
+from tests import loopback
 from tests.rigs.prompts import eos_prompt
 from tests.rigs.rig_process import free_port
 
@@ -120,7 +121,7 @@ def _serve(app: object) -> Iterator[str]:
 def _wait_for(base: str, status: int) -> httpx.Response:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        response = httpx.get(f"{base}/health")
+        response = loopback.get(f"{base}/health")
         if response.status_code == status:
             return response
         time.sleep(0.05)
@@ -139,10 +140,10 @@ def test_health_follows_loading_warmup_and_real_generations(
         return breakable, tokenizer
 
     with _serve(build_lazy_app(load)) as base:
-        loading = httpx.get(f"{base}/health")
+        loading = loopback.get(f"{base}/health")
         assert loading.status_code == 503
         assert loading.json()["status"] == "loading"
-        refused = httpx.post(f"{base}/v1/completions", json={"prompt": "hi"})
+        refused = loopback.post(f"{base}/v1/completions", json={"prompt": "hi"})
         assert refused.status_code == 503
         assert "loading" in refused.json()["error"]["message"]
 
@@ -150,15 +151,15 @@ def test_health_follows_loading_warmup_and_real_generations(
         _wait_for(base, 200)
 
         breakable.broken = True
-        failed = httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        failed = loopback.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         assert failed.status_code == 500
         assert "illegal memory access" in failed.json()["error"]["message"]
-        assert httpx.get(f"{base}/health").json()["error"] == "the last generation failed"
+        assert loopback.get(f"{base}/health").json()["error"] == "the last generation failed"
 
         breakable.broken = False
-        ok = httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        ok = loopback.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         assert ok.status_code == 200
-        assert httpx.get(f"{base}/health").status_code == 200
+        assert loopback.get(f"{base}/health").status_code == 200
 
 
 @pytest.mark.slow
@@ -172,7 +173,7 @@ def test_a_failed_load_is_reported_and_signalled() -> None:
         body = _wait_for(base, 503).json()
         deadline = time.monotonic() + 10
         while body["status"] != "failed" and time.monotonic() < deadline:
-            body = httpx.get(f"{base}/health").json()
+            body = loopback.get(f"{base}/health").json()
         assert body == {"status": "failed", "error": "FileNotFoundError: model.safetensors"}
         assert failures == ["FileNotFoundError: model.safetensors"]
 
@@ -254,14 +255,14 @@ def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
     with _serve(build_lazy_app(lambda: (engine, tokenizer))) as base:
         _wait_for(base, 200)
         body = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
-        done = httpx.post(f"{base}/v1/completions", json={**body, "logprobs": 2}).json()
+        done = loopback.post(f"{base}/v1/completions", json={**body, "logprobs": 2}).json()
         choice = done["choices"][0]
         lp = choice["logprobs"]
         assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(choice["token_ids"]) == 4
         assert "".join(lp["tokens"]) == choice["text"]
         assert all(len(top) == 2 and max(top.values()) <= 0 for top in lp["top_logprobs"])
         chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
-        answer = httpx.post(
+        answer = loopback.post(
             f"{base}/v1/chat/completions", json={**chat, "logprobs": True, "top_logprobs": 2}
         ).json()
         content = answer["choices"][0]["logprobs"]["content"]
@@ -272,7 +273,7 @@ def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
             )
             assert token["logprob"] == token["top_logprobs"][0]["logprob"]
         # without logprobs nothing changes
-        plain = httpx.post(f"{base}/v1/chat/completions", json=chat).json()["choices"][0]
+        plain = loopback.post(f"{base}/v1/chat/completions", json=chat).json()["choices"][0]
         assert plain["logprobs"] is None
         assert plain["message"]["content"] == answer["choices"][0]["message"]["content"]
         for bad, words in [
@@ -280,13 +281,13 @@ def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
             ({**chat, "logprobs": True, "stream": True}, "without streaming"),
             ({**chat, "logprobs": True, "top_logprobs": 21}, "less than or equal"),
         ]:
-            refused = httpx.post(f"{base}/v1/chat/completions", json=bad)
+            refused = loopback.post(f"{base}/v1/chat/completions", json=bad)
             assert refused.status_code == 400, refused.text
             assert words in refused.json()["error"]["message"]
     # an engine without `generate_scored` says so rather than leaving logprobs out
     with _serve(build_lazy_app(lambda: (_Breakable(engine), tokenizer))) as base:
         _wait_for(base, 200)
-        refused = httpx.post(f"{base}/v1/completions", json={**body, "logprobs": 1})
+        refused = loopback.post(f"{base}/v1/completions", json={**body, "logprobs": 1})
         assert refused.status_code == 400
         assert refused.json()["error"]["message"] == (
             "logprobs are not supported by this rig's engine"

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rigs.sources import ModelSource
+from tests import loopback
 from tests.rigs.conftest import RIG_SERVERS_GROUP
 from tests.rigs.prompts import eos_prompt
 from tests.rigs.rig_process import rig_server
@@ -44,7 +45,7 @@ def reference(tiny: ModelSource) -> Any:
 
 
 def _complete(base: str, **body: Any) -> dict[str, Any]:
-    response = httpx.post(f"{base}/v1/completions", json=body, timeout=60)
+    response = loopback.post(f"{base}/v1/completions", json=body, timeout=60)
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
@@ -123,7 +124,7 @@ def test_stream_without_usage_has_no_usage_chunk(torch_rig: str) -> None:
 
 def test_chat_completion_streaming_and_not(torch_rig: str, reference: Any) -> None:
     messages = [{"role": "user", "content": "Say something"}]
-    response = httpx.post(
+    response = loopback.post(
         f"{torch_rig}/v1/chat/completions",
         json={
             "messages": messages,
@@ -182,7 +183,7 @@ def test_concurrent_requests_each_get_their_own_output(torch_rig: str, reference
         return ids
 
     async def all_at_once() -> list[list[int]]:
-        async with httpx.AsyncClient(base_url=torch_rig, timeout=120) as client:
+        async with loopback.async_client(base_url=torch_rig, timeout=120) as client:
             return list(await asyncio.gather(*(one(client, p) for p in prompts)))
 
     assert asyncio.run(all_at_once()) == [reference(p, 8) for p in prompts]
@@ -198,11 +199,11 @@ def test_sampling_with_a_seed_is_reproducible(torch_rig: str) -> None:
 
 
 def test_models_health_and_provenance(torch_rig: str) -> None:
-    assert httpx.get(f"{torch_rig}/health").json() == {"status": "ok"}
-    models = httpx.get(f"{torch_rig}/v1/models").json()
+    assert loopback.get(f"{torch_rig}/health").json() == {"status": "ok"}
+    models = loopback.get(f"{torch_rig}/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["random:tiny"]
     assert models["data"][0]["max_model_len"] == 1024
-    provenance = httpx.get(f"{torch_rig}/provenance").json()
+    provenance = loopback.get(f"{torch_rig}/provenance").json()
     assert provenance["rig"] == "torch"
     assert provenance["batching"] == "serial"
     assert provenance["model_revision"].startswith("seed0-float32-")
@@ -210,7 +211,7 @@ def test_models_health_and_provenance(torch_rig: str) -> None:
 
 def test_client_disconnect_mid_stream_leaves_the_rig_serving(torch_rig: str) -> None:
     body = {"prompt": PROMPT_IDS, "max_tokens": 500, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", f"{torch_rig}/v1/completions", json=body, timeout=60) as response:
+    with loopback.stream("POST", f"{torch_rig}/v1/completions", json=body, timeout=60) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
     # The abandoned request is cancelled, so this one is not stuck behind 500 tokens.
@@ -259,7 +260,7 @@ def test_serves_a_local_checkpoint_directory(
 ) -> None:
     """A plain directory, served under its path, with no revision to name."""
     base, checkpoint = batched_checkpoint_rig.base, batched_checkpoint_rig.checkpoint
-    models = httpx.get(f"{base}/v1/models").json()
+    models = loopback.get(f"{base}/v1/models").json()
     assert [m["id"] for m in models["data"]] == [str(checkpoint)]
     body = _complete(
         base,
@@ -270,7 +271,7 @@ def test_serves_a_local_checkpoint_directory(
         return_token_ids=True,
     )
     assert body["choices"][0]["token_ids"] == reference(PROMPT_IDS, 16)
-    assert httpx.get(f"{base}/provenance").json()["model_revision"] == "local"
+    assert loopback.get(f"{base}/provenance").json()["model_revision"] == "local"
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +303,7 @@ async def _greedy_ids(
 
 def _wave(base: str, prompts: list[list[int]], max_tokens: list[int], spacing_s: float) -> Any:
     async def run() -> list[list[int]]:
-        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+        async with loopback.async_client(base_url=base, timeout=120) as client:
             calls = (
                 _greedy_ids(client, p, n, i * spacing_s)
                 for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))
@@ -313,7 +314,7 @@ def _wave(base: str, prompts: list[list[int]], max_tokens: list[int], spacing_s:
 
 
 def _recorded(base: str, key: str) -> list[int]:
-    value: str = httpx.get(f"{base}/provenance").json()[key]
+    value: str = loopback.get(f"{base}/provenance").json()[key]
     return [int(n) for n in value.split(",") if n]
 
 
@@ -365,14 +366,14 @@ def test_continuous_eos_min_tokens_and_seeded_sampling(continuous_rig: str) -> N
 
 
 def test_continuous_provenance_and_abandoned_stream(continuous_rig: str) -> None:
-    provenance = httpx.get(f"{continuous_rig}/provenance").json()
+    provenance = loopback.get(f"{continuous_rig}/provenance").json()
     assert provenance["batching"] == "continuous"
     assert provenance["compile"] == "off"  # the CPU default
     assert provenance["decode_widths"] == "1,2,3"
     assert float(provenance["ready_s"]) >= float(provenance["compile_s"]) >= 0
     body = {"prompt": PROMPT_IDS, "max_tokens": 900, "ignore_eos": True, "stream": True}
     for _ in range(3):  # as many abandoned streams as slots: each must free its slot
-        with httpx.stream("POST", f"{continuous_rig}/v1/completions", json=body) as response:
+        with loopback.stream("POST", f"{continuous_rig}/v1/completions", json=body) as response:
             assert next(response.iter_lines()).startswith("data: ")
     result = _complete(continuous_rig, prompt="again", max_tokens=2, ignore_eos=True)
     assert result["usage"]["completion_tokens"] == 2
