@@ -8,7 +8,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 
@@ -22,6 +22,9 @@ from rigbench.emulation.fleet import (
     LaunchedInstance,
     LaunchRequest,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 BenchOutcome = Literal["success", "failed", "timed_out", "running", "bad_report"]
 
@@ -67,7 +70,8 @@ class ScriptedFleet:
         }
         self._lock = threading.Lock()
         self._aws_env: dict[str, str] = {}
-        self._s3: Any = None  # built at the first upload after bind: a boto3 client costs 20 ms
+        # built at the first upload after bind, not per upload (a boto3 client costs about 9 ms)
+        self._s3: S3Client | None = None
         self._clear()
 
     def reset(self) -> None:
