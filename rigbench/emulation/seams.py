@@ -59,6 +59,7 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend, StateReason
 from moto.ec2.responses.spot_instances import SpotInstances
+from moto.kms import models as kms_models
 from moto.servicequotas.models import ServiceQuotasBackend
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
@@ -69,6 +70,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
@@ -81,8 +83,10 @@ from rigbench.emulation.speedups import (
     moto_modules,
     parse_definition,
     parse_template,
+    private_key,
     step_functions_client,
     transact_write_items,
+    validate_definition,
 )
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
@@ -508,6 +512,8 @@ class Seams:
             (Stack, "parse_template", staticmethod(parse_template)),
             (DynamoDBBackend, "transact_write_items", transact_write_items),
             (dynamodb_models, "copy", TableCopies),
+            (StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_definition)),
+            (kms_models, "generate_private_key", private_key),
         ]
         for owner, name, replacement in patches:
             self._originals.append((owner, name, owner.__dict__.get(name)))

@@ -50,6 +50,9 @@ def baked_image_parameters() -> list[str]:
 
 
 DONE = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+# moto loads its catalogue of 1,400 public AMIs into every new EC2 account (about 0.1 CPU-s per
+# deploy); the stack launches only the image deploy registers, and describes no other.
+_MOTO_ENV = {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"}
 # What a Lambda function's environment gets from the emulated "runtime".
 # Metrics would go to CloudWatch as EMF on stdout; here they would only clutter the terminal.
 _LAMBDA_RUNTIME_ENV = {
@@ -158,14 +161,18 @@ class Emulation:
             raise RuntimeError("an emulation is already running in this process; stop it first")
         Emulation._running = self
         self.port = free_port()
-        self._environ.set({**self.aws_env(), "MOTO_PORT": str(self.port), **_LAMBDA_RUNTIME_ENV})
+        self._environ.set(
+            {**self.aws_env(), "MOTO_PORT": str(self.port), **_MOTO_ENV, **_LAMBDA_RUNTIME_ENV}
+        )
         self._clients.clear()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
         self._transport = InProcessTransport(self.port)
         self._transport.install()
-        # One client for the server's lifetime: each httpx client reads the CA bundle (40 ms).
-        self._moto_api = httpx.Client(base_url=self.endpoint_url, timeout=60)
+        # moto's own API, answered by the same app in this process (no socket, no TLS context)
+        self._moto_api = httpx.Client(
+            base_url=self.endpoint_url, transport=httpx.WSGITransport(app=self._transport.app)
+        )
         self._moto_api.post("/moto-api/reset")
         self._moto_api.post(
             "/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}

@@ -10,6 +10,9 @@ import boto3
 import pytest
 from moto import mock_aws
 from moto.dynamodb.responses import DynamoResult
+from moto.kms import models as kms_models
+from moto.stepfunctions.parser.api import InvalidDefinition
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation import Emulation, speedups
@@ -17,6 +20,7 @@ from tests.orchestrator.conftest import sweep_input
 
 # moto's own, kept before any emulation in this process installs the seams
 MOTO_HISTORY = StepFunctionResponse.get_execution_history
+MOTO_VALIDATE = StepFunctionsParserBackend._validate_definition
 
 NESTED = {
     "M": {
@@ -154,6 +158,59 @@ def test_each_parse_builds_its_own_program_from_one_syntax_tree() -> None:
     assert same_tree is tree
     assert second is not first
     assert type(second) is type(first)
+
+
+def test_a_definition_that_passed_is_not_validated_again_and_a_bad_one_always_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def counted(definition: str) -> None:
+        calls.append(definition)
+        MOTO_VALIDATE(definition)
+
+    monkeypatch.setattr(speedups, "_moto_validate", counted)
+    speedups.validate_definition.cache_clear()
+    good = json.dumps(json.loads(Path("statemachine/bake.asl.json").read_text()))
+    speedups.validate_definition(definition=good)
+    speedups.validate_definition(definition=good)
+    assert calls == [good]
+    bad = json.dumps({"StartAt": "Nowhere", "States": {"A": {"Type": "Nope", "End": True}}})
+    for _ in range(2):
+        with pytest.raises(InvalidDefinition):
+            speedups.validate_definition(definition=bad)
+    assert calls == [good, bad, bad]
+
+
+def test_symmetric_keys_share_a_private_key_and_each_keeps_its_own_material(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sign and verify, the only readers of a key's private key, work as with moto's own."""
+    monkeypatch.setattr(kms_models, "generate_private_key", speedups.private_key)
+    with mock_aws():
+        kms = boto3.client("kms", region_name="us-east-1")
+        symmetric = [kms.create_key()["KeyMetadata"]["KeyId"] for _ in range(2)]
+        backend = kms_models.kms_backends["123456789012"]["us-east-1"]
+        first, second = (backend.keys[k] for k in symmetric)
+        assert first.private_key is second.private_key
+        assert first.key_material != second.key_material
+        sealed = kms.encrypt(KeyId=symmetric[0], Plaintext=b"boot 1")["CiphertextBlob"]
+        assert kms.decrypt(CiphertextBlob=sealed)["KeyId"].endswith(symmetric[0])
+        with pytest.raises(kms.exceptions.ClientError):
+            kms.decrypt(CiphertextBlob=sealed, KeyId=symmetric[1])
+        signing = [
+            kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec=spec)["KeyMetadata"]["KeyId"]
+            for spec in ("RSA_2048", "RSA_2048", "ECC_NIST_P256")
+        ]
+        assert len({kms.get_public_key(KeyId=k)["PublicKey"] for k in signing}) == 3
+        algorithms = ("RSASSA_PSS_SHA_256", "RSASSA_PSS_SHA_256", "ECDSA_SHA_256")
+        for key_id, algorithm in zip(signing, algorithms, strict=True):
+            signed = kms.sign(KeyId=key_id, Message=b"m", SigningAlgorithm=algorithm)
+            verified = kms.verify(
+                KeyId=key_id, Message=b"m", Signature=signed["Signature"],
+                SigningAlgorithm=algorithm,
+            )  # fmt: skip
+            assert verified["SignatureValid"] is True
 
 
 def test_step_functions_keeps_one_client_per_service_and_server_port(
