@@ -1,8 +1,10 @@
 """`rigbench mcp --local` as a real stdio subprocess, driven by the SDK's stdio client: every
 tool over the wire, a sweep run to its end while rig processes share the server's stdout,
-and what it stored read back by a second server on the same state directory; that server's
-client goes away mid-sweep, and the tools, opened on that directory again, find the sweep
-stopped (in this process: a third server would only add its start-up, about 10 CPU-s)."""
+then another sweep started and its client gone mid-sweep. What the server stored is read back
+from its state directory by the tools on the stack `rigbench mcp --local --home` opens, in this
+process, which never held either sweep: the first sweep's results as stored, the second found
+stopped (a second server process would add only its start-up, about 10 CPU-s).
+"""
 
 import json
 import os
@@ -20,6 +22,7 @@ from mcp.types import TextResourceContents
 from rigbench.commands.local import local_stack
 from rigbench.mcp.server import COMPARISON_URI, REPORT_HTML_URI, REPORT_URI
 from rigbench.mcp.tools import SweepTools
+from rigbench.stack.models import ResultsQuery
 from tests.local.conftest import processes_under, sweep_input
 from tests.mcp.conftest import SWEEP_TIMEOUT_S, TOOLS, ok, refused
 
@@ -103,6 +106,7 @@ async def run_sweep_over_stdio(home: Path) -> None:
         reaped = await ok(client, "reap")
         assert reaped["report"]["dry_run"] is False
         assert reaped["report"]["instances"] == []
+        await start_and_go_away(client)
 
 
 async def query_and_compare(client: Client) -> None:
@@ -165,37 +169,36 @@ async def query_and_compare(client: Client) -> None:
     assert len(summary_text.text) < 5000
 
 
-async def read_back_then_start_and_go_away(home: Path) -> dict[str, Any]:
-    """A second server on the same home: read the finished sweep back, then start another and
-    follow it until its boot is launched, then close the client."""
-    async with Client(server_params(home)) as client:
-        status = await ok(client, "sweep_status", {"sweep_id": "mcp-stdio"})
-        assert status["progress"]["status"] == "SUCCEEDED"
-        result: dict[str, Any] = await ok(client, "query_results", {"sweep": "mcp-stdio"})
-
-        await ok(client, "start_sweep", sweep_input(sweep_id="mcp-away"))
-        deadline = time.monotonic() + SWEEP_TIMEOUT_S
-        while True:
-            status = await ok(client, "sweep_status", {"sweep_id": "mcp-away"})
-            if any(b["instance_id"] for b in status["progress"]["boots"]):
-                break
-            assert not status["done"], status
-            assert time.monotonic() < deadline, status
-            await anyio.sleep(0.5)
-        return result
+async def start_and_go_away(client: Client) -> None:
+    """Start another sweep and follow it until its boot is launched; the caller then closes
+    the client."""
+    await ok(client, "start_sweep", sweep_input(sweep_id="mcp-away"))
+    deadline = time.monotonic() + SWEEP_TIMEOUT_S
+    while True:
+        status = await ok(client, "sweep_status", {"sweep_id": "mcp-away"})
+        if any(b["instance_id"] for b in status["progress"]["boots"]):
+            return
+        assert not status["done"], status
+        assert time.monotonic() < deadline, status
+        await anyio.sleep(0.5)
 
 
-def status_as_a_server_reopened_would_read_it(home: Path, sweep_id: str) -> dict[str, Any]:
-    """`sweep_status` on the stack `rigbench mcp --local --home` opens, as a tool call returns
-    it."""
+def as_a_server_reopened_would_read_them(home: Path) -> tuple[dict[str, Any], ...]:
+    """`sweep_status` of both sweeps and `query_results` of the first, on the stack
+    `rigbench mcp --local --home` opens, as tool calls return them."""
     with local_stack(home, save=True) as stack:
-        status = SweepTools(stack, ceiling_usd=CEILING_USD).sweep_status(sweep_id)
-    return status.model_dump(mode="json")
+        tools = SweepTools(stack, ceiling_usd=CEILING_USD)
+        answers = (
+            tools.sweep_status("mcp-stdio"),
+            tools.query_results(ResultsQuery(sweep="mcp-stdio"), limit=500),
+            tools.sweep_status("mcp-away"),
+        )
+    return tuple(a.model_dump(mode="json") for a in answers)
 
 
-# One home, two servers one after another (each server start costs seconds of CPU).
+# One server, one home (each server start costs seconds of CPU).
 @pytest.mark.slow
-def test_stdio_servers_run_a_sweep_read_it_back_and_stop_one_whose_client_went_away(
+def test_a_stdio_server_runs_a_sweep_then_stops_one_whose_client_went_away(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "home"
@@ -204,16 +207,14 @@ def test_stdio_servers_run_a_sweep_read_it_back_and_stop_one_whose_client_went_a
     # Locally the report's place is a file of the home, kept when the server's session saves.
     assert "<title>rigbench sweep mcp-stdio</title>" in (home / "report-mcp-stdio.html").read_text()
 
-    rows = anyio.run(read_back_then_start_and_go_away, home)
+    finished, rows, stopped = as_a_server_reopened_would_read_them(home)
+    assert finished["progress"]["status"] == "SUCCEEDED"
     assert rows["total"] == 2
     assert {r["sweep_id"] for r in rows["rows"]} == {"mcp-stdio"}
-    assert processes_under(tmp_path) == []
-
-    status = status_as_a_server_reopened_would_read_it(home, "mcp-away")
-    progress = status["progress"]
+    progress = stopped["progress"]
     assert (progress["status"], progress["error"]) == ("ABORTED", "SessionStopped")
-    [line] = status["explained"]
+    [line] = stopped["explained"]
     assert line.startswith("sweep mcp-away aborted in RunBoots: SessionStopped: the MCP server ")
     assert "its local instances terminated" in line
-    assert "AttributeError" not in json.dumps(status)
+    assert "AttributeError" not in json.dumps(stopped)
     assert processes_under(tmp_path) == []
