@@ -70,7 +70,6 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
-from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
@@ -86,7 +85,6 @@ from rigbench.emulation.speedups import (
     private_key,
     step_functions_client,
     transact_write_items,
-    validate_definition,
 )
 
 LambdaFault = Literal["raise", "timeout", "service", "throttle", "after", "duplicate", "stop"]
@@ -512,7 +510,6 @@ class Seams:
             (Stack, "parse_template", staticmethod(parse_template)),
             (DynamoDBBackend, "transact_write_items", transact_write_items),
             (dynamodb_models, "copy", TableCopies),
-            (StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_definition)),
             (kms_models, "generate_private_key", private_key),
         ]
         for owner, name, replacement in patches:

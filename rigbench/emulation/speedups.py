@@ -27,11 +27,7 @@
   fault matrix). The backup is the tables' item layout with copies of the written items.
 - moto's server lists its own package folder on every request to match a host name (1%);
   the folder does not change while the process runs.
-- moto validates a state machine's definition at create by parsing it and building its
-  program, which it then discards: about 0.1 CPU-s for each of the stack's two state machines
-  at every deploy. A definition that passed is the same text the next time; it is not
-  validated again (one that fails is, and fails again).
-- moto gives every KMS key an RSA-2048 private key, generated at creation (about 50 ms), which
+- moto gives every KMS key an RSA-2048 private key, generated at creation (20-90 ms), which
   only an asymmetric key's Sign, Verify and GetPublicKey read. Every deploy creates two
   symmetric keys (the stack's and DynamoDB's default); those share one, generated once.
 """
@@ -70,7 +66,6 @@ from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
-from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 _moto_parse = AmazonStateLanguageParser.parse
@@ -78,7 +73,6 @@ _moto_result = DynamoResult.execute_result
 _PLAIN_JSON_READS = frozenset({"Query", "Scan"})
 _moto_template = Stack.parse_template
 _moto_transact = DynamoDBBackend.transact_write_items
-_moto_validate = StepFunctionsParserBackend._validate_definition
 
 
 @lru_cache(maxsize=16)
@@ -91,13 +85,6 @@ def parse_definition(definition: str) -> tuple[EvalComponent, ParserRuleContext]
     """What `AmazonStateLanguageParser.parse` returns, the syntax tree built once."""
     tree = _tree(definition)
     return Preprocessor().visit(tree), tree
-
-
-@lru_cache(maxsize=16)
-def validate_definition(definition: str) -> None:
-    """moto's `_validate_definition`, once per definition that passes (lru_cache keeps no
-    raised error)."""
-    _moto_validate(definition)
 
 
 def private_key(key_spec: str) -> AbstractPrivateKey:

@@ -11,8 +11,6 @@ import pytest
 from moto import mock_aws
 from moto.dynamodb.responses import DynamoResult
 from moto.kms import models as kms_models
-from moto.stepfunctions.parser.api import InvalidDefinition
-from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation import Emulation, speedups
@@ -20,7 +18,6 @@ from tests.orchestrator.conftest import sweep_input
 
 # moto's own, kept before any emulation in this process installs the seams
 MOTO_HISTORY = StepFunctionResponse.get_execution_history
-MOTO_VALIDATE = StepFunctionsParserBackend._validate_definition
 
 NESTED = {
     "M": {
@@ -158,28 +155,6 @@ def test_each_parse_builds_its_own_program_from_one_syntax_tree() -> None:
     assert same_tree is tree
     assert second is not first
     assert type(second) is type(first)
-
-
-def test_a_definition_that_passed_is_not_validated_again_and_a_bad_one_always_fails(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: list[str] = []
-
-    def counted(definition: str) -> None:
-        calls.append(definition)
-        MOTO_VALIDATE(definition)
-
-    monkeypatch.setattr(speedups, "_moto_validate", counted)
-    speedups.validate_definition.cache_clear()
-    good = json.dumps(json.loads(Path("statemachine/bake.asl.json").read_text()))
-    speedups.validate_definition(definition=good)
-    speedups.validate_definition(definition=good)
-    assert calls == [good]
-    bad = json.dumps({"StartAt": "Nowhere", "States": {"A": {"Type": "Nope", "End": True}}})
-    for _ in range(2):
-        with pytest.raises(InvalidDefinition):
-            speedups.validate_definition(definition=bad)
-    assert calls == [good, bad, bad]
 
 
 def test_symmetric_keys_share_a_private_key_and_each_keeps_its_own_material(
