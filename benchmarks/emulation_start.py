@@ -31,6 +31,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--opens", type=int, default=8)
     args = parser.parse_args()
+    if args.opens < 1:
+        parser.error(f"--opens must be at least 1 (got {args.opens})")
     logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory() as folder:
         runs = [open_and_close(Path(folder) / "home") for _ in range(args.opens)]
