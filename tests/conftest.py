@@ -1,6 +1,5 @@
 """Session-wide settings every test shares."""
 
-import atexit
 import gc
 import os
 from collections.abc import Iterator
@@ -35,12 +34,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # collector ran 2,600 times in tests/orchestrator/test_faults.py (3.0 CPU-s of 30); at
     # 50,000, 1,000 times (1.7 CPU-s), for 7% more peak memory.
     gc.set_threshold(50_000, 20, 10)
-    # At exit the interpreter collects once more over every object a worker built (the
-    # emulations', torch's, JAX's: about 765,000), 3-5 CPU-s per process for garbage the
-    # process's end frees anyway; pytest's own collections for unraisable exceptions come
-    # before it. Frozen, they are skipped: about 6 CPU-s less per worker and controller
-    # (`pytest -n 1` on two modules, 3 runs each way).
-    atexit.register(gc.freeze)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish() -> None:
+    """Once the tests are done, pytest collects garbage twice more (its unraisable-exception
+    checks) and the interpreter once more at exit, each time over every object a worker built
+    (the emulations', torch's, JAX's), 1-3 s each on two cores. One collection here, with the
+    session's fixtures all torn down, finds the garbage they would; what survives it is
+    frozen, so they walk only what pytest makes or drops after."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -192,6 +192,9 @@ def test_sam_build_after_a_local_sweep(tmp_path: Path) -> None:
             assert {"jinja2", "plotly", "numpy", "scipy", "httpx"} <= others, others
             assert any(f.endswith("aarch64-linux-gnu.so") for f in found if f.startswith("scipy/"))
     assert (build / "template.yaml").is_file()
+    # 700 MB (three packages carry numpy and scipy): removed here, beside the other tests,
+    # not by the pytest run that would otherwise delete it at its end, alone.
+    shutil.rmtree(build)
 
 
 @pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
