@@ -3,13 +3,14 @@
     python benchmarks/agreement_gpu.py OUT [--model random:e2b] [--dtype bfloat16]
         [--repeats 2] [--budget-s 330] [--set jax:max_slots=16 ...]
 
-Serves both rigs at once on the one GPU (`rigbench rig serve RIG --model M --dtype D`, the
-torch rig on port 8000, the JAX rig on 8001, JAX without preallocating the GPU's memory),
-waits for each /health 200, runs the agreement probe (harness/agreement_probe.py: 16 fixed
+Serves the rigs one after another on the one GPU (`rigbench rig serve RIG --model M --dtype D`
+on port 8000; two rigs on one GPU run out of its memory), waits for /health 200, runs the
+agreement probe (harness/agreement_probe.py: 16 fixed
 prompts, greedy, 32 tokens, top-2 logprobs) `--repeats` times against each, and compares
 them as a sweep does (harness.agreement.output_agreement): torch vs JAX, and each rig's
-first probe against its own second (repeatability). Writes OUT/summary.json (every probe
-and pair) and OUT/summary.md.
+first probe against its own second (repeatability), stopping the rig before the next starts.
+`--budget-s` bounds the whole run; each rig gets the time the rigs after it leave. Writes
+OUT/summary.json (every probe and pair) and OUT/summary.md.
 """
 
 from __future__ import annotations
@@ -32,20 +33,20 @@ from harness.agreement_probe import run_probe
 from harness.agreement_view import agreement_line, basis_words
 
 REPO = Path(__file__).resolve().parent.parent
-PORTS = {"torch": 8000, "jax": 8001}
+RIGS = ("torch", "jax")
+PORT = 8000
 
 
 def serve(rig: str, args: argparse.Namespace, log: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "rigbench", "rig", "serve", rig, "--model", args.model]
-    argv += ["--dtype", args.dtype, "--host", "127.0.0.1", "--port", str(PORTS[rig])]
+    argv += ["--dtype", args.dtype, "--host", "127.0.0.1", "--port", str(PORT)]
     for setting in args.set:
         name, _, value = setting.partition(":")
         if name == rig:
             argv += ["--set", value]
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     with log.open("wb") as out:
         return subprocess.Popen(
-            argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
 
 
@@ -98,7 +99,7 @@ def main() -> None:
     parser.add_argument("--model", default="random:e2b")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--budget-s", type=float, default=330.0)
+    parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--set", action="append", default=[], help="RIG:key=value")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -110,14 +111,14 @@ def main() -> None:
     t0 = time.monotonic()
     resolve_model(args.model)
     summary: dict[str, Any] = {"prepare_s": round(time.monotonic() - t0, 1), "rigs": {}}
-    procs = {rig: serve(rig, args, args.out / f"{rig}.log") for rig in PORTS}
-    started = time.monotonic()
     probes: dict[str, list[AgreementProbe]] = {}
-    try:
-        for rig, proc in procs.items():
-            base = f"http://127.0.0.1:{PORTS[rig]}"
+    base = f"http://127.0.0.1:{PORT}"
+    for rig in RIGS:
+        started = time.monotonic()
+        proc = serve(rig, args, args.out / f"{rig}.log")
+        try:
             if not wait_ready(proc, base, stop_at):
-                summary["rigs"][rig] = {"error": "not ready (see the log)"}
+                summary["rigs"][rig] = {"error": "not ready within the budget (see its log)"}
                 continue
             info: dict[str, Any] = {"ready_s": round(time.monotonic() - started, 1)}
             info["provenance"] = httpx.get(f"{base}/provenance", timeout=10).json()
@@ -129,8 +130,7 @@ def main() -> None:
                 print(f"{rig}: probe in {probes[rig][-1].duration_s:.1f} s", flush=True)
             info["probes"] = [p.model_dump(mode="json") for p in probes[rig]]
             summary["rigs"][rig] = info
-    finally:
-        for proc in procs.values():
+        finally:
             stop(proc)
     pairs: dict[str, PairAgreement] = {}
     if len(probes.get("torch", [])) and len(probes.get("jax", [])):

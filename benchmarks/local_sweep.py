@@ -1,10 +1,12 @@
 """How long the local sweep (`rigbench demo`) takes here, and where the time goes.
 
-    python benchmarks/local_sweep.py [--home DIR] [-- extra rigbench demo args]
+    python benchmarks/local_sweep.py [--home DIR] [--no-waits] [-- extra rigbench demo args]
 
 Runs the demo as a user would (a fresh process, a fresh state directory), then prints the
 wall time, the machine's load, and per boot: launch -> rig ready -> harness start/end.
-The target is under 3 minutes on an otherwise idle 2-core machine.
+The target is under 3 minutes on an otherwise idle 2-core machine. `--no-waits` runs the
+demo's input without its `waits` (`rigbench run --local`), as a user's input that names
+none: its loops then poll at local speed (functions/poll_schedule.py).
 """
 
 import argparse
@@ -57,20 +59,32 @@ def timeline(home: Path, t0: float) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, default=None, help="state dir (default: a temp dir)")
+    parser.add_argument("--no-waits", action="store_true", help="the demo's input, no waits")
     parser.add_argument("extra", nargs="*", help="more arguments for rigbench demo")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="rigbench-local-sweep-"))
+    command = ["demo"]
+    if args.no_waits:
+        from rigbench.commands.local_sweep import demo_input, local_rigs
+
+        body = {k: v for k, v in demo_input(local_rigs()).items() if k != "waits"}
+        sweep = home.parent / f"{home.name}-input.json"
+        sweep.write_text(json.dumps(body))
+        command = ["run", "--local", str(sweep)]
     load_before = os.getloadavg()
     t0 = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "rigbench", "demo", "--home", str(home), *args.extra],
+        [sys.executable, "-m", "rigbench", *command, "--home", str(home), *args.extra],
         cwd=REPO, capture_output=True, text=True, check=False,
     )  # fmt: skip
     wall = time.time() - t0
     print(proc.stdout[-4000:])
     if proc.returncode != 0:
         print(proc.stderr[-4000:], file=sys.stderr)
-    print(f"rigbench demo: exit {proc.returncode}, {wall:.1f} s wall on {os.cpu_count()} cores")
+    print(
+        f"rigbench {' '.join(command)}: exit {proc.returncode}, {wall:.1f} s wall on "
+        f"{os.cpu_count()} cores"
+    )
     print(
         f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} "
         "(above the core count, other work shared the machine)"

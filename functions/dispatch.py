@@ -12,6 +12,7 @@ from functions.events import BootState, CommandState, Instance
 from functions.instance_commands import bench_commands
 from functions.instance_state import ensure_alive
 from functions.observability import instrumented
+from functions.poll_schedule import next_wait_s
 from functions.report_keys import REPORT, boot_prefix, instance_arn
 from functions.settings import Clients, Settings
 
@@ -36,7 +37,20 @@ def sent_before(ssm: Any, instance_id: str, comment: str) -> dict[str, Any] | No
     return None
 
 
+def _with_wait(command: CommandState, state: BootState, now: float) -> CommandState:
+    """The command's state with how long the Wait before the next poll lasts."""
+    waits = state.sweep.waits
+    wait_s = next_wait_s(waits.command_poll_s, waits.first_poll_s, now - command.sent_at)
+    return command.model_copy(update={"wait_s": wait_s})
+
+
 def dispatch_bench(
+    state: BootState, clients: Clients, settings: Settings, now: float
+) -> CommandState:
+    return _with_wait(_dispatch_bench(state, clients, settings, now), state, now)
+
+
+def _dispatch_bench(
     state: BootState, clients: Clients, settings: Settings, now: float
 ) -> CommandState:
     """Send the harness once per boot: a retried dispatch finds the command the first attempt
@@ -72,6 +86,10 @@ def dispatch_bench(
 
 
 def poll_bench(state: BootState, clients: Clients, settings: Settings, now: float) -> CommandState:
+    return _with_wait(_poll_bench(state, clients, settings, now), state, now)
+
+
+def _poll_bench(state: BootState, clients: Clients, settings: Settings, now: float) -> CommandState:
     instance = _instance(state)
     if state.command is None:
         raise ValueError("no command in the state: the dispatch step did not run")

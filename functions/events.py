@@ -55,6 +55,7 @@ class WaitsConfig(_Model):
     agent_poll_s: int
     ready_poll_s: int
     command_poll_s: int
+    first_poll_s: int | None = None
 
 
 class SweepConfig(BootRounds, _Model):
@@ -230,6 +231,7 @@ class Instance(_Model):
 class AgentCheck(_Model):
     online: bool
     checks: int = 0
+    wait_s: int = 0  # before the next check (functions/poll_schedule.py)
 
 
 class ReadyCheck(_Model):
@@ -238,6 +240,7 @@ class ReadyCheck(_Model):
     phase: str = "unknown"
     detail: str = ""
     checks: int = 0
+    wait_s: int = 0
 
 
 class CommandState(_Model):
@@ -247,6 +250,7 @@ class CommandState(_Model):
     status: str = "Pending"
     done: bool = False
     checks: int = 0
+    wait_s: int = 0
 
 
 class Stored(_Model):

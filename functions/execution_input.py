@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from functions.errors import InvalidInput
+from functions.poll_schedule import polls_within
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "statemachine" / "sweep-input.schema.json"
 MAX_BOOTS_PER_RIG = 10
@@ -178,12 +179,17 @@ class Waits(_Strict):
     agent_poll_s: Seconds = Field(20, description="seconds between checks for the SSM agent")
     ready_poll_s: Seconds = Field(30, description="seconds between readiness probes")
     command_poll_s: Seconds = Field(45, description="seconds between harness status polls")
+    first_poll_s: Seconds | None = Field(
+        None,
+        description="where set, each loop's first wait: the wait then grows with the phase's "
+        "age (a quarter of it) up to the loop's interval; a local sweep without waits uses 1",
+    )
 
-    @field_validator("agent_poll_s", "ready_poll_s", "command_poll_s")
+    @field_validator("agent_poll_s", "ready_poll_s", "command_poll_s", "first_poll_s")
     @classmethod
-    def _not_below_minimum(cls, seconds: int, info: ValidationInfo) -> int:
+    def _not_below_minimum(cls, seconds: int | None, info: ValidationInfo) -> int | None:
         minimum = (info.context or {}).get("min_poll_s")
-        if minimum is not None and seconds < minimum:
+        if minimum is not None and seconds is not None and seconds < minimum:
             raise ValueError(f"{seconds} s is below the stack's minimum poll interval {minimum} s")
         return seconds
 
@@ -408,7 +414,9 @@ class SweepInput(BootRounds, _Strict):
         """Worst case: per attempt (the first launch and each relaunch after a spot reclaim)
         the agent and ready loops share the ready deadline and the harness loop runs to bench_s
         plus the poll's grace, and all attempts together poll no longer than the instance
-        deadline (the faster loop taking the time first); a 0 s wait is counted as 1 s."""
+        deadline (the faster loop taking the time first); a 0 s wait is counted as 1 s. With
+        `first_poll_s` each attempt's loops start fast (functions/poll_schedule.py), most
+        polls when the attempts share the time evenly."""
         waits, deadlines = self.waits, self.deadlines
         attempts = 1 + self.max_interruptions_per_boot
         ready_wait = max(1, min(waits.agent_poll_s, waits.ready_poll_s))
@@ -422,7 +430,11 @@ class SweepInput(BootRounds, _Strict):
         else:
             bench_time = min(bench_cap, total)
             ready_time = min(ready_cap, total - bench_time)
-        polls = ready_time // ready_wait + bench_time // bench_wait + 3 * attempts
+        polls = (
+            polls_within(ready_time, ready_wait, waits.first_poll_s, attempts)
+            + polls_within(bench_time, bench_wait, waits.first_poll_s, attempts)
+            + 3 * attempts
+        )
         return EVENTS_PER_BOOT_FIXED * attempts + EVENTS_PER_POLL * polls
 
     def history_events(self) -> int:

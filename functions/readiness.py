@@ -14,6 +14,7 @@ from functions.events import AgentCheck, BootState, Instance, ReadyCheck
 from functions.instance_commands import parse_probe, probe_commands
 from functions.instance_state import ensure_alive
 from functions.observability import instrumented
+from functions.poll_schedule import next_wait_s
 from functions.settings import Clients, Settings
 
 PROBE_TIMEOUT_S = 180
@@ -48,14 +49,16 @@ def check_agent(state: BootState, clients: Clients, settings: Settings, now: flo
     instance = _instance(state)
     ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, state, "boot", now)
     checks = (state.agent.checks if state.agent else 0) + 1
+    waits = state.sweep.waits
+    wait_s = next_wait_s(waits.agent_poll_s, waits.first_poll_s, now - instance.launched_at)
     if agent_online(clients.ssm, instance.instance_id):
-        return AgentCheck(online=True, checks=checks)
+        return AgentCheck(online=True, checks=checks, wait_s=wait_s)
     if now > instance.ready_deadline_at:
         raise AgentNeverOnline(
             f"the SSM agent on {instance.instance_id} never came online within "
             f"{state.sweep.deadlines.ready_s} s of launch ({checks} checks)"
         )
-    return AgentCheck(online=False, checks=checks)
+    return AgentCheck(online=False, checks=checks, wait_s=wait_s)
 
 
 def send_probe(ssm: Any, instance_id: str, plan: InstancePlan) -> str:
@@ -81,6 +84,16 @@ def never_ready(state: BootState, instance: Instance, phase: str, detail: str) -
 
 
 def check_ready(state: BootState, clients: Clients, settings: Settings, now: float) -> ReadyCheck:
+    """The probe's answer, with how long the Wait before the next check lasts."""
+    check = _check_ready(state, clients, settings, now)
+    waits = state.sweep.waits
+    age = now - _instance(state).launched_at
+    return check.model_copy(
+        update={"wait_s": next_wait_s(waits.ready_poll_s, waits.first_poll_s, age)}
+    )
+
+
+def _check_ready(state: BootState, clients: Clients, settings: Settings, now: float) -> ReadyCheck:
     instance = _instance(state)
     ensure_alive(clients.ec2, clients.dynamodb, settings.ledger_table, state, "rig start", now)
     previous = state.ready or ReadyCheck()

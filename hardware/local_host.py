@@ -7,6 +7,7 @@ no price (the local fleet's price is the emulated account's, not this machine's)
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -41,6 +42,24 @@ def _query_gpu(fields: str) -> list[str] | None:
         return None
     lines = out.strip().splitlines()
     return [part.strip() for part in lines[0].split(",")] if lines else None
+
+
+@functools.cache
+def gpu_count() -> int:
+    """How many NVIDIA GPUs this machine has (0 without nvidia-smi or a GPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return 0
+    return len([line for line in out.splitlines() if line.strip()])
 
 
 def compute_capability() -> str | None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from rigbench.project_files import REPO_ROOT
+
 BUNDLED = ("harness", "hardware", "rigs", "rigbench", "functions", "pyproject.toml", "README.md")
 RIG_DEFINITION = "rig.toml"
 MANIFEST_KEY = "bundle/current.json"

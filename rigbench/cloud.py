@@ -33,6 +33,7 @@ from rigbench.bundle import REPO_ROOT
 from rigbench.commands import local as local_cli
 from rigbench.progress import (
     PhaseLines,
+    boot_failures,
     decisions_table,
     explain_failure,
     rounds_table,
@@ -237,6 +238,8 @@ def status_command(
             return
         progress = client.describe_sweep(execution)
     console.print(status_table(progress))
+    for failure in boot_failures(progress):
+        console.print(escape(failure), style="red", highlight=False)
     if progress.rounds:
         console.print(rounds_table(progress.rounds))
         console.print(decisions_table(progress.rounds, progress.headline))

@@ -12,6 +12,16 @@ from functions.events import HeadlineComparison, Round
 from rigbench.stack.models import BootProgress, Phase, SweepProgress
 
 
+def failure_line(error: str, cause: str) -> str:
+    """A failure in one line for a table: the error and the cause's last line, which for a
+    cause that ends with a rig's log is the line that says why (the full cause is in
+    `rigbench status`, the report and MCP)."""
+    lines = [line for line in cause.splitlines() if line.strip()]
+    if len(lines) > 1:
+        return f"{error}: {lines[0][:60]} … {lines[-1].strip()}"
+    return f"{error}: {cause}" if error else cause
+
+
 def _order(boot: BootProgress) -> tuple[str, int, int]:
     return (boot.rig, boot.boot or 0, boot.index)
 
@@ -27,7 +37,7 @@ def status_table(progress: SweepProgress) -> Table:
             row.rig, "" if row.boot is None else str(row.boot), str(row.phase), row.state,
             row.instance_id, f"[{colour}]{row.outcome}[/]" if colour else row.outcome,
             f"{row.cost_usd:.4f}" if row.cost_usd is not None else "",
-            f"{row.error}: {row.cause}"[:120] if row.error else "",
+            failure_line(row.error, row.cause)[:200] if row.error else "",
         )  # fmt: skip
     return table
 
@@ -70,14 +80,14 @@ def sweep_table(
         since = "" if boot.finished or boot.phase_since is None else (
             f"{(now - boot.phase_since).total_seconds():4.0f} s"
         )  # fmt: skip
-        detail = boot.cause or boot.error or boot.state
+        detail = failure_line(boot.error, boot.cause) if boot.error else boot.state
         table.add_row(
             boot.rig,
             "" if boot.boot is None else str(boot.boot),
             boot.instance_id,
             Text(str(boot.phase), style=style),
             since,
-            Text(detail[:100], style="red" if boot.error else "dim"),
+            Text(detail[:160], style="red" if boot.error else "dim"),
         )
     caption = f"sweep: {progress.state} ({progress.status.lower()})"
     if progress.error:
@@ -143,6 +153,15 @@ def decisions_table(rounds: list[Round], headline: list[HeadlineComparison]) -> 
     for c in headline:
         table.add_row(*decision_row(c, rounds))
     return table
+
+
+def boot_failures(progress: SweepProgress) -> list[str]:
+    """Each failed boot's error and whole cause (a rig's log ends it where there was one)."""
+    return [
+        f"{boot.rig} boot {'?' if boot.boot is None else boot.boot}: {boot.error}: {boot.cause}"
+        for boot in sorted(progress.boots, key=_order)
+        if boot.error
+    ]
 
 
 def explain_failure(progress: SweepProgress) -> str:

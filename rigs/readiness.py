@@ -22,6 +22,7 @@ import httpx
 from pydantic import BaseModel
 
 from rigs.bootstrap.status import read_status
+from rigs.log_tail import LOG_TAIL_LINES, last_lines
 
 ReadyPhase = Literal["unreachable", "installing", "loading", "unhealthy", "failed", "ready"]
 PROBE_PROMPT = "Hello, my name is"
@@ -84,13 +85,22 @@ def _unhealthy(detail: str, model: str | None = None) -> ReadyState:
 
 
 def service_failed(unit: str) -> str | None:
-    """Why systemd gave up on `unit` (after its restart limit), or None."""
+    """Why systemd gave up on `unit` (after its restart limit), with the end of the rig's own
+    log from the journal; None while it has not."""
     if shutil.which("systemctl") is None:
         return None
     state = subprocess.run(
         ["systemctl", "is-failed", unit], capture_output=True, text=True, check=False
     ).stdout.strip()
-    return f"systemd unit {unit} is {state}" if state == "failed" else None
+    if state != "failed":
+        return None
+    journal = subprocess.run(
+        ["journalctl", "--unit", unit, "--no-pager", "--output", "cat",
+         "--lines", str(LOG_TAIL_LINES)],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    tail = last_lines(journal)
+    return f"systemd unit {unit} is failed" + (f"; the end of its log:\n{tail}" if tail else "")
 
 
 def check_ready(

@@ -85,6 +85,7 @@ LONGEST_FIRST = (
     SHARED_SWEEP_GROUP,
     "rig-servers",
     "tests/mcp/test_stdio.py",
+    "tests/test_installed_wheel.py",
     "tests/orchestrator/test_fault_matrix.py",
     "tests/orchestrator/test_template.py",
     "tests/orchestrator/test_faults.py",

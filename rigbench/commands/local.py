@@ -24,7 +24,8 @@ QuotaOption = Annotated[
     typer.Option(
         "--quota-vcpus",
         help=f"Emulated G/VT vCPU quota (env {QUOTA_ENV}; default: one g5g.2xlarge, 8 vCPU, "
-        "per 4 cores of this machine, so rigs do not measure each other)",
+        "per GPU of this machine, or per 4 cores without a GPU, so rigs do not measure each "
+        "other; the local fleet never puts two boots on one GPU)",
         min=0,
     ),
 ]

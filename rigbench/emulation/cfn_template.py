@@ -24,8 +24,8 @@ from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
 from rigbench.emulation.seams import ACCOUNT_ID
+from rigbench.project_files import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "template.yaml"
 # Where the emulation puts a placeholder package: the handlers run in-process from the tree.
 CODE_KEY = "lambda/placeholder.zip"

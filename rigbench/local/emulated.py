@@ -6,11 +6,20 @@ import os
 
 from pydantic import BaseModel, Field
 
+from hardware.local_host import gpu_count
 from rigbench.local.home import PRICE_ENV, QUOTA_ENV
 
-# One g5g.2xlarge (8 vCPU) at a time per 4 cores here: rigs measured side by side on a small
-# machine would measure each other.
-DEFAULT_QUOTA_VCPUS = 8.0 * max(1, (os.cpu_count() or 1) // 4)
+INSTANCE_VCPUS = 8.0  # a g5g.2xlarge
+
+
+def default_quota_vcpus() -> float:
+    """One instance per GPU where this machine has GPUs (two rigs on one GPU run out of its
+    memory: XLA alone takes most of it); else one per 4 cores, since rigs measured side by
+    side on a small machine would measure each other."""
+    gpus = gpu_count()
+    return INSTANCE_VCPUS * (gpus or max(1, (os.cpu_count() or 1) // 4))
+
+
 DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0.26-0.41)
 # In a rehearsal, every launch is refused with a capacity error the launch handler treats as
 # "try the next subnet", so the walk covers the whole subnet order; no instance is created
@@ -21,7 +30,7 @@ REFUSAL = "InsufficientInstanceCapacity"
 class EmulatedAccount(BaseModel):
     """The figures an AWS account would give: vCPU quota per quota code, spot price."""
 
-    quota_vcpus: float = Field(default=DEFAULT_QUOTA_VCPUS, ge=0)
+    quota_vcpus: float = Field(default_factory=default_quota_vcpus, ge=0)
     spot_price_usd_per_hour: float = Field(default=DEFAULT_SPOT_PRICE, gt=0)
 
     @classmethod

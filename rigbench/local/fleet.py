@@ -39,6 +39,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from functions.settings import RIG_TAG
+from hardware.local_host import gpu_count
 from rigbench.emulation.fleet import (
     CommandNotDelivered,
     CommandResult,
@@ -49,9 +50,10 @@ from rigbench.local.emulated import REFUSAL, EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.ports import free_port
 from rigbench.local.procs import ProcessGroups
+from rigbench.project_files import REPO_ROOT
 from rigs.bootstrap.user_data import BootstrapSpec, read_spec
+from rigs.log_tail import file_tail
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns inline
 STDERR_LIMIT = 8_000
 
@@ -112,25 +114,15 @@ class LocalInstance:
     model: str
     workspace: Path
     port: int
-    rig_pgid: int
+    rig_pgid: int  # 0 until the rig's process is started
     launched_at: float
+    gpu: int | None = None  # the GPU it holds alone (CUDA_VISIBLE_DEVICES), None on a CPU
     terminated: bool = False
     commands: dict[str, _Command] = field(default_factory=dict)
 
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-
-def _tail_end(path: Path, limit: int, lines: int = 6) -> str:
-    """The last whole lines of a log (at most `lines` of them, `limit` characters)."""
-    try:
-        tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
-    except FileNotFoundError:
-        return ""
-    while tail and len("\n".join(tail)) > limit:
-        tail.pop(0)
-    return "\n".join(tail)
 
 
 def write_status(
@@ -195,11 +187,20 @@ class LocalFleet:
             return self._rehearsal if self._rehearsal is not None else []
 
     def capacity_error(self, request: LaunchRequest) -> str | None:
+        """A rehearsal refuses every launch; otherwise a machine with GPUs has room for one
+        instance per GPU, as an AZ has room for so many instances of a type."""
         with self._lock:
-            if self._rehearsal is None:
-                return None
-            self._rehearsal.append(request)
-            return REFUSAL
+            if self._rehearsal is not None:
+                self._rehearsal.append(request)
+                return REFUSAL
+            if gpu_count() and self._free_gpu() is None:
+                return REFUSAL
+            return None
+
+    def _free_gpu(self) -> int | None:
+        """The lowest GPU no running instance holds (call with the lock held)."""
+        held = {i.gpu for i in self._instances.values() if not i.terminated}
+        return next((g for g in range(gpu_count()) if g not in held), None)
 
     def launched(self, instance: LaunchedInstance) -> None:
         """Serve what the instance's user data serves: its rig, model, dtype and settings."""
@@ -234,27 +235,38 @@ class LocalFleet:
         port = free_port()
         argv = self._rig_command(spec, port)
         write_status(workspace, "starting")
-        proc = self._groups.spawn(
-            argv,
-            label=f"rig {spec.rig} on {instance_id}",
-            cwd=workspace,
-            log_path=workspace / "rig.log",
-            env=self._instance_env(workspace, port),
-        )
-        instance = LocalInstance(
-            instance_id=instance_id,
-            rig=spec.rig,
-            model=spec.model,
-            workspace=workspace,
-            port=port,
-            rig_pgid=proc.pid,
-            launched_at=time.time(),
-        )
+        with self._lock:
+            gpu = self._free_gpu() if gpu_count() else None
+            if gpu_count() and gpu is None:
+                raise RuntimeError(f"no free GPU for {instance_id}: one instance per GPU")
+            instance = LocalInstance(
+                instance_id=instance_id,
+                rig=spec.rig,
+                model=spec.model,
+                workspace=workspace,
+                port=port,
+                rig_pgid=0,
+                launched_at=time.time(),
+                gpu=gpu,
+            )
+            self._instances[instance_id] = instance  # holds its GPU from here
+        try:
+            proc = self._groups.spawn(
+                argv,
+                label=f"rig {spec.rig} on {instance_id}",
+                cwd=workspace,
+                log_path=workspace / "rig.log",
+                env=self._instance_env(instance),
+            )
+        except BaseException:
+            instance.terminated = True
+            raise
+        instance.rig_pgid = proc.pid
+        if instance.terminated:  # terminated while its rig was being spawned
+            self._groups.stop(proc.pid)
         (workspace / "instance.json").write_text(
             RigLaunch(argv=argv, port=port).model_dump_json(indent=2)
         )
-        with self._lock:
-            self._instances[instance_id] = instance
         write_status(workspace, "serving")  # as the bootstrap does once the unit is started
         threading.Thread(
             target=self._watch_rig, args=(instance, proc), name=f"rig-{instance_id}", daemon=True
@@ -266,12 +278,13 @@ class LocalFleet:
         code = proc.wait()
         if instance.terminated:
             return
-        log = _tail_end(instance.workspace / "rig.log", 600)
+        log = file_tail(instance.workspace / "rig.log")
         write_status(
             instance.workspace,
             "failed",
             step="serve",
-            error=f"rig {instance.rig} exited with code {code}: {log or 'no output'}",
+            error=f"rig {instance.rig} exited with code {code}: "
+            + (f"the end of its log:\n{log}" if log else "its log is empty"),
         )
 
     def get(self, instance_id: str) -> LocalInstance:
@@ -297,7 +310,11 @@ class LocalFleet:
 
     def rig_alive(self, instance_id: str) -> bool:
         instance = self.get(instance_id)
-        return not instance.terminated and self._groups.alive(instance.rig_pgid)
+        return (
+            not instance.terminated
+            and instance.rig_pgid > 0
+            and self._groups.alive(instance.rig_pgid)
+        )
 
     def online_instances(self) -> list[str]:
         return [i.instance_id for i in self.instances() if self.agent_online(i.instance_id)]
@@ -316,7 +333,8 @@ class LocalFleet:
         for command in running:
             if command.pgid is not None:
                 self._groups.stop(command.pgid, grace_s=2.0)
-        self._groups.stop(instance.rig_pgid)
+        if instance.rig_pgid > 0:  # 0 while its rig is being spawned: that ends it (launch)
+            self._groups.stop(instance.rig_pgid)
         return True
 
     def close(self) -> None:
@@ -382,7 +400,7 @@ class LocalFleet:
                 cwd=instance.workspace,
                 stdout=stdout,
                 stderr=stderr,
-                env=self._instance_env(instance.workspace, instance.port),
+                env=self._instance_env(instance),
             )
         except (OSError, RuntimeError) as exc:
             stderr.write(f"failed to start: {exc}\n".encode())
@@ -433,7 +451,8 @@ class LocalFleet:
             path.chmod(0o755)
         return shims
 
-    def _instance_env(self, workspace: Path, port: int) -> dict[str, str]:
+    def _instance_env(self, instance: LocalInstance) -> dict[str, str]:
+        workspace, port = instance.workspace, instance.port
         repo = str(REPO_ROOT)
         env = {**os.environ, **self._env}
         pythonpath = env.get("PYTHONPATH")
@@ -452,4 +471,6 @@ class LocalFleet:
         # a 2-core machine took 5.3 CPU-s idle and 127 (timing out) with one core kept busy;
         # with one thread, 2.6 either way. One thread, unless the user chose a number.
         env.setdefault("OMP_NUM_THREADS", "1")
+        if instance.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(instance.gpu)
         return env

@@ -25,7 +25,7 @@ from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, Field
 
 from functions.errors import InvalidInput
-from functions.execution_input import SCHEMA_PATH, SweepInput
+from functions.execution_input import SweepInput
 from rigbench import version
 from rigbench.mcp.models import (
     InstanceList,
@@ -43,6 +43,7 @@ from rigbench.mcp.models import (
     Terminated,
 )
 from rigbench.mcp.tools import Refused, SweepTools
+from rigbench.project_files import REPO_ROOT
 from rigbench.stack import ResultsQuery, StackClient, StackError, parse_sweep
 
 T = TypeVar("T")
@@ -347,7 +348,7 @@ def build_server(stack: StackClient, ceiling_usd: float) -> MCPServer:
         mime_type="application/schema+json",
     )
     def sweep_input_schema() -> str:
-        return SCHEMA_PATH.read_text()
+        return (REPO_ROOT / "statemachine" / "sweep-input.schema.json").read_text()
 
     @server.resource(
         COMPARISON_URI,

@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> None:
         help="tests only: add a fixed random vector of this scale to the logits (serial and "
         "batched), so that the agreement check has a wrong rig to find",
     )
+    parser.add_argument(
+        "--test-fail-at-load",
+        default="none",
+        help="tests only: the model load fails with this message (none: it does not)",
+    )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     args = parser.parse_args(argv)
     if args.test_logit_perturbation and args.batching == "continuous":
@@ -61,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         from rigs.torch.continuous import ContinuousEngine
         from rigs.torch.engine import TorchEngine
 
+        if args.test_fail_at_load != "none":
+            raise RuntimeError(args.test_fail_at_load)
         source = resolve_model(args.model, seed=args.seed)
         tokenizer = ServingTokenizer.from_pretrained(source.path)
         engine: Engine

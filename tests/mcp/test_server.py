@@ -7,12 +7,14 @@ over the wire."""
 import json
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, MCPError
 from mcp.types import TextResourceContents
+from rich.console import Console
 
 from functions.execution_input import SCHEMA_PATH, SweepInput
 from functions.settings import PROJECT_TAG, sweep_report_key
@@ -26,6 +28,7 @@ from rigbench.mcp.server import (
     build_server,
 )
 from rigbench.mcp.tools import Refused, SweepTools
+from rigbench.progress import boot_failures, status_table
 from rigbench.stack.local import LocalStack
 from rigs.registry import discover
 from tests.local.conftest import sweep_input
@@ -33,6 +36,7 @@ from tests.mcp.conftest import (
     CEILING_USD,
     DESTRUCTIVE,
     QUOTA_VCPUS,
+    SWEEP_TIMEOUT_S,
     TOOLS,
     ok,
     refused,
@@ -321,3 +325,41 @@ def test_a_report_kept_as_a_file_is_written_again_from_the_bucket(stack: LocalSt
     assert stack.report_location("mcp-kept") == str(kept)
     assert kept.read_text() == page
     kept.unlink()
+
+
+def test_a_rig_that_dies_says_why_in_the_status_the_report_and_mcp(stack: LocalStack) -> None:
+    """The rig's load fails (a test-only setting) with a line as long as torch's out-of-memory
+    message: its words reach every place a failed boot is shown, not "no output". (A setting
+    holds no space: it goes unquoted into the rig's command line.)"""
+    free = "GPU_0_has_a_total_capacity_of_79.19_GiB_of_which_2.23_GiB_is_free."
+    why = "torch.OutOfMemoryError:CUDA_out_of_memory.Tried_to_allocate_4.38_GiB." + free * 9
+    failing = sweep_input(
+        sweep_id="mcp-rig-dies", rig_settings={"torch": {"test_fail_at_load": why}}
+    )
+
+    async def body(client: Client) -> None:
+        await ok(client, "start_sweep", failing)
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        while not (status := await ok(client, "sweep_status", {"sweep_id": "mcp-rig-dies"}))[
+            "done"
+        ]:
+            assert time.monotonic() < deadline, status
+            await anyio.sleep(0.5)
+        [boot] = status["progress"]["boots"]
+        assert boot["error"] == "InstallFailed"
+        assert "rig torch exited with code 1" in boot["cause"]
+        assert why[-200:] in boot["cause"]
+        assert any(why[-200:] in line for line in status["explained"])
+
+    with_client(stack, body)
+
+    progress = stack.describe_sweep("mcp-rig-dies")
+    console = Console(record=True, width=200)
+    console.print(status_table(progress))
+    for line in boot_failures(progress):
+        console.print(line)
+    shown = console.export_text()
+    assert "no output" not in shown
+    assert free in shown
+    report = Path(stack.report_location("mcp-rig-dies")).read_text()
+    assert free in report

@@ -164,12 +164,17 @@ def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
         assert state["Parameters"]["FunctionName"].startswith("${"), name
 
 
-def test_every_wait_comes_from_the_input() -> None:
-    waits = [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Wait"]
-    assert len(waits) == 3
-    for state in waits:
+def test_every_wait_is_the_one_its_loop_s_check_computed() -> None:
+    """Each loop's check returns how long to wait (the input's waits through
+    functions/poll_schedule.py) and its Wait reads exactly that, then checks again."""
+    states = all_states(DEFINITION["States"])
+    waits = {name: s for name, s in states.items() if s["Type"] == "Wait"}
+    assert set(waits) == {"WaitForAgent", "WaitForRig", "WaitForHarness"}
+    for state in waits.values():
         assert "Seconds" not in state
-        assert state["SecondsPath"].startswith("$.sweep.waits.")
+        check = states[state["Next"]]
+        assert check["ResultSelector"]["wait_s.$"] == "$.Payload.wait_s"
+        assert state["SecondsPath"] == f"{check['ResultPath']}.wait_s"
 
 
 def test_map_concurrency_comes_from_the_quota_room() -> None:
