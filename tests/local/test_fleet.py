@@ -1,6 +1,7 @@
 """The local fleet: instance commands run in workspaces, report like SSM, and die on terminate."""
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,9 @@ from functions.execution_input import parse_sweep_input
 from functions.instance_commands import probe_commands
 from functions.settings import RIG_TAG
 from hardware.instance_types import get_instance_type
-from rigbench.emulation.fleet import CommandNotDelivered, LaunchedInstance
+from hardware.local_host import gpu_count
+from rigbench.emulation.fleet import CommandNotDelivered, LaunchedInstance, LaunchRequest
+from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.fleet import STDOUT_LIMIT, LocalFleet, UnknownInstanceError, write_status
 from rigbench.local.procs import group_alive
 from rigbench.local.session import rig_serve_command
@@ -159,14 +162,19 @@ def test_a_rig_that_dies_is_a_failed_install_and_the_agent_stays_online(
         fleet._home,
         fleet._groups,
         lambda spec, port: [
-            sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(4)"
+            sys.executable, "-c",
+            "import sys; print('loading'); print('no GPU here: ' + 'x' * 2000 + ' the end'); "
+            "sys.exit(4)",
         ],
     )  # fmt: skip
     instance = crashing.launch("i-0dead", TORCH)
     status_file = instance.workspace / "status.json"
     wait_for(lambda: json.loads(status_file.read_text())["phase"] == "failed")
     status = json.loads(status_file.read_text())
-    assert status["error"] == "rig torch exited with code 4: no GPU here"
+    # a last line too long for the bound keeps its end (it once left "no output")
+    assert status["error"].startswith("rig torch exited with code 4: the end of its log:\n…")
+    assert status["error"].endswith("x" * 100 + " the end")
+    assert len(status["error"]) < 1600
     assert crashing.agent_online("i-0dead")  # SSM can still reach it to read that
     assert crashing.terminate("i-0dead")
     assert not crashing.agent_online("i-0dead")
@@ -233,3 +241,37 @@ def test_a_launched_instance_serves_the_plan_its_user_data_carries(fleet: LocalF
     assert "--dtype float16" in " ".join(argv)
     assert "--set batching=serial" in " ".join(argv)
     assert "--port 8123 --host 127.0.0.1" in " ".join(argv)
+
+
+@pytest.mark.slow
+def test_one_instance_per_gpu(
+    fleet: LocalFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine with two GPUs (nvidia-smi, as the driver's tool answers) two instances
+    hold one each, a third launch is refused as an AZ without capacity refuses it, and an
+    instance that ends frees its GPU."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text("#!/bin/sh\nprintf '0\\n1\\n'\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    gpu_count.cache_clear()
+    request = LaunchRequest("g5g.2xlarge", "subnet-1", "us-east-1a", "spot")
+    try:
+        assert EmulatedAccount().quota_vcpus == 16
+        held = []
+        for instance_id in ("i-0gpu0", "i-0gpu1"):
+            assert fleet.capacity_error(request) is None
+            held.append(fleet.launch(instance_id, TORCH))
+        assert [i.gpu for i in held] == [0, 1]
+        assert fleet.capacity_error(request) == "InsufficientInstanceCapacity"
+        for instance in held:
+            fleet.send_command("gpu", instance.instance_id, ["echo $CUDA_VISIBLE_DEVICES"], 30)
+            assert _done(fleet, "gpu", instance.instance_id) == "Success"
+            output = fleet.invocation("gpu", instance.instance_id).StandardOutputContent
+            assert output.strip() == str(instance.gpu)
+        assert fleet.terminate("i-0gpu0")
+        assert fleet.capacity_error(request) is None
+        assert fleet.launch("i-0gpu2", TORCH).gpu == 0
+    finally:
+        gpu_count.cache_clear()

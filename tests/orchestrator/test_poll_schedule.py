@@ -48,3 +48,24 @@ def test_a_ramped_loop_is_never_late_by_more_than_its_growth() -> None:
         wait = next_wait_s(45, 1, age)
         assert wait <= min(45, max(1, GROWTH * age))
         age += wait
+
+
+def test_a_local_sweep_without_waits_polls_from_one_second_where_its_history_allows() -> None:
+    from functions.execution_input import HISTORY_EVENT_LIMIT, SweepInput
+    from rigbench.stack.local import at_local_speed
+
+    base = {"rigs": ["torch", "jax"], "model": "random:tiny", "budget_usd": 5}
+    small = SweepInput.model_validate({**base, "boots_per_rig": 3})
+    assert at_local_speed(small).waits.first_poll_s == 1
+    assert at_local_speed(small).history_events() <= HISTORY_EVENT_LIMIT
+    named = SweepInput.model_validate({**base, "waits": {"ready_poll_s": 7}})
+    assert at_local_speed(named) is named  # the input's own waits stand
+    # 3 x 3 boots fit at the cloud's polls, not with each loop starting fast: as given
+    large = SweepInput.model_validate(
+        {**base, "rigs": ["torch", "jax", "vllm"], "boots_per_rig": 3}
+    )
+    assert large.history_events() <= HISTORY_EVENT_LIMIT
+    assert at_local_speed(large) is large
+    # an adaptive sweep keeps the cap its history allows at the cloud's polls
+    adaptive = SweepInput.model_validate({**base, "boots_per_rig": "auto"})
+    assert at_local_speed(adaptive).boots_cap() == adaptive.boots_cap()
