@@ -100,7 +100,9 @@ def imported_files(modules: list[str], root: Path = REPO_ROOT) -> list[Path]:
     installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
     found = set()
     for name in filter(None, loaded):
-        path = Path(name).resolve()
+        # not resolved: an installed rigbench's project links its packages from site-packages
+        # (rigbench/project_files.py), and what it imported through them is the project's
+        path = Path(os.path.abspath(name))
         if any(path.is_relative_to(prefix) for prefix in installed):
             continue
         if path.is_relative_to(root) and path.suffix == ".py":
