@@ -557,7 +557,7 @@ def release_unlaunched(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, i
     that began to launch (`launch_anchor`) is Finish's, the reaper's or the sweep end's to bill.
     Returns the boots released."""
     released = []
-    for record in _open_boot_items(ddb, table, sweep_id):  # Query only: Summarize's grant
+    for record in open_boot_items(ddb, table, sweep_id):  # Query only: Summarize's grant
         if "launch_anchor" in record or _ids(record):
             continue
         rig, boot = ledger.rig_boot_of_sk(record["sk"]["S"])
@@ -607,11 +607,11 @@ def open_sweeps(ddb: Any, table: str) -> list[dict[str, Any]]:
 def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     """(rig, boot) of the sweep's boots still holding a reservation."""
     return [
-        ledger.rig_boot_of_sk(item["sk"]["S"]) for item in _open_boot_items(ddb, table, sweep_id)
+        ledger.rig_boot_of_sk(item["sk"]["S"]) for item in open_boot_items(ddb, table, sweep_id)
     ]
 
 
-def _open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
+def open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
     found = []
     for page in ddb.get_paginator("query").paginate(
         TableName=table,
