@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions import clock
-from functions.budget import close_sweep, open_boot_items, open_sweeps
+from functions.budget import close_sweep, open_boot_items, open_sweeps, write_with_month
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.errors import error_code
 from functions.observability import instrumented, logger, metrics
@@ -193,36 +193,19 @@ def bill_stray(
     seconds = max(0.0, ended_at - tagged.launched_at)
     spent = to_micro(price * seconds / 3600)
     month = month_of(datetime.fromtimestamp(ended_at, UTC))
-    try:
-        ddb.transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": ledger_table,
-                        "Key": ledger.stray(tagged.instance_id),
-                        "UpdateExpression": "SET spent = :spent, seconds = :secs, #m = :month",
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                        "ExpressionAttributeNames": {"#m": "month"},
-                        "ExpressionAttributeValues": {
-                            ":spent": {"N": str(spent)},
-                            ":secs": {"N": f"{seconds:.3f}"},
-                            ":month": {"S": month},
-                        },
-                    }
-                },
-                {
-                    "Update": {
-                        "TableName": ledger_table,
-                        "Key": ledger.month_total(month),
-                        "UpdateExpression": "ADD committed :spent",
-                        "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
-                    }
-                },
-            ]
-        )
-    except ClientError as exc:
-        if error_code(exc) != "TransactionCanceledException":
-            raise
+    stray = {
+        "TableName": ledger_table,
+        "Key": ledger.stray(tagged.instance_id),
+        "UpdateExpression": "SET spent = :spent, seconds = :secs, #m = :month",
+        "ConditionExpression": "attribute_not_exists(pk)",
+        "ExpressionAttributeNames": {"#m": "month"},
+        "ExpressionAttributeValues": {
+            ":spent": {"N": str(spent)},
+            ":secs": {"N": f"{seconds:.3f}"},
+            ":month": {"S": month},
+        },
+    }
+    if not write_with_month(ddb, ledger_table, [{"Update": stray}], month, spent):
         return 0.0  # billed by an earlier pass
     return usd(spent)
 
