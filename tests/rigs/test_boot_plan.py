@@ -188,7 +188,7 @@ def test_user_data_template_still_renders_for_every_rig(tmp_path: Path) -> None:
             rig=rig,
             model="random:tiny",
             deadline_epoch=2_000_000_000,
-            bundle_s3_uri="s3://bucket-x/bundle.tar.gz",
+            bundle_s3_uri="s3://bucket-x/bundle/abababababababababababababababababababababababababababababababab.tar.gz",
             region="us-east-1",
             dtype=plan.dtype,
             settings=dict(plan.settings),
