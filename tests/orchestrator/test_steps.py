@@ -94,9 +94,9 @@ def test_over_budget_fails_before_launch_saying_by_how_much(emu: Emulation) -> N
     assert described["status"] == "FAILED"
     error, cause = error_of(described)
     assert error == "OverBudget"
-    # 2 boots x $0.40/h x 1 h = $0.80 against $0.50
-    assert "estimate $0.80" in cause
-    assert "over the sweep budget $0.50 by $0.30" in cause
+    # 2 boots x $0.40/h x (1 h + 120 s for the relaunch allowed) = $0.83 against $0.50
+    assert "estimate $0.83 (2 boots x $0.4000/h x (1 h deadline + 1 relaunch x 120 s))" in cause
+    assert "over the sweep budget $0.50 by $0.33" in cause
     assert fleet_of(emu).launch_requests == []
     ledger = ledger_items(emu, f"SWEEP#{sweep_id_of(described)}")
     assert set(ledger) == {"OWNER"}, "the sweep id was claimed, nothing was reserved"
