@@ -93,6 +93,8 @@ class Outcome:
     seconds: float
     interruptions: int = 0  # spot reclaims the sweep's boots were relaunched after
     note: str = ""
+    within_reservation: bool = True  # every boot billed at most what it reserved
+    month_within_cap: bool = True  # the month's committed total at most its cap
     # A live instance is billed to when its TerminateInstances call returned, which is up to
     # this much (summed over instances) after the emulation saw it end: the call's latency.
     terminate_latency_s: float = 0.0
@@ -111,6 +113,8 @@ class Outcome:
             and not self.reservations_open
             and self.committed_delta_ok
             and self.billed_within_tolerance()
+            and self.within_reservation
+            and self.month_within_cap
         )
 
     def row(self) -> str:
@@ -272,6 +276,34 @@ def _ended_without_finish(emu: Emulation, arn: str) -> bool:
     return status in ENDS_WITHOUT_FINISH
 
 
+def _warned_never_reclaimed(emu: Emulation, arn: str) -> str:
+    """The interruption warning arrives mid-benchmark and EC2 never reclaims the instance (the
+    slowest reclaim there is): the relaunch itself must end it."""
+    fleet = _scripted(emu)
+    if not fleet.bench_started.wait(60):
+        raise TimeoutError("the benchmark never started")
+    time.sleep(1.0)
+    (warned,) = list(fleet.alive)
+    emu.interrupt_spot(warned)
+    fleet.bench = "success"
+    # Launch returns before the replacement's agent is first checked: by then it must be gone.
+    deadline = time.monotonic() + 60
+    while not any(n for i, n in fleet.agent_checks.items() if i != warned):
+        if time.monotonic() > deadline:
+            return f"{warned} warned, never reclaimed; no replacement was checked"
+        time.sleep(0.01)
+    still_running = warned in fleet.alive
+    emu.wait(arn, 120)
+    times = emu.seams.times
+    replacement = max((i for i in fleet.instances if i != warned), key=times.launched.__getitem__)
+    overlap = times.ended[warned] - times.launched[replacement]
+    how = "still running" if still_running else "ended by the relaunch"
+    return (
+        f"{warned} warned, never reclaimed: {how} when its replacement's agent was first "
+        f"checked ({overlap:.1f} s after the replacement launched)"
+    )
+
+
 def _reclaim_arrange(emu: Emulation) -> None:
     _scripted(emu).bench = "running"
 
@@ -352,6 +384,9 @@ CASES: list[Case] = [
     Case("spot-reclaim-relaunched", "EC2 reclaims the spot instance mid-benchmark; the boot "
          "relaunches and completes", _reclaim_arrange, _reclaim_mid_benchmark,
          body={"waits": SLOW_POLL}),
+    Case("late-warning-slow-reclaim", "the spot warning arrives mid-benchmark and EC2 never "
+         "reclaims; the relaunch ends the warned instance, the boot stays within its "
+         "reservation", _reclaim_arrange, _warned_never_reclaimed, body={"waits": SLOW_POLL}),
     Case("decide-round-fails", "an adaptive sweep's DecideRound raises after the first round's "
          "boots were stored; the sweep ends with its report, the unlaunched boots released",
          _fail("DecideRoundFunction", "raise"), _released_note, body=ADAPTIVE,
@@ -452,6 +487,7 @@ def run_case(emu: Emulation, case: Case, timeout_s: float = 120) -> Outcome:
     times = emu.seams.times
     truth = sum(times.ended.get(i, time.time()) - int(times.launched[i]) for i in launched)
     latency = sum(times.answered[i] - times.ended[i] for i in launched if i in times.answered)
+    month = ledger_items(emu, ledger.month_pk(ledger.month_of(datetime.now(UTC))))[ledger.TOTAL]
     return Outcome(
         case=case.name,
         status=described["status"],
@@ -466,6 +502,10 @@ def run_case(emu: Emulation, case: Case, timeout_s: float = 120) -> Outcome:
         interruptions=int(json.loads(described.get("output") or "{}").get("interruptions", 0)),
         note=note,
         terminate_latency_s=round(latency, 3),
+        within_reservation=all(
+            int(b.get("spent", {}).get("N", "0")) <= int(b["reserved"]["N"]) for b in boots.values()
+        ),
+        month_within_cap=int(month["committed"]["N"]) <= int(month["cap"]["N"]),
     )
 
 

@@ -40,13 +40,12 @@ from functions.errors import (
     error_code,
 )
 from functions.launch import CAPACITY_ERRORS, encrypted_root, launch_image
-from functions.settings import DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Settings
+from functions.settings import BAKE_TAG, DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Settings
 from functions.tables import ledger
 from functions.tables.ledger import month_of, to_micro, usd
 from hardware.instance_types import BUILDERS, Architecture, get_instance_type
 from rigs.registry import get_rig
 
-BAKE_TAG = "rigbench:bake"
 STANDARD_ON_DEMAND_QUOTA = "L-1216C47A"  # Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
 STATUS_FILE = "/var/lib/rigbench/bake-status.json"
 USER_DATA = Path(__file__).with_name("bake_user_data.sh.j2")

@@ -42,6 +42,7 @@ def base_image(arch: str, stack_ami_parameter: str) -> str:
 
 
 CPU_DTYPE = "float32"  # every rig serves it; a CPU has no half-precision datapath worth having
+WAITING_SETTING = "max_waiting"  # a rig server's bound on requests waiting for a slot
 
 
 def plan_boot(
@@ -93,6 +94,8 @@ def plan_for(
     if itype.compute_capability is None:
         settings.update(cpu_context(sweep, rig))
     settings.update(sweep.rig_settings.get(rig_name, {}))  # by the entry: jax@b has its own
+    if isinstance(waiting := settings.get(WAITING_SETTING), int):  # no cell is ever refused
+        settings[WAITING_SETTING] = max(waiting, *sweep.cells.concurrency)
     return BootPlan(
         rig=rig.name,
         instance_type=itype.name,

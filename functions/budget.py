@@ -21,6 +21,27 @@ from hardware.instance_types import UnknownInstanceType, get_instance_type
 
 OPEN_ATTRIBUTE = "open"
 OPEN_SWEEPS_INDEX = "open_sweeps"
+# What one spot relaunch may add to a boot's run: Launch terminates the warned instance as soon
+# as its replacement is launched, within the Launch function's timeout (100 s), and EC2
+# reclaims it two minutes after its warning anyway. Each allowed relaunch reserves this much.
+RELAUNCH_OVERLAP_S = 120
+MONTH_CHARGE_ATTEMPTS = 8
+
+
+def boot_seconds(sweep: SweepConfig) -> int:
+    """The most instance-seconds one boot can run: its deadline, plus an overlap per allowed
+    relaunch (the warned instance and its replacement both running)."""
+    return sweep.deadlines.instance_s + sweep.max_interruptions_per_boot * RELAUNCH_OVERLAP_S
+
+
+def boot_seconds_text(sweep: SweepConfig) -> str:
+    """How `boot_seconds` is made up, in words: "2 h deadline", or with relaunches allowed
+    "(2 h deadline + 1 relaunch x 120 s)"."""
+    text = f"{sweep.deadlines.instance_s / 3600:g} h deadline"
+    k = sweep.max_interruptions_per_boot
+    if k:
+        text = f"({text} + {k} relaunch{'es' if k > 1 else ''} x {RELAUNCH_OVERLAP_S} s)"
+    return text
 
 
 def subnet_zones(ec2: Any, subnets: list[str]) -> dict[str, str]:
@@ -153,8 +174,7 @@ def price_sweep(
     price, source = price_per_hour(
         clients.ec2, sweep.market, sweep.instance_type, sweep.subnets, settings.region
     )
-    hours = sweep.deadlines.instance_s / 3600
-    per_boot = to_micro(price * hours)
+    per_boot = to_micro(price * boot_seconds(sweep) / 3600)
     # The worst case: every rig x its cap (an adaptive sweep releases what it did not launch).
     boots = sweep.boot_count()
     total = per_boot * boots
@@ -169,8 +189,9 @@ def price_sweep(
     )
     if total > budget:
         raise OverBudget(
-            f"estimate ${usd(total):.2f} ({boots} boots x ${price:.4f}/h x {hours:g} h "
-            f"deadline{', the most max_boots_per_rig allows' if sweep.adaptive else ''}) is over "
+            f"estimate ${usd(total):.2f} ({boots} boots x ${price:.4f}/h x "
+            f"{boot_seconds_text(sweep)}"
+            f"{', the most max_boots_per_rig allows' if sweep.adaptive else ''}) is over "
             f"the sweep budget ${sweep.budget_usd:.2f} by ${usd(total - budget):.2f}; lower "
             f"{'max_boots_per_rig' if sweep.adaptive else 'boots'} or deadlines.instance_s, or "
             "raise budget_usd"
@@ -352,44 +373,31 @@ def _bill_late(
         if instance_id in billed:
             continue
         spent = to_micro(price * seconds / 3600)
-        try:
-            ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": ledger.boot(sweep_id, rig, boot),
-                            "UpdateExpression": "ADD spent :spent, seconds :secs, billed_ids :id",
-                            "ConditionExpression": "NOT contains(billed_ids, :one)",
-                            "ExpressionAttributeValues": {
-                                ":spent": {"N": str(spent)},
-                                ":secs": {"N": f"{seconds:.3f}"},
-                                ":id": {"SS": [instance_id]},
-                                ":one": {"S": instance_id},
-                            },
-                        }
+        writes = [
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": ledger.boot(sweep_id, rig, boot),
+                    "UpdateExpression": "ADD spent :spent, seconds :secs, billed_ids :id",
+                    "ConditionExpression": "NOT contains(billed_ids, :one)",
+                    "ExpressionAttributeValues": {
+                        ":spent": {"N": str(spent)},
+                        ":secs": {"N": f"{seconds:.3f}"},
+                        ":id": {"SS": [instance_id]},
+                        ":one": {"S": instance_id},
                     },
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": ledger.sweep_total(sweep_id),
-                            "UpdateExpression": "ADD spent :spent",
-                            "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": ledger.month_total(month),
-                            "UpdateExpression": "ADD committed :spent",
-                            "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
+                }
+            },
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": ledger.sweep_total(sweep_id),
+                    "UpdateExpression": "ADD spent :spent",
+                    "ExpressionAttributeValues": {":spent": {"N": str(spent)}},
+                }
+            },
+        ]
+        if not write_with_month(ddb, table, writes, month, spent):
             continue  # billed by a concurrent caller
         total += spent
         logger.warning(
@@ -514,40 +522,86 @@ def _close_boot(
         "ExpressionAttributeNames": {"#s": "status"},
         "ExpressionAttributeValues": values,
     }
-    try:
-        totals = _totals_settled(table, sweep_id, month, reserved, spent)
-        ddb.transact_write_items(TransactItems=[{"Update": boot_update}, *totals])
-    except ClientError as exc:
-        if error_code(exc) != "TransactionCanceledException":
-            raise
-        return False
-    return True
+    sweep_update = {
+        "TableName": table,
+        "Key": ledger.sweep_total(sweep_id),
+        "UpdateExpression": "ADD reserved :release, spent :spent",
+        "ExpressionAttributeValues": {
+            ":release": {"N": str(-reserved)},
+            ":spent": {"N": str(spent)},
+        },
+    }
+    writes = [{"Update": boot_update}, {"Update": sweep_update}]
+    return write_with_month(ddb, table, writes, month, spent - reserved)
 
 
-def _totals_settled(
-    table: str, sweep_id: str, month: str, reserved: int, spent: int
-) -> list[dict[str, Any]]:
-    return [
-        {
-            "Update": {
-                "TableName": table,
-                "Key": ledger.sweep_total(sweep_id),
-                "UpdateExpression": "ADD reserved :release, spent :spent",
-                "ExpressionAttributeValues": {
-                    ":release": {"N": str(-reserved)},
-                    ":spent": {"N": str(spent)},
-                },
-            }
-        },
-        {
-            "Update": {
-                "TableName": table,
-                "Key": ledger.month_total(month),
-                "UpdateExpression": "ADD committed :delta",
-                "ExpressionAttributeValues": {":delta": {"N": str(spent - reserved)}},
-            }
-        },
-    ]
+def month_update(
+    ddb: Any, table: str, month: str, delta: int, cap: int | None = None
+) -> dict[str, Any]:
+    """The month's update for a change of `delta` micro-USD in what it has committed. A release
+    (delta <= 0) goes in as is. A charge goes into `committed` only up to the month's cap (the
+    `cap` its reservations recorded, else the one given), and what is left over into `overrun`:
+    spent, so recorded, but `committed` never passes the cap, so every later reservation is
+    refused. Conditioned on the `committed` it read: a concurrent change fails it."""
+    key = ledger.month_total(month)
+    if delta <= 0:
+        return {
+            "TableName": table,
+            "Key": key,
+            "UpdateExpression": "ADD committed :delta",
+            "ExpressionAttributeValues": {":delta": {"N": str(delta)}},
+        }
+    item = ddb.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item", {})
+    seen = int(item["committed"]["N"]) if "committed" in item else None
+    limit = int(item["cap"]["N"]) if "cap" in item else cap
+    charge = delta if limit is None else min(delta, max(0, limit - (seen or 0)))
+    values: dict[str, Any] = {":charge": {"N": str(charge)}}
+    update = "ADD committed :charge"
+    if charge < delta:
+        values[":over"] = {"N": str(delta - charge)}
+        update += ", overrun :over"
+        logger.error(
+            "spend passed the monthly cap: recorded as the month's overrun",
+            extra={"month": month, "overrun_usd": usd(delta - charge)},
+        )
+    if seen is None:
+        condition = "attribute_not_exists(committed)"
+    else:
+        condition = "committed = :seen"
+        values[":seen"] = {"N": str(seen)}
+    return {
+        "TableName": table,
+        "Key": key,
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": values,
+    }
+
+
+def write_with_month(
+    ddb: Any,
+    table: str,
+    writes: list[dict[str, Any]],
+    month: str,
+    delta: int,
+    cap: int | None = None,
+) -> bool:
+    """`writes` and the month's `month_update` in one transaction, read again and retried
+    while only the month's condition failed (a concurrent charge). False when one of `writes`'
+    own conditions failed (nothing written)."""
+    for _ in range(MONTH_CHARGE_ATTEMPTS):
+        month_write = {"Update": month_update(ddb, table, month, delta, cap)}
+        try:
+            ddb.transact_write_items(TransactItems=[*writes, month_write])
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]
+            if any(code not in ("None", "") for code in reasons[: len(writes)]) or not reasons:
+                return False
+            continue  # only the month moved meanwhile: read it again
+        return True
+    raise RuntimeError(f"the ledger's {month} total kept changing while charging it")
 
 
 def release_unlaunched(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
@@ -557,7 +611,7 @@ def release_unlaunched(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, i
     that began to launch (`launch_anchor`) is Finish's, the reaper's or the sweep end's to bill.
     Returns the boots released."""
     released = []
-    for record in _open_boot_items(ddb, table, sweep_id):  # Query only: Summarize's grant
+    for record in open_boot_items(ddb, table, sweep_id):  # Query only: Summarize's grant
         if "launch_anchor" in record or _ids(record):
             continue
         rig, boot = ledger.rig_boot_of_sk(record["sk"]["S"])
@@ -607,11 +661,11 @@ def open_sweeps(ddb: Any, table: str) -> list[dict[str, Any]]:
 def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     """(rig, boot) of the sweep's boots still holding a reservation."""
     return [
-        ledger.rig_boot_of_sk(item["sk"]["S"]) for item in _open_boot_items(ddb, table, sweep_id)
+        ledger.rig_boot_of_sk(item["sk"]["S"]) for item in open_boot_items(ddb, table, sweep_id)
     ]
 
 
-def _open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
+def open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
     found = []
     for page in ddb.get_paginator("query").paginate(
         TableName=table,

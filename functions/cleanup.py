@@ -84,6 +84,25 @@ def terminate(ec2: Any, instance_id: str) -> None:
         ec2.terminate_instances(InstanceIds=[instance_id])
 
 
+def end_replaced(
+    ec2: Any, project: str, sweep_id: str, rig: str, boot: int, replacement: str
+) -> list[str]:
+    """End the boot's other live instances once `replacement` runs: after a spot warning EC2
+    may take its time to reclaim the warned one, and both would bill meanwhile. They are billed
+    with the boot (`end_boot`), to when EC2 says they stopped."""
+    tags = {PROJECT_TAG: project, SWEEP_TAG: sweep_id, RIG_TAG: rig, BOOT_TAG: str(boot)}
+    ended = [
+        i["InstanceId"]
+        for i in tagged_instances(ec2, tags)
+        if i["InstanceId"] != replacement and i["State"]["Name"] in LIVE
+    ]
+    for instance_id in ended:
+        terminate(ec2, instance_id)
+    if ended:
+        logger.warning("ended the instances a relaunch replaced", extra={"instances": ended})
+    return ended
+
+
 def ended_at(instance: dict[str, Any], fallback: float) -> float:
     """When EC2 says the instance stopped running (its state transition reason)."""
     match = _REASON_TIME.search(instance.get("StateTransitionReason", "") or "")

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 from functions import clock
 from functions.bootstrap import instance_plan, user_data
 from functions.budget import BootEnded, anchor_launch, boot_record, record_instance, subnet_zones
-from functions.cleanup import end_boot
+from functions.cleanup import end_boot, end_replaced
 from functions.deadline import schedule_deadline
 from functions.errors import CapacityUnavailable, error_code
 from functions.events import BootState, Instance
@@ -203,6 +203,11 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             launched_at,
         )
         refuse_if_closed_meanwhile(state, clients, settings, launched["InstanceId"])
+        if state.interruptions:  # the warned instance must not run on beside its replacement
+            end_replaced(
+                clients.ec2, settings.project, sweep.sweep_id, state.rig, state.boot,
+                launched["InstanceId"],
+            )  # fmt: skip
         if settings.deadline_role_arn:
             schedule_deadline(
                 clients.scheduler, settings.deadline_role_arn, launched["InstanceId"], deadline_at

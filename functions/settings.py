@@ -25,6 +25,7 @@ SWEEP_TAG = "rigbench:sweep"
 RIG_TAG = "rigbench:rig"
 BOOT_TAG = "rigbench:boot"
 DEADLINE_TAG = "rigbench:deadline"
+BAKE_TAG = "rigbench:bake"  # a bake's builder instance (its SWEEP_TAG is the bake id)
 
 
 SWEEP_REPORTS_PREFIX = "sweep-reports/"

@@ -40,6 +40,7 @@ from rigbench.progress import (
     status_table,
 )
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError, parse_sweep
+from rigbench.stack.client import report_link_expires_s
 
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
 
@@ -215,7 +216,7 @@ def run_command(
 def report_line(client: StackClient, sweep_id: str) -> str:
     """Where the sweep's report is (unwrapped: a presigned URL is one long line), or why not."""
     try:
-        return f"report: {client.report_location(sweep_id)}"
+        return f"report: {client.report_location(sweep_id, report_link_expires_s())}"
     except StackError as exc:
         return f"report not available: {exc}"
 

@@ -48,10 +48,10 @@ def serve(
     host: Annotated[
         str,
         typer.Option(
-            help="address to listen on: 0.0.0.0 (every interface, as on an instance) or "
-            "127.0.0.1 (this machine only)"
+            help="address to listen on: 127.0.0.1 (this machine only, as on an instance, "
+            "where the harness runs beside the rig) or 0.0.0.0 (every interface)"
         ),
-    ] = "0.0.0.0",
+    ] = "127.0.0.1",
     dtype: Annotated[str | None, typer.Option(help="default: the rig's, or the GPU's")] = None,
     setting: Annotated[
         list[str] | None, typer.Option("--set", help="rig setting KEY=VALUE (repeatable)")

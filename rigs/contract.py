@@ -150,7 +150,7 @@ class RigDefinition(_Strict):
         dtype: str,
         python: str,
         rig_venv: str,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         model_path: str | None = None,
         settings: dict[str, Scalar] | None = None,
     ) -> list[str]:

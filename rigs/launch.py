@@ -33,7 +33,7 @@ def launch_plan(
     *,
     model: str,
     port: int = 8000,
-    host: str = "0.0.0.0",
+    host: str = "127.0.0.1",
     dtype: str | None = None,
     settings: dict[str, Scalar] | None = None,
     rig_venv: Path | None = None,

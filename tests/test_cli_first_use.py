@@ -83,8 +83,9 @@ def test_rig_serve_host_is_described() -> None:
     code, output = invoke("rig", "serve", "--help")
     assert code == 0
     flat = " ".join(output.split())
-    assert "0.0.0.0 (every interface, as on an instance)" in flat
-    assert "127.0.0.1 (this machine only)" in flat
+    assert "127.0.0.1 (this machine only, as on an instance" in flat
+    assert "0.0.0.0 (every interface)" in flat
+    assert "[default: 127.0.0.1]" in flat
 
 
 def test_rig_serve_an_unknown_random_model_is_one_line() -> None:

@@ -13,6 +13,8 @@ Items (pk, sk), amounts in integer micro-dollars so that ADD never drifts:
                                      MarkFinishFailed; the reaper ends the boot)
     EXECUTION#<arn> / SWEEP          sweep_id: the status-change handler's way back to the sweep
     INSTANCE#<id> / INTERRUPTION     written by the spot interruption warning rule
+    INSTANCE#<id> / STRAY            spent, seconds, month: a project instance of no sweep that
+                                     the reaper ended and billed to the month (once)
     REGRESSIONS#2026-12 / <sweep created_at>#<sweep>#<rig>#<cell>#<metric>
                                      a regression alert (functions/alerts.py), by sweep month
 Sweeps still open carry `open` (GSI open_sweeps), so the reaper finds aborted ones by Query.
@@ -97,6 +99,10 @@ def execution_sweep(execution_arn: str) -> dict[str, Any]:
 
 def interruption(instance_id: str) -> dict[str, Any]:
     return key(f"INSTANCE#{instance_id}", "INTERRUPTION")
+
+
+def stray(instance_id: str) -> dict[str, Any]:
+    return key(f"INSTANCE#{instance_id}", "STRAY")
 
 
 def regressions_pk(month: str) -> str:

@@ -8,6 +8,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
+from functions.budget import boot_seconds_text
 from functions.events import SweepConfig
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG
 from rigbench.local.emulated import EmulatedAccount
@@ -20,7 +21,6 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
         parts.append(f"[red]a cloud run of this input would fail:[/] {escape(plan.error)}")
         return Group(*parts)
     sweep = SweepConfig.model_validate(plan.sweep)
-    deadline_h = sweep.deadlines.instance_s / 3600
     boots = (
         f"up to {sweep.boots_cap()} boots (auto: rounds at {sweep.looks()} per rig)"
         if sweep.adaptive
@@ -47,7 +47,7 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
         r = plan.reservation
         parts.append(
             f"price ${r.price_usd_per_hour:.4f}/h ({r.price_source}; emulated spot price "
-            f"${account.spot_price_usd_per_hour:.4f}/h) x {deadline_h:g} h deadline = "
+            f"${account.spot_price_usd_per_hour:.4f}/h) x {boot_seconds_text(sweep)} = "
             f"${r.per_boot_usd:.2f} per boot; {sweep.boot_count()} boots reserve "
             f"${r.total_usd:.2f} of the ${sweep.budget_usd:.2f} budget ({r.month})"
         )

@@ -260,7 +260,10 @@ class BotoStack:
                 overdue = overdue_instances(self.client("ec2"), self.refs.stack_name, time.time())
                 ids = [e["instance"]["InstanceId"] for e in overdue]
                 return ReapReport(dry_run=True, instances=ids)
-            reaped = reap(self._handler_clients(), self.refs.stack_name, self.refs.ledger_table)
+            reaped = reap(
+                self._handler_clients(), self.refs.stack_name, self.refs.ledger_table,
+                region=self.client("ec2").meta.region_name,
+            )  # fmt: skip
         return ReapReport(
             dry_run=False, instances=reaped.instances, released_sweeps=reaped.released_sweeps
         )

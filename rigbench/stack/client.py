@@ -18,7 +18,8 @@ can act on is a `StackError` whose message says what was wrong and what to do, e
 invalid input: `parse_sweep` refuses it, with `InvalidInput`, before a client is called.
 """
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -43,7 +44,23 @@ from rigbench.stack_refs import StackRefs
 if TYPE_CHECKING:  # the statistics (scipy) load only when regressions are read
     from functions.regressions import Regression
 
-REPORT_URL_EXPIRES_S = 24 * 3600
+REPORT_URL_EXPIRES_S = 3600  # a presigned report link's life; RIGBENCH_REPORT_LINK_S sets it
+REPORT_LINK_ENV = "RIGBENCH_REPORT_LINK_S"
+SIGV4_MAX_EXPIRES_S = 7 * 24 * 3600  # the longest a SigV4 presigned URL may live
+
+
+def report_link_expires_s(env: Mapping[str, str] | None = None) -> int:
+    """How long the presigned report link `rigbench run` prints stays valid: 1 h, or
+    RIGBENCH_REPORT_LINK_S seconds (1 to 7 days' worth, SigV4's limit)."""
+    raw = (os.environ if env is None else env).get(REPORT_LINK_ENV, "")
+    if not raw:
+        return REPORT_URL_EXPIRES_S
+    if not raw.isdigit() or not 1 <= int(raw) <= SIGV4_MAX_EXPIRES_S:
+        raise StackError(
+            f"{REPORT_LINK_ENV}={raw!r}: a presigned link lives 1 to {SIGV4_MAX_EXPIRES_S} "
+            "seconds; unset it for 3600 (1 h)"
+        )
+    return int(raw)
 
 
 class StackError(Exception):

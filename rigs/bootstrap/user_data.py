@@ -47,7 +47,10 @@ class BootstrapSpec(BaseModel):
     rig: str
     model: str
     deadline_epoch: Annotated[int, Field(gt=1_600_000_000)]
-    bundle_s3_uri: Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+")]
+    # bundle/<sha256>.tar.gz (rigbench.bundle): the instance checks the file against its key.
+    bundle_s3_uri: Annotated[
+        str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?[0-9a-f]{64}\.tar\.gz$")
+    ]
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
     hf_token_secret_id: str | None = None  # a SecretString holding the bare token
     dtype: str | None = None
@@ -71,6 +74,11 @@ class BootstrapSpec(BaseModel):
             if not _SAFE.match(key) or not _SAFE.match(str(item)):
                 raise ValueError(f"setting {key}={item!r} has characters not allowed")
         return value
+
+    @property
+    def bundle_sha256(self) -> str:
+        """The sha256 the bundle's key names (its file name)."""
+        return self.bundle_s3_uri.rsplit("/", 1)[1].removesuffix(".tar.gz")
 
     def serve_argv(
         self, python: str | None = None, port: int = INSTANCE_PORT, host: str | None = None
@@ -110,6 +118,7 @@ def render_user_data(spec: BootstrapSpec, paths: InstancePaths | None = None) ->
         paths=paths,
         install_script=install.rstrip("\n"),
         serve_command=" ".join(spec.serve_argv()),
+        bundle_sha256=spec.bundle_sha256,
     )
     if len(text.encode()) > USER_DATA_LIMIT:
         raise ValueError(f"user data is {len(text.encode())} bytes, over EC2's 16 KiB")

@@ -200,6 +200,7 @@ class JaxEngine(ScoredStreams):
             cfg.eos_token_ids if eos_token_ids is None else eos_token_ids
         )
         self.options = options
+        self.slots = options.max_slots  # requests generated at once
         self.cfg = cfg
         self.params = params
         self.dtype = jnp.dtype(params.embed.dtype)

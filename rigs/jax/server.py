@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rigs.jax import xla_flags
 from rigs.serving.engine import Engine
-from rigs.serving.serve import serve
+from rigs.serving.serve import add_bound_arguments, serve
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import cache_root, resolve_model
 
@@ -128,7 +128,7 @@ def true_max_model_len(requested: int, max_position_embeddings: int) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rigs.jax.server", description=__doc__)
     parser.add_argument("--model", required=True, help="random:tiny, a directory or a hub id")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0: every interface")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     parser.add_argument("--max-model-len", type=int, default=4096)
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         "compiling them (rigs/jax/executables.py; '' to disable; env RIGBENCH_JAX_COMPILE_CACHE)",
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
+    add_bound_arguments(parser)
     args = parser.parse_args(argv)
     xla_flags.configure()  # before JAX starts its backend (build_engine imports it)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -172,7 +173,14 @@ def main(argv: list[str] | None = None) -> None:
         engine, source_path = build_engine(args)
         return engine, ServingTokenizer.from_pretrained(source_path)
 
-    serve(load, args.host, args.port, served_model_names=args.served_model_name or [args.model])
+    serve(
+        load,
+        args.host,
+        args.port,
+        served_model_names=args.served_model_name or [args.model],
+        max_waiting=args.max_waiting,
+        request_timeout_s=args.request_timeout_s,
+    )
 
 
 def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:

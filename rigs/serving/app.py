@@ -3,6 +3,13 @@
 `/health` answers 200 only once the engine has produced real tokens (a warm-up generation
 after loading) and the last generation did not fail; 503 before, with the phase.
 
+Bounds a benchmark never meets: the server holds at most its engine's slots plus
+`max_waiting` generation requests (running or waiting for a slot, default 1,024 waiting, at
+least a sweep's highest concurrency); one more is refused at once, before its body is read,
+with 503 and `Retry-After`. A request still generating `request_timeout_s` after it was
+admitted is ended (504, or an error event on a stream). Errors name what was wrong; an
+engine's own exception text stays in the rig's log, behind a reference the client gets.
+
 The event loop only moves bytes: a body over `max_body_bytes` is refused (413) before it is
 read, a text longer than the context could hold is refused before it is tokenised, and
 parsing and tokenising run on a worker thread, so one huge request never stalls the other
@@ -17,6 +24,7 @@ import contextlib
 import functools
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -59,6 +67,10 @@ log = logging.getLogger("rigs.serving")
 Loader = Callable[[], tuple[Engine, ServingTokenizer]]
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+DEFAULT_MAX_WAITING = 1024  # the sweep schema's highest concurrency (cells.concurrency le)
+# No request of a benchmark runs this long: the harness's own bench deadline is 3,600 s.
+DEFAULT_REQUEST_TIMEOUT_S = 3600.0
+RETRY_AFTER_S = 1
 WARMUP_PROMPT = "Hello"
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client went away
 
@@ -74,6 +86,9 @@ class ServerState:
     error: str | None = None
     last_generation_failed: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_waiting: int = DEFAULT_MAX_WAITING
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    in_flight: int = 0  # generation requests admitted and not yet answered
     # parsing and tokenising: off the event loop, two at a time at most
     workers: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="rig-tokenize")
@@ -82,6 +97,41 @@ class ServerState:
     @property
     def healthy(self) -> bool:
         return self.phase == "ready" and not self.last_generation_failed
+
+    @property
+    def max_in_flight(self) -> int:
+        """The engine's slots (its optional `slots` attribute, else 1) plus `max_waiting`."""
+        return int(getattr(self.engine, "slots", 1)) + self.max_waiting
+
+
+class _Admission:
+    """One admitted request's place in `ServerState.in_flight`, given back once."""
+
+    def __init__(self, state: ServerState) -> None:
+        self._state: ServerState | None = state
+        state.in_flight += 1
+
+    def release(self) -> None:
+        if self._state is not None:
+            self._state.in_flight -= 1
+            self._state = None
+
+
+def _admit(state: ServerState) -> _Admission:
+    if state.in_flight >= state.max_in_flight:
+        raise APIError(
+            503,
+            f"the server holds {state.in_flight} requests, its most ({state.max_waiting} "
+            "waiting for a slot and every slot busy): retry later",
+            type="overloaded_error",
+            code="server_overloaded",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return _Admission(state)
+
+
+class RequestTimedOut(Exception):
+    """The request was still generating `request_timeout_s` after it was admitted."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +149,16 @@ def build_app(
     *,
     served_model_names: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> Starlette:
     """An app over an already-loaded engine (it still warms up before /health says 200)."""
     return build_lazy_app(
         lambda: (engine, tokenizer),
         served_model_names=served_model_names,
         max_body_bytes=max_body_bytes,
+        max_waiting=max_waiting,
+        request_timeout_s=request_timeout_s,
     )
 
 
@@ -114,13 +168,25 @@ def build_lazy_app(
     served_model_names: Sequence[str] = (),
     on_failure: Callable[[str], None] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> Starlette:
     """An app that starts answering at once and loads the engine in the background.
 
     `on_failure(reason)` is called if loading or warm-up fails (e.g. to stop the server so
     a supervisor restarts it). A request body over `max_body_bytes` gets a 413.
     """
-    state = ServerState(served_names=list(served_model_names), max_body_bytes=max_body_bytes)
+    if max_waiting < 0 or request_timeout_s <= 0:
+        raise ValueError(
+            f"max_waiting must be >= 0 and request_timeout_s > 0, not {max_waiting} and "
+            f"{request_timeout_s}"
+        )
+    state = ServerState(
+        served_names=list(served_model_names),
+        max_body_bytes=max_body_bytes,
+        max_waiting=max_waiting,
+        request_timeout_s=request_timeout_s,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -136,8 +202,8 @@ def build_lazy_app(
             Route("/health", _endpoint(state, health), methods=["GET"]),
             Route("/v1/models", _endpoint(state, models), methods=["GET"]),
             Route("/provenance", _endpoint(state, provenance), methods=["GET"]),
-            Route("/v1/completions", _endpoint(state, completions), methods=["POST"]),
-            Route("/v1/chat/completions", _endpoint(state, chat_completions), methods=["POST"]),
+            Route("/v1/completions", _admitted(state, completions), methods=["POST"]),
+            Route("/v1/chat/completions", _admitted(state, chat_completions), methods=["POST"]),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         lifespan=lifespan,
@@ -182,8 +248,41 @@ def _endpoint(state: ServerState, handler: Handler) -> Callable[[Request], Await
     return endpoint
 
 
+def _admitted(state: ServerState, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """`handler` for requests admitted under the server's bound; a stream holds its place
+    until it ends, however it ends."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            admission = _admit(state)
+        except APIError as err:
+            return _error_response(err)
+        try:
+            response = await handler(state, request)
+        except APIError as err:
+            admission.release()
+            return _error_response(err)
+        except BaseException:
+            admission.release()
+            raise
+        if isinstance(response, sse.EventStream):
+            response.on_close = admission.release
+        else:
+            admission.release()
+        return response
+
+    return endpoint
+
+
 def _error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body.model_dump(), status_code=err.status)
+    return JSONResponse(err.body.model_dump(), status_code=err.status, headers=err.headers)
+
+
+def _reference(what: str) -> str:
+    """Logs the exception being handled under a fresh reference; returns the reference."""
+    ref = uuid.uuid4().hex[:12]
+    log.exception("%s (reference %s)", what, ref)
+    return ref
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -193,8 +292,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error")
-    return _error_response(APIError(500, f"internal error: {exc}", type="internal_error"))
+    ref = _reference("unhandled error")
+    message = f"internal error in the rig server (its log has the details under {ref})"
+    return _error_response(APIError(500, message, type="internal_error"))
 
 
 async def health(state: ServerState, request: Request) -> Response:
@@ -494,13 +594,29 @@ def _tokens(state: ServerState, job: _Job) -> AsyncIterator[int]:
 
 
 async def _recorded(state: ServerState, stream: AsyncIterator[_T]) -> AsyncIterator[_T]:
-    """`stream`'s items, recording whether generation works (for /health)."""
+    """`stream`'s items until the request's deadline, recording whether generation works
+    (for /health); past the deadline, `RequestTimedOut` (not a failure of the engine)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + state.request_timeout_s
     try:
-        async for token in stream:
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    token = await anext(stream)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                if loop.time() < deadline:
+                    raise  # the engine's own timeout, not the request's deadline
+                raise RequestTimedOut(
+                    f"the request was still generating after {state.request_timeout_s:g} s, "
+                    "the server's limit (request_timeout_s)"
+                ) from None
             yield token
+    except RequestTimedOut:
+        raise
     except Exception:
         state.last_generation_failed = True
-        log.exception("generation failed")
         raise
     finally:
         # Stops the engine's work for this request if the client went away.
@@ -509,11 +625,24 @@ async def _recorded(state: ServerState, stream: AsyncIterator[_T]) -> AsyncItera
     state.last_generation_failed = False
 
 
+def _generation_error(err: Exception) -> APIError:
+    """What a client is told of a failed generation: the deadline by name, an engine's own
+    error only by the reference under which the rig's log has it."""
+    if isinstance(err, RequestTimedOut):
+        return APIError(504, str(err), type="timeout_error", code="request_timeout")
+    ref = _reference("generation failed")
+    return APIError(
+        500,
+        f"generation failed in the engine (the rig's log has the details under {ref})",
+        type="internal_error",
+    )
+
+
 async def _generate_all(state: ServerState, job: _Job) -> list[int]:
     try:
         return [t async for t in _tokens(state, job)]
     except Exception as err:
-        raise APIError(500, f"generation failed: {err}", type="internal_error") from err
+        raise _generation_error(err) from err
 
 
 async def _generate_scored(state: ServerState, job: _Job) -> list[ScoredToken]:
@@ -524,7 +653,7 @@ async def _generate_scored(state: ServerState, job: _Job) -> list[ScoredToken]:
     try:
         return [t async for t in _recorded(state, stream)]
     except Exception as err:
-        raise APIError(500, f"generation failed: {err}", type="internal_error") from err
+        raise _generation_error(err) from err
 
 
 async def _disconnected(request: Request) -> None:
@@ -626,8 +755,7 @@ async def _stream_chat(state: ServerState, job: _Job) -> AsyncIterator[bytes]:
 
 
 def _stream_error(err: Exception) -> bytes:
-    body = APIError(500, f"generation failed: {err}", type="internal_error").body
-    return sse.event(ErrorResponse(error=body.error))
+    return sse.event(ErrorResponse(error=_generation_error(err).body.error))
 
 
 def _json(payload: BaseModel, status: int = 200) -> Response:

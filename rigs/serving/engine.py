@@ -32,7 +32,10 @@ class ScoredToken:
 
 
 class Engine(Protocol):
-    """A loaded model that generates token ids, one request at a time or batched."""
+    """A loaded model that generates token ids, one request at a time or batched.
+
+    Optional: `slots`, how many requests it generates at once (1 when absent); the server
+    holds that many plus its `max_waiting` and refuses more."""
 
     model_name: str
     max_model_len: int  # prompt + generated tokens must fit

@@ -29,9 +29,11 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers
         self.body = ErrorResponse(
             error=ErrorBody(message=message, type=type, param=param, code=code)
         )

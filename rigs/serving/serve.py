@@ -1,29 +1,56 @@
 """Run the shared app under uvicorn; exit non-zero if the engine cannot load or warm up.
 
+It listens on 127.0.0.1 unless told otherwise: the harness reaches a rig on the same machine.
+
 Exiting (rather than serving 503 forever) lets a supervisor such as systemd restart the rig
 and lets the bootstrap's status file report the failure at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Sequence
 
 import uvicorn
 
-from rigs.serving.app import Loader, build_lazy_app
+from rigs.serving.app import (
+    DEFAULT_MAX_WAITING,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    Loader,
+    build_lazy_app,
+)
 
 log = logging.getLogger("rigs.serving")
 
 
+def add_bound_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's bounds, shared by every rig that serves through `serve`."""
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=DEFAULT_MAX_WAITING,
+        help="requests held waiting for a slot beyond the engine's slots; one more is refused "
+        "with 503 and Retry-After",
+    )
+    parser.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="a request still generating this long after it was admitted is ended",
+    )
+
+
 def serve(
     engine_factory: Loader,
-    host: str = "0.0.0.0",
+    host: str = "127.0.0.1",
     port: int = 8000,
     *,
     served_model_names: Sequence[str] = (),
     log_level: str = "info",
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> None:
     """Serve until interrupted; `engine_factory` runs in a thread after the socket is up."""
     failure: list[str] = []
@@ -35,7 +62,11 @@ def serve(
             server.should_exit = True
 
     app = build_lazy_app(
-        engine_factory, served_model_names=served_model_names, on_failure=on_failure
+        engine_factory,
+        served_model_names=served_model_names,
+        on_failure=on_failure,
+        max_waiting=max_waiting,
+        request_timeout_s=request_timeout_s,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
     server = uvicorn.Server(config)

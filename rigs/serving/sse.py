@@ -23,22 +23,29 @@ def event(payload: BaseModel, *, with_usage: bool = True) -> bytes:
     return b"data: " + payload.model_dump_json(exclude=exclude).encode() + b"\n\n"
 
 
-class _CancellingStream(StreamingResponse):
-    """Streams while listening for the client's disconnect, and cancels the stream on it.
+class EventStream(StreamingResponse):
+    """Streams while listening for the client's disconnect, and cancels the stream on it;
+    `on_close` runs once the stream has ended, however it ended.
 
     Starlette does this only for ASGI spec < 2.4; for 2.4 it notices only when a write
     fails, which can be long after the client left (a long prefill, a quiet detokeniser)."""
 
+    on_close: Callable[[], None] | None = None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as group:
+        try:
+            async with anyio.create_task_group() as group:
 
-            async def run_then_cancel(func: Callable[[], Awaitable[None]]) -> None:
-                await func()
-                group.cancel_scope.cancel()
+                async def run_then_cancel(func: Callable[[], Awaitable[None]]) -> None:
+                    await func()
+                    group.cancel_scope.cancel()
 
-            group.start_soon(run_then_cancel, partial(self.stream_response, send))
-            await run_then_cancel(partial(self.listen_for_disconnect, receive))
+                group.start_soon(run_then_cancel, partial(self.stream_response, send))
+                await run_then_cancel(partial(self.listen_for_disconnect, receive))
+        finally:
+            if self.on_close is not None:
+                self.on_close()
 
 
-def response(events: AsyncIterator[bytes]) -> StreamingResponse:
-    return _CancellingStream(events, media_type="text/event-stream", headers=HEADERS)
+def response(events: AsyncIterator[bytes]) -> EventStream:
+    return EventStream(events, media_type="text/event-stream", headers=HEADERS)

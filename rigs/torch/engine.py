@@ -219,6 +219,7 @@ class TorchEngine(ScoredStreams):
         self.source = source
         self.batching = batching
         self.max_batch = 1 if batching == "serial" else max_batch
+        self.slots = self.max_batch  # requests generated at once (the server's bound adds to it)
         self.batch_gap_s, self.batch_wait_s = batch_gap_s, batch_wait_s
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model: Any = AutoModelForCausalLM.from_pretrained(

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from rigs.serving.engine import Engine
-from rigs.serving.serve import serve
+from rigs.serving.serve import add_bound_arguments, serve
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import resolve_model
 from rigs.torch.engine import DTYPES
@@ -15,7 +15,7 @@ from rigs.torch.engine import DTYPES
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rigs.torch.server", description=__doc__)
     parser.add_argument("--model", required=True, help="random:tiny, a directory or a hub id")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0: every interface")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         help="tests only: the model load fails with this message (none: it does not)",
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
+    add_bound_arguments(parser)
     args = parser.parse_args(argv)
     if args.test_logit_perturbation and args.batching == "continuous":
         parser.error("--test-logit-perturbation works with serial or batched batching only")
@@ -97,7 +98,14 @@ def main(argv: list[str] | None = None) -> None:
         return engine, tokenizer
 
     # As vLLM does, the served name defaults to the --model argument itself.
-    serve(load, args.host, args.port, served_model_names=args.served_model_name or [args.model])
+    serve(
+        load,
+        args.host,
+        args.port,
+        served_model_names=args.served_model_name or [args.model],
+        max_waiting=args.max_waiting,
+        request_timeout_s=args.request_timeout_s,
+    )
 
 
 if __name__ == "__main__":

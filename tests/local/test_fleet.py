@@ -23,14 +23,21 @@ from rigbench.local.session import rig_serve_command
 from rigs.bootstrap.user_data import BootstrapSpec
 from tests.local.conftest import http_rig, wait_for
 
+BUNDLE_KEY = f"bundle/{'ab' * 32}.tar.gz"  # bundle/<sha256>.tar.gz, as rigbench.bundle keys it
 INSTANCE = InstancePlan(
-    "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
+    "torch",
+    "random:tiny",
+    "bucket-x",
+    BUNDLE_KEY,
+    "us-east-1",
+    "",
+    2_000_000_000,
 )
 TORCH = BootstrapSpec(
     rig="torch",
     model="random:tiny",
     deadline_epoch=2_000_000_000,
-    bundle_s3_uri="s3://bucket-x/bundle.tar.gz",
+    bundle_s3_uri="s3://bucket-x/bundle/abababababababababababababababababababababababababababababababab.tar.gz",
     region="us-east-1",
 )
 
@@ -206,7 +213,7 @@ def test_a_launched_instance_serves_the_plan_its_user_data_carries(fleet: LocalF
     text = user_data(
         InstancePlan(
             rig="torch@serial", model="random:tiny", bucket="bucket-x",
-            bundle_key="bundle/x.tar.gz", region="us-east-1", token_secret_arn="",
+            bundle_key=BUNDLE_KEY, region="us-east-1", token_secret_arn="",
             deadline_epoch=2_000_000_000, boot=plan,
         )
     )  # fmt: skip

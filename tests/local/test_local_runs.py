@@ -110,8 +110,10 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
     assert "vllm, torch x 3 boots of google/gemma-4-E2B-it on g5g.2xlarge (spot)" in out
     assert "64 vCPU (emulated) - 0 in use = 64" in out
     assert "at most 6 instances at once" in out  # 8 fit; the sweep has 6 boots
-    # $0.25/h x 2 h instance deadline = $0.50 per boot, 6 boots = $3.00 of $5.00.
-    assert "$0.50 per boot; 6 boots reserve $3.00 of the $5.00 budget" in out
+    # $0.25/h x (2 h instance deadline + 120 s for the one relaunch allowed) = $0.51 per boot,
+    # 6 boots = $3.05 of $5.00.
+    assert "x (2 h deadline + 1 relaunch x 120 s) = $0.51 per boot" in out
+    assert "6 boots reserve $3.05 of the $5.00" in out
     assert out.count("g5g.2xlarge   │ spot") == 6
     assert "no instance was launched" in out
     home = LocalHome(tmp_path / "home")
@@ -128,8 +130,8 @@ def test_dry_run_of_an_adaptive_sweep_plans_its_first_round_and_reserves_its_wor
     code, out = _dry(tmp_path, body, quota_vcpus=64, spot_price=0.25)
     assert code == 0, out
     assert "vllm, torch x up to 4 boots (auto: rounds at [3, 4] per rig) of google/" in out
-    # the worst case, 2 rigs x 4 boots x $0.50, is reserved up front
-    assert "$0.50 per boot; 8 boots reserve $4.00 of the $5.00 budget" in out
+    # the worst case, 2 rigs x 4 boots x $0.508, is reserved up front
+    assert "$0.51 per boot; 8 boots reserve $4.07 of the $5.00" in out
     assert "the first round would launch" in out
     assert out.count("g5g.2xlarge   │ spot") == 6
     assert "later rounds launch up to 2 more boots" in out
@@ -144,8 +146,9 @@ def test_dry_run_says_why_a_cloud_run_would_fail(
     code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=64, spot_price=1.0)
     assert code == 2
     assert out.strip().splitlines() == [
-        "error: a cloud run of this input would fail: estimate $12.00 (6 boots x $1.0000/h x "
-        "2 h deadline) is over the sweep budget $5.00 by $7.00; lower boots or "
+        "error: a cloud run of this input would fail: estimate $12.20 (6 boots x $1.0000/h x "
+        "(2 h deadline + 1 relaunch x 120 s)) is over the sweep budget $5.00 by $7.20; lower "
+        "boots or "
         "deadlines.instance_s, or raise budget_usd"
     ]
     code, out = _dry(tmp_path, REAL_INPUT, quota_vcpus=0)

@@ -16,6 +16,7 @@ from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.emulation import Emulation
 from rigbench.stack.boto import BotoStack
+from rigbench.stack.client import StackError, report_link_expires_s
 from tests import loopback
 from tests.orchestrator.conftest import result_rows, run_sweep, sweep_input
 
@@ -69,7 +70,7 @@ def test_run_follows_a_sweep_to_its_end(stack: Emulation, tmp_path: Path) -> Non
     url = done.output.strip().splitlines()[-1].removeprefix("report: ")
     assert url.startswith(stack.endpoint_url), done.output
     assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url
-    assert "X-Amz-Expires=86400" in url
+    assert "X-Amz-Expires=3600" in url  # an hour, unless RIGBENCH_REPORT_LINK_S says
     assert "/sweep-reports/cli-run-1/report.html?" in url
     fetched = loopback.get(url, timeout=30)
     assert fetched.status_code == 200
@@ -223,3 +224,11 @@ def test_since_far_in_the_past_is_refused_in_one_line() -> None:
     recent = parse_since((datetime.now(UTC) - timedelta(days=30)).date().isoformat())
     assert recent is not None
     assert recent.tzinfo is not None
+
+
+def test_the_report_link_lives_an_hour_unless_told_and_a_bad_life_is_named() -> None:
+    assert report_link_expires_s({}) == 3600
+    assert report_link_expires_s({"RIGBENCH_REPORT_LINK_S": "600"}) == 600
+    for bad in ("0", "-5", "1h", str(7 * 24 * 3600 + 1)):
+        with pytest.raises(StackError, match=f"RIGBENCH_REPORT_LINK_S='{bad}': a presigned"):
+            report_link_expires_s({"RIGBENCH_REPORT_LINK_S": bad})

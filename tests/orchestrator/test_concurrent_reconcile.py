@@ -99,3 +99,36 @@ def test_an_instance_of_a_closed_boot_is_billed_once_when_it_turns_up(emu: Emula
     assert raw["Item"]["billed_ids"] == {"SS": ["i-late"]}
     assert ledger_items(emu, pk)["TOTAL"]["spent"] == spent
     assert ledger_items(emu, f"MONTH#{MONTH}")["TOTAL"]["committed"] == spent
+
+
+def test_boots_billed_past_their_reservations_at_once_never_push_the_month_past_its_cap(
+    emu: Emulation, eager_thread_switches: None
+) -> None:
+    """Each of 16 boots ran 10 s where 1,000 micro-dollars (2 s) were reserved, all reconciled
+    at once, with room for 100 more under the cap: the month's committed total stops at the
+    cap, and what did not fit is the month's overrun, to the micro-dollar."""
+    sweep_id, table, ddb = "sweep-over", emu.physical["LedgerTable"], emu.client("dynamodb")
+    pk, month = f"SWEEP#{sweep_id}", "2026-11"
+    price = str(to_micro(USD_PER_HOUR))
+    _put(emu, {"pk": pk, "sk": "TOTAL", "reserved": str(BOOTS * PER_BOOT), "spent": "0"})
+    for boot in range(BOOTS):
+        _put(emu, {"pk": pk, "sk": boot_sk("torch", boot), "status": "reserved",
+                   "reserved": str(PER_BOOT), "price": price, "month": month})  # fmt: skip
+    cap = BOOTS * PER_BOOT + 100
+    _put(emu, {"pk": f"MONTH#{month}", "sk": "TOTAL", "committed": str(BOOTS * PER_BOOT),
+               "cap": str(cap)})  # fmt: skip
+    threads = [
+        threading.Thread(
+            target=reconcile_boot, args=(ddb, table, sweep_id, "torch", boot, {f"i-{boot}": 10.0})
+        )
+        for boot in range(BOOTS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spent_each = to_micro(USD_PER_HOUR * 10.0 / 3600)
+    assert ledger_items(emu, pk)["TOTAL"]["spent"] == BOOTS * spent_each  # the truth, whole
+    total = ledger_items(emu, f"MONTH#{month}")["TOTAL"]
+    assert total["committed"] == cap
+    assert total["overrun"] == BOOTS * spent_each - cap

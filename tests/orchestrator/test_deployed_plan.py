@@ -96,7 +96,8 @@ def test_a_plan_applies_the_deployed_quota_price_and_settings(
     assert (plan.quota.room_vcpus, plan.quota.max_concurrency) == (16.0, 2)
     assert plan.reservation is not None
     assert plan.reservation.price_usd_per_hour == pytest.approx(0.41)
-    assert plan.reservation.total_usd == pytest.approx(4 * 0.41 * 600 / 3600, abs=1e-5)
+    # 4 boots x $0.41/h x (600 s deadline + 120 s for the one relaunch allowed)
+    assert plan.reservation.total_usd == pytest.approx(4 * 0.41 * 720 / 3600, abs=1e-5)
     assert plan.month is not None
     assert plan.month.cap_usd == MONTHLY_CAP_USD
     stack_subnets = [s["SubnetId"] for s in deployed.client("ec2").describe_subnets()["Subnets"]]

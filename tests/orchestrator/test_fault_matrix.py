@@ -30,8 +30,10 @@ def test_fault_leaves_nothing_running_open_or_unbilled(emu: Emulation, case: Cas
     if case.name == "finish-gives-up-mid-sweep":
         ended_after = float(re.findall(r"ended ([\d.]+) s after", outcome.note)[0])
         assert ended_after < 60, outcome  # the reaper's schedule is every minute
-    if case.name == "spot-reclaim-relaunched":
+    if case.name in ("spot-reclaim-relaunched", "late-warning-slow-reclaim"):
         assert (outcome.instances_launched, outcome.interruptions) == (2, 1), outcome
+    if case.name == "late-warning-slow-reclaim":
+        assert "ended by the relaunch when its replacement's agent" in outcome.note, outcome
     if case.name in ("decide-round-fails", "stop-at-round-boundary"):
         assert outcome.instances_launched == 6, outcome  # the first round: 3 boots x 2 rigs
     if case.name == "decide-round-fails":

@@ -114,7 +114,13 @@ def test_probe_output_parses_both_shapes() -> None:
 @pytest.mark.slow
 def test_commands_pass_shellcheck(tmp_path: Path) -> None:
     plan = InstancePlan(
-        "torch", "random:tiny", "bucket-x", "bundle/x.tar.gz", "us-east-1", "", 2_000_000_000
+        "torch",
+        "random:tiny",
+        "bucket-x",
+        f"bundle/{'ab' * 32}.tar.gz",
+        "us-east-1",
+        "",
+        2_000_000_000,
     )
     cells = CellsConfig.model_validate(LoadCells(concurrency=[1, 8]).model_dump())
     for name, commands in {

@@ -35,7 +35,9 @@ def test_monthly_cap_refuses_a_sweep_that_would_cross_it(capped: Emulation) -> N
     fleet.bench = "running"
     deadlines = {"ready_s": 20, "bench_s": 600, "instance_s": 7200}
     body = sweep_input(
-        deadlines=deadlines, waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1}
+        deadlines=deadlines,
+        waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1},
+        max_interruptions_per_boot=0,  # no relaunch allowance: 2 h x $0.30 exactly
     )
     holding = capped.start_execution(body)  # reserves 2 h x $0.30 = $0.60 and keeps running
     assert fleet.bench_started.wait(60)

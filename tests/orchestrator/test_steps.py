@@ -3,12 +3,15 @@ on-demand, the reaper, idempotent launch, the spot interruption rule."""
 
 import json
 import time
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from botocore.exceptions import ClientError
 
 from functions.quota import ON_DEMAND_G_VT_QUOTA
+from functions.reaper import UNTAGGED_GRACE_S, reap
+from functions.settings import Clients
 from rigbench.emulation import Emulation
 from tests.orchestrator.conftest import (
     assert_clean,
@@ -91,9 +94,9 @@ def test_over_budget_fails_before_launch_saying_by_how_much(emu: Emulation) -> N
     assert described["status"] == "FAILED"
     error, cause = error_of(described)
     assert error == "OverBudget"
-    # 2 boots x $0.40/h x 1 h = $0.80 against $0.50
-    assert "estimate $0.80" in cause
-    assert "over the sweep budget $0.50 by $0.30" in cause
+    # 2 boots x $0.40/h x (1 h + 120 s for the relaunch allowed) = $0.83 against $0.50
+    assert "estimate $0.83 (2 boots x $0.4000/h x (1 h deadline + 1 relaunch x 120 s))" in cause
+    assert "over the sweep budget $0.50 by $0.33" in cause
     assert fleet_of(emu).launch_requests == []
     ledger = ledger_items(emu, f"SWEEP#{sweep_id_of(described)}")
     assert set(ledger) == {"OWNER"}, "the sweep id was claimed, nothing was reserved"
@@ -274,6 +277,97 @@ def test_one_instance_the_reaper_cannot_end_does_not_stop_it(emu: Emulation) -> 
     finally:
         emu.faults.unterminable.clear()
         ec2.terminate_instances(InstanceIds=[stuck])
+
+
+def _tagged_instance(emu: Emulation, tags: dict[str, str]) -> str:
+    ec2 = emu.client("ec2")
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    pairs = [{"Key": k, "Value": v} for k, v in tags.items()]
+    return str(
+        ec2.run_instances(
+            ImageId="ami-0e1a7ed0000000000", MinCount=1, MaxCount=1, SubnetId=subnet,
+            InstanceType="g5g.2xlarge",
+            TagSpecifications=[{"ResourceType": "instance", "Tags": pairs}],
+        )["Instances"][0]["InstanceId"]
+    )  # fmt: skip
+
+
+def test_a_malformed_item_does_not_stop_the_reaper(emu: Emulation) -> None:
+    """A malformed tag and a malformed ledger item come first; the two overdue instances after
+    them are ended and billed all the same, and both bad items are reported by name."""
+    project, past = emu.stack_name, str(int(time.time() - 60))
+    bad = _tagged_instance(emu, {"rigbench:project": project, "rigbench:deadline": "tomorrow"})
+    ddb, table = emu.client("dynamodb"), emu.table("LedgerTable")
+    gone = emu.physical["SweepStateMachine"].replace(":stateMachine:", ":execution:") + ":gone"
+    ddb.put_item(
+        TableName=table,
+        Item={"pk": {"S": "SWEEP#gone"}, "sk": {"S": "OWNER"}, "execution_arn": {"S": gone}},
+    )
+    ddb.put_item(
+        TableName=table,
+        Item={
+            "pk": {"S": "SWEEP#gone"},
+            "sk": {"S": "TOTAL"},
+            "open": {"S": "1"},
+            "created_at": {"S": "2026-12-01T00:00:00+00:00"},
+        },
+    )
+    ddb.put_item(
+        TableName=table,
+        Item={"pk": {"S": "SWEEP#gone"}, "sk": {"S": "BOOT#torch#x"}, "status": {"S": "reserved"}},
+    )
+    month = time.strftime("%Y-%m", time.gmtime())
+    before = ledger_items(emu, f"MONTH#{month}").get("TOTAL", {}).get("committed", 0)
+    overdue = [_tagged_instance(emu, {"rigbench:project": project, "rigbench:deadline": past})]
+    overdue.append(_tagged_instance(emu, {"rigbench:project": project, "rigbench:deadline": past}))
+    try:
+        reply = emu.run_scheduled("ReaperFunction")
+        assert reply["errorType"] == "ReaperFailed"
+        message = reply["errorMessage"]
+        assert f"{bad}: MalformedItem: instance {bad}: tag rigbench:deadline is 'tomorrow'" in (
+            message
+        )
+        assert "sweep gone item 'BOOT#torch#x': MalformedItem: not BOOT#<rig>#<n>" in message
+        assert all(instance in message for instance in overdue)  # reported as reaped
+        assert emu.running_instances() == [bad]
+        strays = [ledger_items(emu, f"INSTANCE#{i}")["STRAY"] for i in overdue]
+        assert all(stray["seconds"] > 0 and stray["spent"] > 0 for stray in strays)
+        after = ledger_items(emu, f"MONTH#{month}")["TOTAL"]["committed"]
+        assert after - before == sum(stray["spent"] for stray in strays)
+        # The sweep with a bad boot item stays open: the next pass reports it again.
+        assert ledger_items(emu, "SWEEP#gone")["TOTAL"]["open"] == "1"
+    finally:
+        emu.client("ec2").terminate_instances(InstanceIds=[bad])
+        for sk in ("OWNER", "TOTAL", "BOOT#torch#x"):
+            ddb.delete_item(TableName=table, Key={"pk": {"S": "SWEEP#gone"}, "sk": {"S": sk}})
+
+
+def test_an_instance_without_a_deadline_tag_is_ended_only_if_the_stack_launched_it(
+    emu: Emulation,
+) -> None:
+    project = emu.stack_name
+    launch_tags = {
+        "rigbench:project": project, "rigbench:sweep": "lost", "rigbench:rig": "torch",
+        "rigbench:boot": "1",
+    }  # fmt: skip
+    ours = _tagged_instance(emu, launch_tags)
+    foreign = _tagged_instance(emu, {"rigbench:project": project})
+    clients = cast(
+        Clients,
+        SimpleNamespace(ec2=emu.client("ec2"), dynamodb=emu.client("dynamodb"),
+                        stepfunctions=emu.client("stepfunctions")),
+    )  # fmt: skip
+    table, region = emu.table("LedgerTable"), emu.region
+    try:
+        within_grace = reap(clients, project, table, time.time() + 60, region=region)
+        assert within_grace.instances == []
+        after_grace = time.time() + UNTAGGED_GRACE_S + 60
+        reaped = reap(clients, project, table, after_grace, region=region)
+        assert reaped.instances == [ours]
+        assert reaped.failures == []
+        assert emu.running_instances() == [foreign]
+    finally:
+        emu.client("ec2").terminate_instances(InstanceIds=[ours, foreign])
 
 
 def test_each_instance_gets_a_server_side_deadline(emu: Emulation) -> None:

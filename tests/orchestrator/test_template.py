@@ -296,8 +296,10 @@ def test_instance_role_is_the_ssm_agent_plus_its_own_prefixes() -> None:
     }  # fmt: skip
     assert not any(a.startswith("ssm:GetParameter") for a in granted)
     assert {a.split(":")[0] for a in granted} <= {
-        "ssm", "ssmmessages", "ec2messages", "s3", "secretsmanager"
+        "ssm", "ssmmessages", "ec2messages", "s3", "secretsmanager", "kms"
     }  # fmt: skip
+    # kms only to read the token's secret, through Secrets Manager (tested below)
+    assert [a for a in granted if a.startswith("kms:")] == ["kms:Decrypt"]
     s3 = [s for o, s in statements() if o == "InstanceRole" and actions(s)[0].startswith("s3:")]
     assert {(actions(s)[0], s["Resource"]["Fn::Sub"]) for s in s3} == {
         ("s3:GetObject", "${ArtifactBucket.Arn}/bundle/*"),
@@ -686,3 +688,97 @@ def test_a_finish_that_gives_up_is_ended_within_a_minute_and_alarms() -> None:
         if o == "SweepStateMachine" and "Resource" in s and _on(s, "LedgerTable")
     ]  # fmt: skip
     assert [actions(s) for s in mark] == [["dynamodb:UpdateItem"]]
+
+
+def test_the_token_secret_is_an_arn_and_its_key_decrypts_only_through_secrets_manager() -> None:
+    parameters = TEMPLATE["Parameters"]
+    secret = re.compile(parameters["TokenSecretArn"]["AllowedPattern"])
+    assert secret.match("")
+    assert secret.match("arn:aws:secretsmanager:us-east-1:123456789012:secret:rigbench/hf-AbC123")
+    assert not secret.match("rigbench/hf-token")  # a name, not an ARN
+    assert not secret.match("*")
+    key = re.compile(parameters["TokenSecretKmsKeyArn"]["AllowedPattern"])
+    assert key.match("arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab")
+    assert not key.match("arn:aws:kms:us-east-1:123456789012:alias/aws/secretsmanager")
+    decrypting = [(o, s) for o, s in statements() if allows(s, "kms:Decrypt")]
+    token = [s for o, s in decrypting if s.get("Sid") == "DecryptTokenThroughSecretsManager"]
+    assert len(token) == 1
+    assert token[0]["Resource"] == {"Ref": "TokenSecretKmsKeyArn"}
+    assert token[0]["Condition"] == {
+        "StringEquals": {
+            "kms:ViaService": {"Fn::Sub": "secretsmanager.${AWS::Region}.amazonaws.com"}
+        }
+    }
+    assert actions(token[0]) == ["kms:Decrypt"]
+
+
+def test_the_bake_launches_only_into_the_stack_s_subnets_from_amazon_or_own_images() -> None:
+    launching = [
+        s for o, s in statements() if o == "BakeLaunchFunction" and allows(s, "ec2:RunInstances")
+    ]
+    by_resource = {r: s for s in launching for r in _resources(s)}
+    assert "ec2:Subnet" in by_resource[":subnet/*"]["Condition"]["StringLike"]
+    assert by_resource[":network-interface/*"] is by_resource[":subnet/*"]
+    assert by_resource["::image/*"]["Condition"] == {
+        "StringEquals": {"ec2:Owner": ["amazon", {"Ref": "AWS::AccountId"}]}
+    }
+    unconditioned = [s for s in launching if "Condition" not in s]
+    assert [_resources(s) for s in unconditioned] == [[""]]  # the stack's own security group
+    assert "security-group/${InstanceSecurityGroup.GroupId}" in json.dumps(unconditioned)
+
+
+def test_the_bake_tags_only_the_image_it_creates() -> None:
+    tagging = [(o, s) for o, s in statements() if allows(s, "ec2:CreateTags")]
+    for owner, statement in tagging:
+        condition = statement.get("Condition", {}).get("StringEquals", {})
+        assert condition.get("ec2:CreateAction") in ("RunInstances", "CreateImage"), owner
+    (image,) = [s for o, s in tagging if o == "BakeImageFunction"]
+    assert image["Condition"]["StringEquals"]["aws:RequestTag/rigbench:project"] == {
+        "Ref": "AWS::StackName"
+    }
+
+
+def test_command_status_is_granted_alone() -> None:
+    """GetCommandInvocation has no resource or condition key in IAM: its statement grants it
+    and nothing else, so the wildcard resource reaches no other action."""
+    polling = [s for o, s in statements() if allows(s, "ssm:GetCommandInvocation")]
+    assert polling
+    assert all(actions(s) == ["ssm:GetCommandInvocation"] for s in polling)
+
+
+def test_every_function_logs_where_logs_expire() -> None:
+    logging = TEMPLATE["Globals"]["Function"]["LoggingConfig"]
+    assert logging == {"LogGroup": {"Ref": "FunctionLogGroup"}}
+    assert not [f for f, v in FUNCTIONS.items() if "LoggingConfig" in v["Properties"]]
+    group = RESOURCES["FunctionLogGroup"]["Properties"]
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    assert TEMPLATE["Parameters"]["LogRetentionDays"]["Default"] == 90
+
+
+def test_event_driven_functions_send_failed_events_to_a_queue_with_an_alarm() -> None:
+    driven = {f for f, v in FUNCTIONS.items() if "Events" in v["Properties"]}
+    assert driven == {"ReaperFunction", "SpotInterruptionFunction", "SweepEndFunction"}
+    for name in driven:
+        config = FUNCTIONS[name]["Properties"]["EventInvokeConfig"]
+        assert config["DestinationConfig"]["OnFailure"] == {
+            "Type": "SQS",
+            "Destination": {"Fn::GetAtt": ["FailedEventsQueue", "Arn"]},
+        }, name
+    alarm = RESOURCES["FailedEventsAlarm"]["Properties"]
+    assert alarm["Namespace"] == "AWS/SQS"
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["FailedEventsQueue", "QueueName"]}}
+    ]
+    assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+    assert RESOURCES["FailedEventsQueue"]["Properties"]["SqsManagedSseEnabled"] is True
+
+
+def test_an_optional_budget_backs_the_monthly_cap_from_outside_the_ledger() -> None:
+    budget = RESOURCES["MonthlyBudget"]
+    assert budget["Condition"] == "HasBudgetAlarm"
+    assert TEMPLATE["Parameters"]["BudgetAlarm"]["Default"] == "off"
+    limit = budget["Properties"]["Budget"]["BudgetLimit"]
+    assert limit == {"Amount": {"Ref": "MonthlyCapUsd"}, "Unit": "USD"}
+    kinds = {n["Notification"]["NotificationType"] for n in budget["Properties"][
+        "NotificationsWithSubscribers"]}  # fmt: skip
+    assert kinds == {"ACTUAL", "FORECASTED"}

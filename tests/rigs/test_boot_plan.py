@@ -12,11 +12,12 @@ import pytest
 
 from functions.boot_plan import plan_boot, plan_for
 from functions.errors import InvalidInput
-from functions.execution_input import parse_sweep_input
+from functions.execution_input import SweepInput, parse_sweep_input
 from functions.settings import EMULATED_AMI_PARAMETER
 from hardware.instance_types import DLAMI_PARAMETERS, InstanceType
 from hardware.local_host import host_arch
 from rigbench.emulation import Emulation, Faults
+from rigs.serving.app import DEFAULT_MAX_WAITING
 from tests.orchestrator.conftest import FAST, result_rows, sweep_id_of, sweep_input
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
@@ -68,6 +69,23 @@ def test_the_input_sets_concurrency_for_all_and_settings_per_rig() -> None:
     assert plan_boot(sweep, "torch").settings["max_batch"] == 4
     assert plan_boot(sweep, "torch").settings["batching"] == "batched"
     assert plan_boot(sweep, "vllm").settings["max_num_seqs"] == 16  # the input said otherwise
+
+
+def test_a_rig_server_holds_every_request_of_the_sweeps_highest_concurrency() -> None:
+    """The server's bound on waiting requests is at least the highest cell's concurrency, the
+    schema's highest included, so a cell is queued, never refused."""
+    highest = SweepInput.model_json_schema()["$defs"]["LoadCells"]["properties"]["concurrency"]
+    schema_max = highest["items"]["maximum"]
+    assert schema_max <= DEFAULT_MAX_WAITING
+    sweep = _sweep("g4dn.xlarge", cells={"concurrency": [1, schema_max]})
+    for rig in ("torch", "jax"):
+        assert plan_boot(sweep, rig).settings["max_waiting"] >= schema_max
+    small = _sweep("g4dn.xlarge", cells={"concurrency": [1, 4]})
+    assert plan_boot(small, "torch").settings["max_waiting"] == DEFAULT_MAX_WAITING
+    lowered = _sweep(
+        "g4dn.xlarge", cells={"concurrency": [1, 8]}, rig_settings={"jax": {"max_waiting": 2}}
+    )
+    assert plan_boot(lowered, "jax").settings["max_waiting"] == 8  # raised to the highest cell
 
 
 @pytest.mark.parametrize(
@@ -170,7 +188,7 @@ def test_user_data_template_still_renders_for_every_rig(tmp_path: Path) -> None:
             rig=rig,
             model="random:tiny",
             deadline_epoch=2_000_000_000,
-            bundle_s3_uri="s3://bucket-x/bundle.tar.gz",
+            bundle_s3_uri="s3://bucket-x/bundle/abababababababababababababababababababababababababababababababab.tar.gz",
             region="us-east-1",
             dtype=plan.dtype,
             settings=dict(plan.settings),
@@ -226,6 +244,8 @@ def test_a_cpu_is_planned_in_float32_with_the_context_the_cells_need() -> None:
         "steps_per_call": 8,
         "prompt_buckets": "auto",
         "batched_prefill_max_len": 1024,
+        "max_waiting": 1024,
+        "request_timeout_s": 3600,
     }
     torch = plan_for(sweep, "torch", cpu)
     assert (torch.settings["max_model_len"], torch.settings["max_batch"]) == (256, 4)

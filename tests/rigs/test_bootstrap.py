@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -25,6 +26,7 @@ from rigs.readiness import check_ready
 from tests.rigs.test_vllm_rig import shellcheck
 
 SECRET_ID = "rigbench/hf-token"
+BUNDLE_SHA256 = "ab" * 32
 
 
 def spec(**changes: object) -> BootstrapSpec:
@@ -32,7 +34,7 @@ def spec(**changes: object) -> BootstrapSpec:
         "rig": "vllm",
         "model": "google/gemma-4-E2B-it",
         "deadline_epoch": int(time.time()) + 3600,
-        "bundle_s3_uri": "s3://rigbench-bundles/sweep-1/bundle.tar.gz",
+        "bundle_s3_uri": "s3://rigbench-bundles/bundle/abababababababababababababababababababababababababababababababab.tar.gz",
         "region": "us-east-1",
         "hf_token_secret_id": SECRET_ID,
         **changes,
@@ -55,8 +57,11 @@ def test_steps_run_in_the_safe_order() -> None:
         'shutdown -h "+$minutes"',
         "nvidia-smi -L",
         'aws s3 cp --region "$REGION"',
-        "aws secretsmanager get-secret-value",
+        'if [[ "$bundle_sha256" != "$BUNDLE_SHA256" ]]; then',
+        'tar -xzf "$ROOT/bundle.tar.gz"',
+        'uv pip install --python "$ROOT/venv/bin/python"',
         'bash "$ROOT/install-vllm.sh"',
+        "aws secretsmanager get-secret-value",  # after every install: no install sees it
         'systemctl enable --now "$UNIT"',
     ]
     positions = [text.index(marker) for marker in order]
@@ -87,6 +92,24 @@ def test_the_rig_runs_as_a_user_of_its_own_and_reads_the_token_as_a_credential()
     assert "Environment=HOME=%C/rigbench-rig" in service
     assert "LoadCredential=hf-token:/etc/rigbench/hf_token" in service
     assert "Environment=RIGBENCH_HF_TOKEN_FILE=%d/hf-token" in service
+
+
+def test_the_rig_cannot_reach_the_metadata_service() -> None:
+    """The instance role's credentials (and so the secret) stay out of the rig's reach."""
+    for model, secret in (("google/gemma-4-E2B-it", SECRET_ID), ("random:e2b", None)):
+        text = render_user_data(spec(model=model, hf_token_secret_id=secret))
+        unit = text.split("<<'UNIT_FILE'\n")[1].split("UNIT_FILE\n")[0]
+        service = unit.split("[Service]\n")[1].split("[Install]")[0].splitlines()
+        assert "IPAddressDeny=169.254.169.254 fd00:ec2::254" in service
+        assert not [line for line in service if line.startswith("IPAddressAllow")]
+
+
+def test_the_bundle_is_checked_against_the_sha256_its_key_names() -> None:
+    text = render_user_data(spec())
+    assert f"readonly BUNDLE_SHA256={BUNDLE_SHA256}" in text
+    assert "bundle_sha256=$(sha256sum \"$ROOT/bundle.tar.gz\" | cut -d ' ' -f 1)" in text
+    with pytest.raises(ValidationError, match="bundle_s3_uri"):
+        spec(bundle_s3_uri="s3://rigbench-bundles/sweep-1/bundle.tar.gz")
 
 
 def test_no_token_step_for_models_without_one() -> None:
@@ -122,7 +145,10 @@ def _fake_instance(tmp_path: Path, **behaviour: str) -> tuple[Path, Path, Path]:
             'if [[ "$1" == -L ]]; then [[ "${FAKE_GPU:-1}" == 1 ]] || exit 9;'
             ' echo "GPU 0: NVIDIA T4G"; else echo "${FAKE_CC:-7.5}"; fi'
         ),
-        "aws": 'exit "${FAKE_AWS_EXIT:-0}"',
+        "aws": (
+            'if [[ -n "${FAKE_BUNDLE:-}" ]]; then printf %s "$FAKE_BUNDLE" > "${@: -1}"; fi;'
+            ' exit "${FAKE_AWS_EXIT:-0}"'
+        ),
         "shutdown": "exit 0",
         "systemctl": "exit 0",
     }
@@ -191,6 +217,20 @@ def test_a_failed_download_is_reported_with_its_command(tmp_path: Path) -> None:
     assert "aws s3 cp" in (status.error or "")
     assert "exited with 1" in (status.error or "")
     assert any(call.startswith("aws s3 cp --region us-east-1") for call in calls)
+
+
+@pytest.mark.slow
+def test_a_bundle_that_is_not_what_its_key_names_is_not_used(tmp_path: Path) -> None:
+    _, status_file, calls = _boot(tmp_path, spec(), FAKE_BUNDLE="tampered")
+    status = read_status(status_file)
+    assert status is not None
+    assert (status.phase, status.step) == ("failed", "bundle")
+    tampered = hashlib.sha256(b"tampered").hexdigest()
+    assert status.error == (
+        f"bundle sha256 is {tampered}, not {BUNDLE_SHA256} (its key): not using it"
+    )
+    assert not (tmp_path / "instance" / "bundle" / "pyproject.toml").exists()
+    assert not any("secretsmanager" in call for call in calls)
 
 
 @pytest.mark.slow

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 import rigs.cli
 from rigbench.cli import app
-from rigs.serving.app import build_lazy_app
+from rigs.serving.app import build_app, build_lazy_app
 from rigs.serving.engine import Engine, SamplingParams, ScoredToken
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.sources import ModelSource
@@ -153,7 +154,9 @@ def test_health_follows_loading_warmup_and_real_generations(
         breakable.broken = True
         failed = loopback.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
         assert failed.status_code == 500
-        assert "illegal memory access" in failed.json()["error"]["message"]
+        message = failed.json()["error"]["message"]
+        assert message.startswith("generation failed in the engine (the rig's log has the")
+        assert "illegal memory access" not in message  # the engine's own text stays in the log
         assert loopback.get(f"{base}/health").json()["error"] == "the last generation failed"
 
         breakable.broken = False
@@ -292,3 +295,98 @@ def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
         assert refused.json()["error"]["message"] == (
             "logprobs are not supported by this rig's engine"
         )
+
+
+LONG = {"prompt": PROMPT, "max_tokens": 900, "min_tokens": 900, "ignore_eos": True, "stream": True}
+
+
+async def _hold_streams(base: str, count: int, started: asyncio.Event) -> None:
+    """`count` long streams, each read until it is cancelled."""
+
+    async def one(client: httpx.AsyncClient) -> None:
+        async with client.stream("POST", f"{base}/v1/completions", json=LONG) as response:
+            assert response.status_code == 200
+            async for _ in response.aiter_bytes():
+                started.set()
+
+    async with loopback.async_client(timeout=600) as client:
+        await asyncio.gather(*(one(client) for _ in range(count)))
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():  # noqa: ASYNC110 - the server counts on its own thread
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_requests_past_the_bound_are_refused_at_once_and_the_server_recovers(
+    engine: TorchEngine, tokenizer: ServingTokenizer
+) -> None:
+    """Serial (one slot) with 2 waiting: the fourth request is refused with Retry-After while
+    /health answers; once the streams are cancelled a normal request is served."""
+    app = build_app(engine, tokenizer, max_waiting=2)
+    state = app.state.rig
+
+    async def scenario(base: str) -> None:
+        started = asyncio.Event()
+        held = asyncio.create_task(_hold_streams(base, 3, started))
+        await _until(lambda: state.in_flight == 3)
+        async with loopback.async_client(timeout=600) as client:
+            refused = await client.post(f"{base}/v1/completions", json=LONG)
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "server_overloaded"
+            assert (await client.get(f"{base}/health")).status_code == 200
+            await started.wait()  # the first stream is generating, two are waiting
+            held.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await held
+            await _until(lambda: state.in_flight == 0)
+            ok = await client.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+            assert ok.status_code == 200
+            assert ok.json()["usage"]["completion_tokens"] == 2
+
+    with _serve(app) as base:
+        _wait_for(base, 200)
+        asyncio.run(scenario(base))
+
+
+@pytest.mark.slow
+def test_a_cell_as_wide_as_the_bound_is_never_refused(
+    engine: TorchEngine, tokenizer: ServingTokenizer
+) -> None:
+    """One slot and 3 waiting hold a concurrency-4 cell whole: it queues, nothing is refused."""
+    app = build_app(engine, tokenizer, max_waiting=3)
+    body = {"prompt": PROMPT, "max_tokens": 8, "min_tokens": 8, "ignore_eos": True}
+
+    async def cell(base: str) -> list[int]:
+        async with loopback.async_client(timeout=600) as client:
+            replies = await asyncio.gather(
+                *(client.post(f"{base}/v1/completions", json=body) for _ in range(4))
+            )
+        return [r.status_code for r in replies]
+
+    with _serve(app) as base:
+        _wait_for(base, 200)
+        assert asyncio.run(cell(base)) == [200] * 4
+
+
+@pytest.mark.slow
+def test_a_request_past_its_deadline_is_ended_by_name(
+    engine: TorchEngine, tokenizer: ServingTokenizer
+) -> None:
+    """A 900-token generation cannot finish within 1 ms: 504 (an error event on a stream),
+    the deadline named, and /health still 200 (the engine did not fail)."""
+    app = build_app(engine, tokenizer, request_timeout_s=0.001)
+    plain = {**LONG, "stream": False}
+    with _serve(app) as base:
+        _wait_for(base, 200)
+        late = loopback.post(f"{base}/v1/completions", json=plain, timeout=600)
+        assert late.status_code == 504
+        assert late.json()["error"]["code"] == "request_timeout"
+        assert "0.001 s" in late.json()["error"]["message"]
+        with loopback.stream("POST", f"{base}/v1/completions", json=LONG, timeout=600) as stream:
+            events = [line for line in stream.iter_lines() if line.startswith("data: {")]
+        assert '"request_timeout"' in events[-1]
+        assert loopback.get(f"{base}/health").status_code == 200
+        assert app.state.rig.in_flight == 0

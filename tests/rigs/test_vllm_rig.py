@@ -82,7 +82,7 @@ def test_serve_command_on_a_turing_gpu(vllm: RigDefinition, tiny: ModelSource) -
         "--served-model-name",
         "random:tiny",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",
         "--port",
         "8000",
         "--dtype",

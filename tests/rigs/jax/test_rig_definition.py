@@ -48,7 +48,7 @@ def test_user_data_passes_shellcheck() -> None:
             "rig": "jax",
             "model": "google/gemma-4-E2B-it",
             "deadline_epoch": 2_000_000_000,
-            "bundle_s3_uri": "s3://rigbench-bundles/sweep-1/bundle.tar.gz",
+            "bundle_s3_uri": "s3://rigbench-bundles/bundle/abababababababababababababababababababababababababababababababab.tar.gz",
             "region": "us-east-1",
             "hf_token_secret_id": "rigbench/hf-token",
             "settings": {"max_slots": 8},
