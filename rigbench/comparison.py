@@ -6,7 +6,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.agreement import PairAgreement, output_agreement, probes_from_reports
-from harness.compare import Comparison, RigSetup, compare, rig_setup, values_from_reports
+from harness.compare import (
+    Comparison,
+    RigSetup,
+    bursts_from_reports,
+    compare,
+    rig_setup,
+    values_from_reports,
+)
 from harness.stats import ALPHA
 
 if TYPE_CHECKING:
@@ -54,6 +61,7 @@ def sweep_comparison(
         setups=setups,
         emulated=LOCAL_EMULATION if local else "",
         alpha=alpha,
+        bursts=bursts_from_reports(reports),
     )
     pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
     return comparison.model_copy(update={"output_agreement": list(pairs)})
