@@ -207,6 +207,9 @@ class CellComparison(BaseModel):
     cell: str
     metrics: list[MetricComparison]
     burst_rigs: list[str] = []  # rigs that delivered tokens in bursts in this cell
+    # Boots that did not load the server as asked (under 95% of the concurrency in flight, or
+    # sends behind a rate's schedule), in words: "jax boot 2: 6.1 of 8 requests in flight (76%)"
+    load_short: list[str] = []
 
 
 METHOD = (
@@ -455,6 +458,27 @@ def _median_of(series: Sequence[float | None]) -> float | None:
     return float(np.median(present)) if present else None
 
 
+def shortfalls_from_reports(
+    reports: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, list[str]]:
+    """Per cell, the boots whose harness did not load the server as asked (`load_shortfall`),
+    in words; cells where every boot did are absent."""
+    found: dict[str, list[str]] = {}
+    for rig, boot_reports in reports.items():
+        for boot, report in enumerate(boot_reports, start=1):
+            for cell in report.get("cells", []):
+                if not cell.get("load_shortfall"):
+                    continue
+                achieved, nominal = cell.get("achieved_concurrency"), cell.get("concurrency")
+                words = (
+                    f"{achieved:.1f} of {nominal} requests in flight ({achieved / nominal:.0%})"
+                    if isinstance(achieved, float) and isinstance(nominal, int) and nominal
+                    else "sends fell behind the rate's schedule"
+                )
+                found.setdefault(cell_label(cell), []).append(f"{rig} boot {boot}: {words}")
+    return found
+
+
 def burst_rigs(
     bursts: Mapping[str, Mapping[str, str]], setups: Mapping[str, RigSetup], cell: str
 ) -> dict[str, str]:
@@ -486,6 +510,7 @@ def compare(
     setups: Mapping[str, RigSetup] | None = None,
     emulated: str = "",
     bursts: Mapping[str, Mapping[str, str]] | None = None,
+    load_short: Mapping[str, Sequence[str]] | None = None,
 ) -> Comparison:
     """Aggregate every rig's boots per cell and metric, test every rig pair, correct the tests
     together (Holm) and judge each rig against the baseline.
@@ -493,7 +518,8 @@ def compare(
     `baseline` defaults to the first rig; `metrics` to every metric found in `values`, in the
     order of `METRICS`; `setups` are the rigs' settings as they served (shown, and compared);
     `bursts` the evidence of burst delivery per rig and cell (`bursts_from_reports`): a cell
-    with any gets no ITL verdict.
+    with any gets no ITL verdict; `load_short` per cell the boots that did not load the server
+    as asked (`shortfalls_from_reports`), marked on the cell.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
@@ -539,6 +565,7 @@ def compare(
                 cell=cell,
                 metrics=[d.judge(base, alpha, level) for d in drafts if d.cell == cell],
                 burst_rigs=list(grouped[cell]),
+                load_short=list((load_short or {}).get(cell, [])),
             )
         )
     found_setups = {rig: setups[rig] for rig in rigs if setups and rig in setups}
@@ -723,10 +750,19 @@ def caption(comparison: Comparison) -> str:
     return CAPTION.format(level=f"{comparison.confidence:.0%}", method=comparison.method)
 
 
+LOAD_SHORT = "load not reached"
+
+
 def footnotes(comparison: Comparison) -> list[str]:
     """What the table's end says, in order: what ran, setup warnings, the sweep-level ranking."""
     lines = [comparison.emulated] if comparison.emulated else []
     lines += comparison.setup_warnings
+    lines += [
+        f"{LOAD_SHORT} in {cell.cell}: {'; '.join(cell.load_short)}; its figures are of a "
+        "lighter load than the cell's"
+        for cell in comparison.cells
+        if cell.load_short
+    ]
     lines += [f"sweep: {line}" for line in comparison.summary]
     return lines
 
@@ -781,10 +817,13 @@ def render(comparison: Comparison) -> Table:
         table.add_column(rig_heading(comparison, rig), justify="right")
     table.add_column("ranking")
     for cell in comparison.cells:
+        label = Text(cell.cell)
+        if cell.load_short:
+            label.append(f"\n{LOAD_SHORT}", style="yellow")
         for metric in cell.metrics:
             by_rig = {r.rig: r for r in metric.results}
             table.add_row(
-                cell.cell,
+                label,
                 f"{metric.metric.label} ({metric.metric.unit})",
                 *(_rig_cell(by_rig[rig], comparison.baseline, alone) for rig in comparison.rigs),
                 _ranking_cell(metric),
@@ -796,7 +835,8 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     """The table, then its footnotes: what the terminal shows of a comparison."""
     console.print(render(comparison))
     for line in footnotes(comparison):
-        style = "yellow" if line.startswith(("not like for like", "local emulation")) else ""
+        warning = ("not like for like", "local emulation", LOAD_SHORT)
+        style = "yellow" if line.startswith(warning) else ""
         console.print(Text(line, style=style))
     if comparison.output_agreement:
         console.print(render_agreement(comparison.output_agreement))
@@ -839,6 +879,7 @@ def main(
             baseline=baseline,
             confidence=confidence,
             bursts=bursts_from_reports(by_rig),
+            load_short=shortfalls_from_reports(by_rig),
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -18,8 +18,8 @@ time to send time) is summarised apart from every latency.
 
 What was really measured, beside what was asked for:
 - Achieved concurrency: requests in flight (send to completion), averaged over time; a cell
-  under 90% of its nominal load, or a rate cell whose sends fell over 10% behind their
-  schedule, says so in words (`load_shortfall`).
+  under 95% of its nominal load, or a rate cell whose sends fell over 5% behind their
+  schedule, says so in words (`load_shortfall`), and the comparison marks the cell.
 - Validity: chunks the client read late, together with a later one, share the later one's
   kernel stamp: a first token read with k more chunks makes TTFT late by k gaps; within
   ITL, k chunks read together turn k gaps into zeros and the gap before them into k + 1
@@ -54,7 +54,7 @@ TTFT_TOLERANCE_MS = 2.0
 ITL_TOLERANCE_MS = 0.5
 BURST_GAP_S = 0.0002  # token intervals shorter than this arrived together
 BURST_SHARE = 0.5  # a cell whose share of such intervals is above this was delivered in bursts
-SHORTFALL = 0.9  # achieved / nominal load under which a cell says it fell short
+SHORTFALL = 0.95  # achieved / nominal load under which a cell says it fell short
 LAG_INTERVAL_S = 0.01  # the lag monitor's sleep (harness.load.LoopLagMonitor)
 # Shorter stalls than this are the event loop's timer granularity (epoll waits in whole ms).
 STALL_FLOOR_S = 0.001

@@ -351,7 +351,7 @@ class CellReport(_Model):
     load_shortfall: str | None = Field(
         default=None,
         description="Set, in words, when the cell did not reach its nominal load (achieved "
-        "concurrency under 90% of nominal, or sends behind a rate's schedule by over 10%).",
+        "concurrency under 95% of nominal, or sends behind a rate's schedule by over 5%).",
     )
     # since 0.1.0+6b5b9daab5
     first_token_shared_reads: int = Field(

@@ -12,6 +12,7 @@ from harness.compare import (
     bursts_from_reports,
     compare,
     rig_setup,
+    shortfalls_from_reports,
     values_from_reports,
 )
 from harness.stats import ALPHA
@@ -62,6 +63,7 @@ def sweep_comparison(
         emulated=LOCAL_EMULATION if local else "",
         alpha=alpha,
         bursts=bursts_from_reports(reports),
+        load_short=shortfalls_from_reports(reports),
     )
     pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
     return comparison.model_copy(update={"output_agreement": list(pairs)})
