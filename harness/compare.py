@@ -235,6 +235,7 @@ class Comparison(BaseModel):
     setup_warnings: list[str] = []
     summary: list[str] = []  # the sweep-level ranking, one line per rig pair
     emulated: str = ""  # what ran, where it was not the real thing (a local sweep)
+    refused: str = ""  # why the comparison gives no verdict at all (different model revisions)
     # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
     output_agreement: list[PairAgreement] = []
 
@@ -511,6 +512,7 @@ def compare(
     emulated: str = "",
     bursts: Mapping[str, Mapping[str, str]] | None = None,
     load_short: Mapping[str, Sequence[str]] | None = None,
+    refused: str = "",
 ) -> Comparison:
     """Aggregate every rig's boots per cell and metric, test every rig pair, correct the tests
     together (Holm) and judge each rig against the baseline.
@@ -519,7 +521,8 @@ def compare(
     order of `METRICS`; `setups` are the rigs' settings as they served (shown, and compared);
     `bursts` the evidence of burst delivery per rig and cell (`bursts_from_reports`): a cell
     with any gets no ITL verdict; `load_short` per cell the boots that did not load the server
-    as asked (`shortfalls_from_reports`), marked on the cell.
+    as asked (`shortfalls_from_reports`), marked on the cell; `refused` why no verdict at all
+    may be given (rigs that served different weights), said in place of every verdict.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
@@ -547,7 +550,7 @@ def compare(
 
     grouped = {cell: burst_rigs(bursts or {}, setups or {}, cell) for cell in cells}
     drafts = [
-        _Draft.measure(values, cell, spec, confidence, _withheld(spec, grouped[cell]))
+        _Draft.measure(values, cell, spec, confidence, refused or _withheld(spec, grouped[cell]))
         for cell in cells
         for spec in specs
     ]
@@ -581,6 +584,7 @@ def compare(
         cells=compared,
         setups=found_setups,
         setup_warnings=setup_warnings(found_setups),
+        refused=refused,
         summary=_summary(rigs, compared),
         emulated=emulated,
     )
@@ -751,11 +755,13 @@ def caption(comparison: Comparison) -> str:
 
 
 LOAD_SHORT = "load not reached"
+NO_VERDICTS = "no verdicts"
 
 
 def footnotes(comparison: Comparison) -> list[str]:
     """What the table's end says, in order: what ran, setup warnings, the sweep-level ranking."""
-    lines = [comparison.emulated] if comparison.emulated else []
+    lines = [comparison.refused] if comparison.refused else []
+    lines += [comparison.emulated] if comparison.emulated else []
     lines += comparison.setup_warnings
     lines += [
         f"{LOAD_SHORT} in {cell.cell}: {'; '.join(cell.load_short)}; its figures are of a "
@@ -835,7 +841,7 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     """The table, then its footnotes: what the terminal shows of a comparison."""
     console.print(render(comparison))
     for line in footnotes(comparison):
-        warning = ("not like for like", "local emulation", LOAD_SHORT)
+        warning = ("not like for like", "local emulation", LOAD_SHORT, NO_VERDICTS)
         style = "yellow" if line.startswith(warning) else ""
         console.print(Text(line, style=style))
     if comparison.output_agreement:

@@ -178,6 +178,7 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
         cfg,
         options,
         model_name=source.name,
+        model_revision=source.revision,
         eos_token_ids=eos_ids(source.path) or None,
         device=device,
         executable_cache=Path(args.compile_cache) if args.compile_cache else None,
