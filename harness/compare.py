@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -288,6 +287,9 @@ def values_from_reports(
     return values
 
 
+DECLARED = "declares burst delivery"
+
+
 def bursts_from_reports(
     reports: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> dict[str, dict[str, str]]:
@@ -306,7 +308,7 @@ def bursts_from_reports(
                     share = cell.get("burst_share")
                     boots.append((boot, share if isinstance(share, float) else None))
         for label, boots in shown.items():
-            evidence = ["declares burst delivery"] if declared else []
+            evidence = [DECLARED] if declared else []
             if boots:
                 most = max((share for _, share in boots if share is not None), default=None)
                 what = (
@@ -454,11 +456,6 @@ def _flip_words(flips: RankingFlips | None) -> str:
     return f"order flipped between boots: {pairs} (boots {boots})"
 
 
-def _median_of(series: Sequence[float | None]) -> float | None:
-    present = [v for v in series if v is not None]
-    return float(np.median(present)) if present else None
-
-
 def shortfalls_from_reports(
     reports: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> dict[str, list[str]]:
@@ -487,8 +484,9 @@ def burst_rigs(
     reports showed (`bursts_from_reports`), or a declaration recorded with its boots."""
     found = {rig: by_cell[cell] for rig, by_cell in bursts.items() if cell in by_cell}
     for rig, setup in setups.items():
-        if setup.token_delivery == "burst" and rig not in found:
-            found[rig] = "declares burst delivery"
+        shown = found.get(rig, "")
+        if setup.token_delivery == "burst" and not shown.startswith(DECLARED):
+            found[rig] = " and ".join(filter(None, (DECLARED, shown)))
     return found
 
 
@@ -759,7 +757,8 @@ NO_VERDICTS = "no verdicts"
 
 
 def footnotes(comparison: Comparison) -> list[str]:
-    """What the table's end says, in order: what ran, setup warnings, the sweep-level ranking."""
+    """What the table's end says, in order: why no verdict at all, what ran, setup warnings,
+    cells whose load was not reached, the sweep-level ranking."""
     lines = [comparison.refused] if comparison.refused else []
     lines += [comparison.emulated] if comparison.emulated else []
     lines += comparison.setup_warnings
