@@ -822,11 +822,11 @@ def render(comparison: Comparison) -> Table:
         table.add_column(rig_heading(comparison, rig), justify="right")
     table.add_column("ranking")
     for cell in comparison.cells:
-        label = Text(cell.cell)
-        if cell.load_short:
-            label.append(f"\n{LOAD_SHORT}", style="yellow")
-        for metric in cell.metrics:
+        for row, metric in enumerate(cell.metrics):
             by_rig = {r.rig: r for r in metric.results}
+            label = Text(cell.cell)
+            if cell.load_short and row == 0:  # once per cell; the footnote says whose and how far
+                label.append(f"\n{LOAD_SHORT}", style="yellow")
             table.add_row(
                 label,
                 f"{metric.metric.label} ({metric.metric.unit})",
