@@ -153,8 +153,8 @@ def pinned_spec(spec: str, revision: str | None) -> str:
 def hub_commit(repo: str, revision: str | None, timeout_s: float = 10.0) -> str | None:
     """The commit `revision` (default: the main branch) of a hub repo is now, asked of the hub's
     API (`HF_ENDPOINT`, else huggingface.co; the standard library only, as the Lambda functions
-    carry no hub client); None where the hub cannot be reached (offline, no route). A repo or
-    revision the hub does not have: ModelSourceError."""
+    carry no hub client); None where the hub cannot be reached (offline, no route) or will not
+    say without a token. A repo or revision the hub does not have: ModelSourceError."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return None
     endpoint = (os.environ.get("HF_ENDPOINT") or HF_ENDPOINT).rstrip("/")
@@ -166,9 +166,11 @@ def hub_commit(repo: str, revision: str | None, timeout_s: float = 10.0) -> str 
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             sha = json.load(response).get("sha")
     except urllib.error.HTTPError as err:
-        if 400 <= err.code < 500:
+        # 401 and 403: a private or gated repo the caller has no token for (the Lambda functions
+        # have none; the instances do), so not known here, as where the hub is unreachable.
+        if err.code == 404:
             raise ModelSourceError(
-                f"the hub has no {repo!r} at revision {revision or 'main'!r} (HTTP {err.code})"
+                f"the hub has no {repo!r} at revision {revision or 'main'!r} (HTTP 404)"
             ) from None
         return None
     except (OSError, ValueError):  # unreachable (no route, no name, a timeout), or not JSON
