@@ -29,7 +29,7 @@ from functions.events import BootPlan
 from functions.execution_input import SweepInput
 from hardware.instance_types import DLAMI_PARAMETERS, InstanceType, get_instance_type
 from hardware.local_host import LOCAL_INSTANCE_TYPE, InstanceHost, local_host
-from rigs.contract import PROBE_CONTEXT_TOKENS, RigDefinition, Scalar
+from rigs.contract import PROBE_CONTEXT_TOKENS, RigDefinition, RigDefinitionError, Scalar
 from rigs.registry import get_rig
 
 
@@ -59,7 +59,7 @@ def plan_boot(
 def cpu_context(sweep: SweepInput, rig: RigDefinition) -> dict[str, Scalar]:
     """A CPU's `max_model_len`: the power of two that holds a cell's prompt and output and the
     agreement probe every boot answers, up to the rig's own."""
-    declared = rig.serve.settings.get("max_model_len")
+    declared = rig.setting_defaults().get("max_model_len")
     if not isinstance(declared, int):
         return {}
     need = max(sweep.cells.prompt_tokens + sweep.cells.output_tokens, PROBE_CONTEXT_TOKENS)
@@ -88,7 +88,7 @@ def plan_for(
     else:
         dtype = rig.pick_dtype(None, itype.compute_capability)
         reason = "the rig's default"
-    settings: dict[str, Scalar] = dict(rig.serve.settings)
+    settings = rig.setting_defaults()
     if rig.serve.concurrency_setting is not None:
         settings[rig.serve.concurrency_setting] = sweep.concurrent_sequences()
     if itype.compute_capability is None:
@@ -96,6 +96,10 @@ def plan_for(
     settings.update(sweep.rig_settings.get(rig_name, {}))  # by the entry: jax@b has its own
     if isinstance(waiting := settings.get(WAITING_SETTING), int):  # no cell is ever refused
         settings[WAITING_SETTING] = max(waiting, *sweep.cells.concurrency)
+    try:  # the values the boot serves, each within its rig.toml declaration
+        rig.check_settings(settings)
+    except RigDefinitionError as err:
+        raise InvalidInput(f"invalid sweep input: rig_settings: {err}") from None
     return BootPlan(
         rig=rig.name,
         instance_type=itype.name,

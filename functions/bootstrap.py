@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functions.events import BootPlan, BootState
 from functions.settings import Settings
 from rigs.bootstrap.user_data import BootstrapSpec, ready_check_command, render_user_data
+from rigs.sources import pinned_spec
 
 # Where rigs/bootstrap installs on the instance (BootstrapSpec.root): bundle/ and venv/.
 RIGBENCH_HOME = BootstrapSpec.model_fields["root"].default
@@ -27,7 +28,8 @@ def instance_plan(state: BootState, settings: Settings, deadline_at: float) -> I
     return InstancePlan(
         boot=state.plan,
         rig=state.rig,
-        model=state.sweep.model,
+        # the revision Validate pinned (a hub model's commit), part of the spec the rig loads
+        model=pinned_spec(state.sweep.model, state.sweep.model_revision),
         bucket=settings.bucket,
         bundle_key=state.sweep.bundle.key,
         region=settings.region,

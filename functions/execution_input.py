@@ -250,7 +250,10 @@ class SweepInput(BootRounds, _Strict):
         description="a Hugging Face id or random:<config>: letters, digits and . _ - / : only",
     )
     model_revision: str | None = Field(
-        default=None, pattern=REVISION_PATTERN, description="a commit or tag of the model repo"
+        default=None,
+        pattern=REVISION_PATTERN,
+        description="a commit, branch or tag of the Hugging Face model repo; every boot loads "
+        "the one commit it names at validation (without one: the main branch's commit then)",
     )
     instance_type: str = Field(
         default="g5g.2xlarge", description="the EC2 type every boot runs on (one GPU)"
@@ -327,6 +330,16 @@ class SweepInput(BootRounds, _Strict):
                     f"{', '.join(sorted(known)) or 'none'})"
                 )
         return rigs
+
+    @field_validator("model_revision")
+    @classmethod
+    def _hub_models_only(cls, revision: str | None, info: ValidationInfo) -> str | None:
+        from rigs.sources import hub_repo
+
+        model = info.data.get("model")
+        if revision is not None and model is not None and hub_repo(model) is None:
+            raise ValueError(f"{model!r} is not a Hugging Face model: only those have revisions")
+        return revision
 
     @field_validator("boots_per_rig")
     @classmethod

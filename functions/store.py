@@ -66,7 +66,9 @@ def result_rows(
         "harness_version": report.harness_version,
         "bundle_sha256": sweep.bundle.sha256,
         "served_model": found.served_model,
-        "model_revision": sweep.model_revision or found.rig.get("model_revision", "unknown"),
+        # What the rig says it loaded (a hub model's commit), not what was asked of it.
+        "model_revision": found.rig.get("model_revision", "unknown"),
+        "model_revision_requested": sweep.model_revision,
         "instance_type": instance.instance_type,
         "availability_zone": instance.availability_zone,
         "image_id": instance.image_id,

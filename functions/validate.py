@@ -17,6 +17,7 @@ from functions.events import BootItem, BundleRef, SweepConfig, SweepState, Valid
 from functions.execution_input import parse_sweep_input
 from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
+from rigs.sources import ModelSourceError, hub_commit, hub_repo
 
 
 def read_bundle(s3: Any, bucket: str, manifest_key: str) -> BundleRef:
@@ -28,6 +29,20 @@ def read_bundle(s3: Any, bucket: str, manifest_key: str) -> BundleRef:
             f"no rig bundle at s3://{bucket}/{manifest_key}: run `rigbench deploy` first"
         ) from exc
     return BundleRef.model_validate(json.loads(body))
+
+
+def pinned_revision(model: str, revision: str | None) -> str | None:
+    """The commit every boot of a hub model loads, resolved once, here: the input's revision
+    (a branch or tag too), else the main branch, as the hub answers now. Where the hub cannot
+    be reached the revision stays as given, and each boot's rows record what its rig loaded
+    (a comparison of boots that loaded different commits gives no verdicts)."""
+    repo = hub_repo(model)
+    if repo is None:
+        return revision
+    try:
+        return hub_commit(repo, revision) or revision
+    except ModelSourceError as err:
+        raise InvalidInput(f"invalid sweep input: model_revision: {err}") from None
 
 
 def sweep_id_from(execution_name: str) -> str:
@@ -74,6 +89,9 @@ def check_sweep(
         bundle=bundle,
         execution_arn=event.execution_arn,
         created_at=now.isoformat(timespec="seconds"),
+    )
+    config = config.model_copy(
+        update={"model_revision": pinned_revision(sweep.model, sweep.model_revision)}
     )
     # Image, dtype and settings per rig: refused here (a missing baked image too), not at launch.
     # The one plan of each rig: the later steps read it from the state, never plan again.

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from harness.http1 import Connection
-from harness.schemas import Endpoint, FailureReason, RequestRecord
+from harness.schemas import Endpoint, FailureReason, RequestRecord, TokenDelivery
 from harness.sse import SSEDecoder
 from harness.transport import StampedStream, stamping_transport
 
@@ -52,10 +52,12 @@ Messages = list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """What /v1/models says: the models served, and the vocabulary size where advertised."""
+    """What /v1/models says: the models served, and the vocabulary size and the way tokens
+    are delivered ("per_token" or "burst") where advertised (rigbench rigs do)."""
 
     models: list[str]
     vocab_size: int | None
+    token_delivery: TokenDelivery | None = None
 
 
 def build_body(
@@ -433,6 +435,9 @@ def _server_info(response: httpx.Response) -> ServerInfo:
     entries = [m for m in listed if isinstance(m, dict)]
     models = [str(m["id"]) for m in entries if "id" in m]
     size = entries[0].get("vocab_size") if entries else None
+    delivery = entries[0].get("token_delivery") if entries else None
     return ServerInfo(
-        models=models, vocab_size=size if isinstance(size, int) and size > 0 else None
+        models=models,
+        vocab_size=size if isinstance(size, int) and size > 0 else None,
+        token_delivery=delivery if delivery in ("per_token", "burst") else None,
     )

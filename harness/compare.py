@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -116,6 +115,7 @@ class RigSetup(BaseModel):
     batching: str = "unknown"  # serial, batched, continuous
     slots: str = "unknown"  # sequences served at once
     dtype: str = "unknown"
+    token_delivery: str = "unknown"  # per_token, burst (several tokens per write)
 
     def words(self) -> str:
         return f"{self.batching} batching, {self.slots} slots, {self.dtype}"
@@ -136,6 +136,7 @@ def rig_setup(settings: Mapping[str, Any]) -> RigSetup:
         batching=batching.split(",")[0].strip() or "unknown",
         slots=str(slots) if slots is not None else "unknown",
         dtype=str(settings.get("dtype") or "unknown"),
+        token_delivery=str(settings.get("token_delivery") or "unknown"),
     )
 
 
@@ -205,6 +206,9 @@ class CellComparison(BaseModel):
     cell: str
     metrics: list[MetricComparison]
     burst_rigs: list[str] = []  # rigs that delivered tokens in bursts in this cell
+    # Boots that did not load the server as asked (under 95% of the concurrency in flight, or
+    # sends behind a rate's schedule), in words: "jax boot 2: 6.1 of 8 requests in flight (76%)"
+    load_short: list[str] = []
 
 
 METHOD = (
@@ -230,6 +234,7 @@ class Comparison(BaseModel):
     setup_warnings: list[str] = []
     summary: list[str] = []  # the sweep-level ranking, one line per rig pair
     emulated: str = ""  # what ran, where it was not the real thing (a local sweep)
+    refused: str = ""  # why the comparison gives no verdict at all (different model revisions)
     # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
     output_agreement: list[PairAgreement] = []
 
@@ -282,21 +287,38 @@ def values_from_reports(
     return values
 
 
-# A rig that sends several tokens in quick succession and then pauses (a JAX engine stepping
-# many tokens per host round trip) shows an ITL p50 near zero while its TPOT is not: its ITL
-# measures the socket, not the decode, and only TPOT compares it fairly with other rigs.
-BURST_ITL_TO_TPOT = 0.1
+DECLARED = "declares burst delivery"
 
 
-def delivers_in_bursts(itl_p50_ms: float | None, tpot_p50_ms: float | None) -> bool:
-    """Whether a cell's tokens came in bursts, judged from its ITL and TPOT medians.
-
-    Judged from the medians because results rows and reports written before the harness
-    recorded its per-cell `delivery` flag do not carry it.
-    """
-    if itl_p50_ms is None or tpot_p50_ms is None or tpot_p50_ms <= 0:
-        return False
-    return itl_p50_ms < BURST_ITL_TO_TPOT * tpot_p50_ms
+def bursts_from_reports(
+    reports: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, dict[str, str]]:
+    """Per rig and cell, in words, what shows that its tokens came in groups: the rig's own
+    declaration (`token_delivery: burst` on /v1/models, in the report) and the boots whose
+    share of token intervals under 0.2 ms was over one half (`delivery: burst`). Cells with
+    neither are absent."""
+    found: dict[str, dict[str, str]] = {}
+    for rig, boot_reports in reports.items():
+        declared = any(r.get("token_delivery") == "burst" for r in boot_reports)
+        shown: dict[str, list[tuple[int, float | None]]] = {}
+        for boot, report in enumerate(boot_reports, start=1):
+            for cell in report.get("cells", []):
+                boots = shown.setdefault(cell_label(cell), [])
+                if cell.get("delivery") == "burst":
+                    share = cell.get("burst_share")
+                    boots.append((boot, share if isinstance(share, float) else None))
+        for label, boots in shown.items():
+            evidence = [DECLARED] if declared else []
+            if boots:
+                most = max((share for _, share in boots if share is not None), default=None)
+                what = (
+                    "in bursts" if most is None else f"{most:.0%} of token intervals under 0.2 ms"
+                )
+                which = ", ".join(str(boot) for boot, _ in boots)
+                evidence.append(f"delivered {what} (boot{'s' if len(boots) > 1 else ''} {which})")
+            if evidence:
+                found.setdefault(rig, {})[label] = " and ".join(evidence)
+    return found
 
 
 def ratio_words(ratio: float, noun: str) -> str:
@@ -434,31 +456,47 @@ def _flip_words(flips: RankingFlips | None) -> str:
     return f"order flipped between boots: {pairs} (boots {boots})"
 
 
-def _median_of(series: Sequence[float | None]) -> float | None:
-    present = [v for v in series if v is not None]
-    return float(np.median(present)) if present else None
-
-
-def burst_rigs(values: BootValues, cell: str) -> dict[str, tuple[float, float]]:
-    """Rigs whose tokens came in bursts in `cell`, with their (ITL p50, TPOT p50) medians."""
-    found: dict[str, tuple[float, float]] = {}
-    for rig, by_cell in values.items():
-        row = by_cell.get(cell, {})
-        itl = _median_of(row.get("itl_ms.p50", []))
-        tpot = _median_of(row.get("tpot_ms.p50", []))
-        if itl is not None and tpot is not None and delivers_in_bursts(itl, tpot):
-            found[rig] = (itl, tpot)
+def shortfalls_from_reports(
+    reports: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, list[str]]:
+    """Per cell, the boots whose harness did not load the server as asked (`load_shortfall`),
+    in words; cells where every boot did are absent."""
+    found: dict[str, list[str]] = {}
+    for rig, boot_reports in reports.items():
+        for boot, report in enumerate(boot_reports, start=1):
+            for cell in report.get("cells", []):
+                if not cell.get("load_shortfall"):
+                    continue
+                achieved, nominal = cell.get("achieved_concurrency"), cell.get("concurrency")
+                words = (
+                    f"{achieved:.1f} of {nominal} requests in flight ({achieved / nominal:.0%})"
+                    if isinstance(achieved, float) and isinstance(nominal, int) and nominal
+                    else "sends fell behind the rate's schedule"
+                )
+                found.setdefault(cell_label(cell), []).append(f"{rig} boot {boot}: {words}")
     return found
 
 
-def _withheld(spec: MetricSpec, bursts: Mapping[str, tuple[float, float]]) -> str:
+def burst_rigs(
+    bursts: Mapping[str, Mapping[str, str]], setups: Mapping[str, RigSetup], cell: str
+) -> dict[str, str]:
+    """Rigs whose tokens came in groups in `cell`, each with the evidence in words: what the
+    reports showed (`bursts_from_reports`), or a declaration recorded with its boots."""
+    found = {rig: by_cell[cell] for rig, by_cell in bursts.items() if cell in by_cell}
+    for rig, setup in setups.items():
+        shown = found.get(rig, "")
+        if setup.token_delivery == "burst" and not shown.startswith(DECLARED):
+            found[rig] = " and ".join(filter(None, (DECLARED, shown)))
+    return found
+
+
+def _withheld(spec: MetricSpec, bursts: Mapping[str, str]) -> str:
+    """Every ITL verdict of a cell where any rig delivered in groups, whichever rig is ahead:
+    its ITL times the gaps inside and between its groups, not its decode."""
     if not spec.key.startswith("itl_ms.") or not bursts:
         return ""
-    who = ", ".join(
-        f"{rig} (ITL p50 {_fmt(itl)} ms, TPOT p50 {_fmt(tpot)} ms)"
-        for rig, (itl, tpot) in bursts.items()
-    )
-    return f"no ITL verdict: {who} delivers tokens in bursts; compare TPOT"
+    who = "; ".join(f"{rig} {evidence}" for rig, evidence in bursts.items())
+    return f"no ITL verdict: {who}: its ITL times groups of tokens, not its decode; compare TPOT"
 
 
 def compare(
@@ -470,12 +508,19 @@ def compare(
     confidence: float = DEFAULT_CONFIDENCE,
     setups: Mapping[str, RigSetup] | None = None,
     emulated: str = "",
+    bursts: Mapping[str, Mapping[str, str]] | None = None,
+    load_short: Mapping[str, Sequence[str]] | None = None,
+    refused: str = "",
 ) -> Comparison:
     """Aggregate every rig's boots per cell and metric, test every rig pair, correct the tests
     together (Holm) and judge each rig against the baseline.
 
     `baseline` defaults to the first rig; `metrics` to every metric found in `values`, in the
-    order of `METRICS`; `setups` are the rigs' settings as they served (shown, and compared).
+    order of `METRICS`; `setups` are the rigs' settings as they served (shown, and compared);
+    `bursts` the evidence of burst delivery per rig and cell (`bursts_from_reports`): a cell
+    with any gets no ITL verdict; `load_short` per cell the boots that did not load the server
+    as asked (`shortfalls_from_reports`), marked on the cell; `refused` why no verdict at all
+    may be given (rigs that served different weights), said in place of every verdict.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be strictly between 0 and 1, got {alpha!r}")
@@ -501,10 +546,10 @@ def compare(
     keys = [k for k in METRICS if k in found] if metrics is None else list(metrics)
     specs = [metric_spec(k) for k in keys]
 
+    grouped = {cell: burst_rigs(bursts or {}, setups or {}, cell) for cell in cells}
     drafts = [
-        _Draft.measure(values, cell, spec, confidence, _withheld(spec, bursts))
+        _Draft.measure(values, cell, spec, confidence, refused or _withheld(spec, grouped[cell]))
         for cell in cells
-        for bursts in [burst_rigs(values, cell)]
         for spec in specs
     ]
     tested = [(d, pair) for d in drafts for pair, t in d.tests.items() if t.p_value is not None]
@@ -516,12 +561,12 @@ def compare(
 
     compared: list[CellComparison] = []
     for cell in cells:
-        bursts = burst_rigs(values, cell)
         compared.append(
             CellComparison(
                 cell=cell,
                 metrics=[d.judge(base, alpha, level) for d in drafts if d.cell == cell],
-                burst_rigs=list(bursts),
+                burst_rigs=list(grouped[cell]),
+                load_short=list((load_short or {}).get(cell, [])),
             )
         )
     found_setups = {rig: setups[rig] for rig in rigs if setups and rig in setups}
@@ -537,6 +582,7 @@ def compare(
         cells=compared,
         setups=found_setups,
         setup_warnings=setup_warnings(found_setups),
+        refused=refused,
         summary=_summary(rigs, compared),
         emulated=emulated,
     )
@@ -706,10 +752,22 @@ def caption(comparison: Comparison) -> str:
     return CAPTION.format(level=f"{comparison.confidence:.0%}", method=comparison.method)
 
 
+LOAD_SHORT = "load not reached"
+NO_VERDICTS = "no verdicts"
+
+
 def footnotes(comparison: Comparison) -> list[str]:
-    """What the table's end says, in order: what ran, setup warnings, the sweep-level ranking."""
-    lines = [comparison.emulated] if comparison.emulated else []
+    """What the table's end says, in order: why no verdict at all, what ran, setup warnings,
+    cells whose load was not reached, the sweep-level ranking."""
+    lines = [comparison.refused] if comparison.refused else []
+    lines += [comparison.emulated] if comparison.emulated else []
     lines += comparison.setup_warnings
+    lines += [
+        f"{LOAD_SHORT} in {cell.cell}: {'; '.join(cell.load_short)}; its figures are of a "
+        "lighter load than the cell's"
+        for cell in comparison.cells
+        if cell.load_short
+    ]
     lines += [f"sweep: {line}" for line in comparison.summary]
     return lines
 
@@ -764,10 +822,13 @@ def render(comparison: Comparison) -> Table:
         table.add_column(rig_heading(comparison, rig), justify="right")
     table.add_column("ranking")
     for cell in comparison.cells:
-        for metric in cell.metrics:
+        for row, metric in enumerate(cell.metrics):
             by_rig = {r.rig: r for r in metric.results}
+            label = Text(cell.cell)
+            if cell.load_short and row == 0:  # once per cell; the footnote says whose and how far
+                label.append(f"\n{LOAD_SHORT}", style="yellow")
             table.add_row(
-                cell.cell,
+                label,
                 f"{metric.metric.label} ({metric.metric.unit})",
                 *(_rig_cell(by_rig[rig], comparison.baseline, alone) for rig in comparison.rigs),
                 _ranking_cell(metric),
@@ -779,7 +840,8 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     """The table, then its footnotes: what the terminal shows of a comparison."""
     console.print(render(comparison))
     for line in footnotes(comparison):
-        style = "yellow" if line.startswith(("not like for like", "local emulation")) else ""
+        warning = ("not like for like", "local emulation", LOAD_SHORT, NO_VERDICTS)
+        style = "yellow" if line.startswith(warning) else ""
         console.print(Text(line, style=style))
     if comparison.output_agreement:
         console.print(render_agreement(comparison.output_agreement))
@@ -817,7 +879,13 @@ def main(
         except (OSError, json.JSONDecodeError) as exc:
             raise typer.BadParameter(f"cannot read report {path}: {exc}") from None
     try:
-        comparison = compare(values_from_reports(by_rig), baseline=baseline, confidence=confidence)
+        comparison = compare(
+            values_from_reports(by_rig),
+            baseline=baseline,
+            confidence=confidence,
+            bursts=bursts_from_reports(by_rig),
+            load_short=shortfalls_from_reports(by_rig),
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     print_comparison(Console(), comparison)

@@ -18,8 +18,8 @@ time to send time) is summarised apart from every latency.
 
 What was really measured, beside what was asked for:
 - Achieved concurrency: requests in flight (send to completion), averaged over time; a cell
-  under 90% of its nominal load, or a rate cell whose sends fell over 10% behind their
-  schedule, says so in words (`load_shortfall`).
+  under 95% of its nominal load, or a rate cell whose sends fell over 5% behind their
+  schedule, says so in words (`load_shortfall`), and the comparison marks the cell.
 - Validity: chunks the client read late, together with a later one, share the later one's
   kernel stamp: a first token read with k more chunks makes TTFT late by k gaps; within
   ITL, k chunks read together turn k gaps into zeros and the gap before them into k + 1
@@ -30,8 +30,9 @@ What was really measured, beside what was asked for:
   taken between reads that its stalls do not explain (`token_gap`). Either the client, and
   the figure is marked invalid; or the server or network (Nagle's algorithm, several
   tokens per write), and the figure stands as measured, with the cause.
-- Delivery: "burst" when more than half of the gaps between separately read chunks are
-  under 0.2 ms (the server writes tokens in groups); ITL then describes the groups.
+- Delivery: the share of token intervals under 0.2 ms (`burst_share`: tokens that arrived
+  together, in one chunk, one read or back-to-back writes); "burst" when it is over half. ITL
+  then describes the groups, and the comparison gives no ITL verdict in that cell.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import numpy as np
 from harness.schemas import (
     SLO,
     CellReport,
-    Delivery,
     MetricSummary,
     MetricValidity,
     RequestRecord,
@@ -52,8 +52,9 @@ from harness.schemas import (
 
 TTFT_TOLERANCE_MS = 2.0
 ITL_TOLERANCE_MS = 0.5
-BURST_GAP_S = 0.0002
-SHORTFALL = 0.9  # achieved / nominal load under which a cell says it fell short
+BURST_GAP_S = 0.0002  # token intervals shorter than this arrived together
+BURST_SHARE = 0.5  # a cell whose share of such intervals is above this was delivered in bursts
+SHORTFALL = 0.95  # achieved / nominal load under which a cell says it fell short
 LAG_INTERVAL_S = 0.01  # the lag monitor's sleep (harness.load.LoopLagMonitor)
 # Shorter stalls than this are the event loop's timer granularity (epoll waits in whole ms).
 STALL_FLOOR_S = 0.001
@@ -309,10 +310,8 @@ def attribute(
     })  # fmt: skip
 
 
-def token_gap(
-    ok: Sequence[RequestRecord], loop_stalls: Sequence[Stall] = ()
-) -> tuple[float, np.ndarray]:
-    """The gap at which tokens reached the client, and every gap between separate reads.
+def token_gap(ok: Sequence[RequestRecord], loop_stalls: Sequence[Stall] = ()) -> float:
+    """The gap at which tokens reached the client.
 
     The estimate is the median gap between a request's separate socket reads, over the gaps
     the client's own known stalls (`loop_stalls`) cover for less than STALL_COVER: a client
@@ -321,9 +320,9 @@ def token_gap(
     than the gap and excuse them (`attribute`). A server that writes in bursts (Nagle's
     algorithm, several tokens per write) keeps its long gaps: no stall of the client covers
     them. When stalls cover every gap, the estimate is 0 (the client named at STALL_FLOOR_S).
-    Without stall intervals every gap counts. The second value is every gap, for `validity`.
+    Without stall intervals every gap counts.
     """
-    separate, kept = [], []
+    kept = []
     for r in ok:
         times = np.asarray(r.content_times, dtype=float)
         if times.size < 2:
@@ -331,11 +330,9 @@ def token_gap(
         apart = np.flatnonzero(np.diff(times) > 0)
         starts, ends = times[apart], times[apart + 1]
         gaps = ends - starts
-        separate.append(gaps)
         kept.append(gaps[stall_cover(starts, ends, loop_stalls) < STALL_COVER * gaps])
-    gaps_apart = np.concatenate(separate) if separate else np.empty(0)
     pace = np.concatenate(kept) if kept else np.empty(0)
-    return (float(np.median(pace)) if pace.size else 0.0), gaps_apart
+    return float(np.median(pace)) if pace.size else 0.0
 
 
 def validity(
@@ -343,8 +340,8 @@ def validity(
     loop_lag_s: Sequence[float] = (),
     percentiles: Sequence[float] = (),
     loop_stalls: Sequence[Stall] = (),
-) -> tuple[MetricValidity, MetricValidity, Delivery]:
-    """TTFT and ITL validity from the chunks read together, and how tokens were delivered.
+) -> tuple[MetricValidity, MetricValidity]:
+    """TTFT and ITL validity from the chunks read together.
 
     The predicted error of a figure is the figure as measured minus the same figure over
     the records with every group of chunks read together spread out (`spread_times`); who
@@ -361,7 +358,7 @@ def validity(
         ttft_spread.append(spread[0] - r.send_time)
         itl.append(itl_samples(r))
         itl_spread.append(itl_samples(r.model_copy(update={"content_times": spread.tolist()})))
-    pace, gaps_apart = token_gap(ok, loop_stalls)
+    pace = token_gap(ok, loop_stalls)
     ttft_validity = attribute(
         _validity(summarize(ttft, percentiles), summarize(ttft_spread, percentiles),
                   TTFT_TOLERANCE_MS),
@@ -376,8 +373,21 @@ def validity(
         "chunks", sum(r.shared_read_chunks for r in ok), sum(r.content_chunks for r in ok),
         loop_lag_s, pace,
     )  # fmt: skip
-    burst = gaps_apart.size > 0 and float(np.mean(gaps_apart < BURST_GAP_S)) > 0.5
-    return ttft_validity, itl_validity, "burst" if burst else "streamed"
+    return ttft_validity, itl_validity
+
+
+def burst_share(ok: Sequence[RequestRecord]) -> float | None:
+    """The share of token intervals under BURST_GAP_S, pooled over successful requests: the
+    k tokens of one chunk are k - 1 intervals of 0, then every gap between chunks counts once
+    (None without two tokens in any request)."""
+    together = intervals = 0
+    for r in ok:
+        if r.output_tokens < 2 or not r.content_times:
+            continue
+        apart = int(np.count_nonzero(np.diff(np.asarray(r.content_times)) >= BURST_GAP_S))
+        intervals += r.output_tokens - 1
+        together += max(r.output_tokens - 1 - apart, 0)
+    return together / intervals if intervals else None
 
 
 def slo_met(ttft_s: float, tpot_s: float | None, e2e_s: float, slo: SLO) -> bool:
@@ -430,7 +440,8 @@ def cell_report(
 
     queue_wait = summarize([r.queue_wait for r in sent], percentiles)
     achieved, nominal = achieved_concurrency(sent, concurrency)
-    ttft_validity, itl_validity, delivery = validity(ok, loop_lag_s, percentiles, loop_stalls)
+    ttft_validity, itl_validity = validity(ok, loop_lag_s, percentiles, loop_stalls)
+    together = burst_share(ok)
     first_failed = min(failed, key=lambda r: r.send_time, default=None)
     return CellReport(
         concurrency=concurrency,
@@ -472,5 +483,6 @@ def cell_report(
         first_token_shared_reads=sum(r.first_token_shared_read for r in ok),
         ttft_validity=ttft_validity,
         itl_validity=itl_validity,
-        delivery=delivery,
+        burst_share=together,
+        delivery="burst" if together is not None and together > BURST_SHARE else "streamed",
     )

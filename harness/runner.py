@@ -227,6 +227,7 @@ async def run_benchmark(
         headers=headers,
     ) as backend:
         server = await backend.check_reachable()
+        report.token_delivery = server.token_delivery
         prompts = Prompts(config, server, dataset)
         warm_plan = prompts.plan(config.warmup, config.seed + 10_000)
         cell_plans = [prompts.plan(config.requests, config.seed + i) for i in range(len(loads))]

@@ -27,6 +27,8 @@ Endpoint = Literal["completions", "chat"]
 # How a cell's tokens reached the client: one chunk at a time ("streamed"), or in groups
 # written back to back ("burst", e.g. a server that emits several tokens per device call).
 Delivery = Literal["streamed", "burst"]
+# How a server says it delivers tokens (/v1/models of a rigbench rig): as produced, or in groups.
+TokenDelivery = Literal["per_token", "burst"]
 PromptKind = Literal["token_ids", "text"]
 BunchingCause = Literal["client", "server_or_network"]
 
@@ -349,7 +351,7 @@ class CellReport(_Model):
     load_shortfall: str | None = Field(
         default=None,
         description="Set, in words, when the cell did not reach its nominal load (achieved "
-        "concurrency under 90% of nominal, or sends behind a rate's schedule by over 10%).",
+        "concurrency under 95% of nominal, or sends behind a rate's schedule by over 5%).",
     )
     # since 0.1.0+6b5b9daab5
     first_token_shared_reads: int = Field(
@@ -362,11 +364,18 @@ class CellReport(_Model):
     # since 0.1.0+6b5b9daab5
     itl_validity: MetricValidity = Field(default_factory=MetricValidity)
     # since 0.1.0+6b5b9daab5
+    burst_share: float | None = Field(
+        default=None,
+        description="The share of token intervals under 0.2 ms (tokens that arrived together: "
+        "in one chunk, one read or back-to-back writes), pooled over successful requests; "
+        "None without a request of two tokens.",
+    )
+    # since 0.1.0+6b5b9daab5
     delivery: Delivery = Field(
         default="streamed",
-        description="burst: more than half of the gaps between separately read content chunks "
-        "were under 0.2 ms, so the server emits tokens in groups and ITL describes the groups, "
-        "not a per-token pace; compare such cells on TPOT.",
+        description="burst: burst_share is over one half, so the server delivered tokens in "
+        "groups and ITL describes the groups, not a per-token pace; the comparison gives such "
+        "cells no ITL verdict (compare TPOT).",
     )
 
 
@@ -411,6 +420,11 @@ class BenchmarkReport(_Model):
         default=None,
         description="The agreement probe's answers (when the config asked for it), which the "
         "comparison checks across rigs (harness/agreement.py).",
+    )
+    token_delivery: TokenDelivery | None = Field(
+        default=None,
+        description="How the server said it delivers tokens (/v1/models; rigbench rigs say it, "
+        "an OpenAI server need not): burst, several tokens per write, gets no ITL verdicts.",
     )
     interrupted: bool = False
     harness_ceiling_note: str = Field(

@@ -6,7 +6,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.agreement import PairAgreement, output_agreement, probes_from_reports
-from harness.compare import Comparison, RigSetup, compare, rig_setup, values_from_reports
+from harness.compare import (
+    NO_VERDICTS,
+    Comparison,
+    RigSetup,
+    bursts_from_reports,
+    compare,
+    rig_setup,
+    shortfalls_from_reports,
+    values_from_reports,
+)
 from harness.stats import ALPHA
 
 if TYPE_CHECKING:
@@ -35,6 +44,24 @@ def setups_of(boots: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, RigSe
     return found
 
 
+def revision_refusal(boots: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
+    """Why a sweep's boots cannot be compared, when they served different model revisions (the
+    commit each rig says it loaded, `provenance.model_revision`): a difference may then be the
+    weights, not the runtime. "" when every boot that says served the same one."""
+    served: dict[str, list[str]] = {}
+    for rig, provenance in boots:
+        revision = str(provenance.get("model_revision") or "unknown")
+        if revision != "unknown" and rig not in served.setdefault(revision, []):
+            served[revision].append(rig)
+    if len(served) < 2:
+        return ""
+    who = "; ".join(f"{', '.join(rigs)} served {revision}" for revision, rigs in served.items())
+    return (
+        f"{NO_VERDICTS}: the boots served different model revisions ({who}), so a difference may "
+        "be the weights, not the runtime; pin model_revision and run the sweep again"
+    )
+
+
 def sweep_comparison(
     reports: Mapping[str, Sequence[Mapping[str, Any]]],
     setups: Mapping[str, RigSetup],
@@ -43,17 +70,22 @@ def sweep_comparison(
     baseline: str | None = None,
     agreement: Sequence[PairAgreement] | None = None,
     alpha: float = ALPHA,
+    refused: str = "",
 ) -> Comparison:
     """`reports[rig]`: the rig's harness reports in boot order (the baseline, unless given, is
     the first rig); `local`: the sweep ran on the local emulation, and the comparison says so;
     `agreement`: the rig pairs' output agreement, else taken from the reports' probes;
-    `alpha`: the family-wise level (an adaptive sweep's: its last look's)."""
+    `alpha`: the family-wise level (an adaptive sweep's: its last look's); `refused`: why no
+    verdict may be given (`revision_refusal`)."""
     comparison = compare(
         values_from_reports(reports),
         baseline=baseline,
         setups=setups,
         emulated=LOCAL_EMULATION if local else "",
         alpha=alpha,
+        bursts=bursts_from_reports(reports),
+        load_short=shortfalls_from_reports(reports),
+        refused=refused,
     )
     pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
     return comparison.model_copy(update={"output_agreement": list(pairs)})
@@ -68,4 +100,5 @@ def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | Non
     # An adaptive sweep spent part of its error rate at the looks before the last: its table
     # is tested at the last look's level, so that all its claims together keep to 5%.
     alpha = data.rounds[-1].level if data.rounds else ALPHA
-    return sweep_comparison(reports, setups, local=local, alpha=alpha)
+    refused = revision_refusal((b.rig, b.provenance) for b in data.boots)
+    return sweep_comparison(reports, setups, local=local, alpha=alpha, refused=refused)

@@ -10,7 +10,7 @@ import typer
 
 from hardware.instance_types import GPU_TYPES, UnknownInstanceType, get_instance_type
 from hardware.local_host import compute_capability
-from rigs.contract import RigDefinitionError, Scalar
+from rigs.contract import RigDefinitionError
 from rigs.coverage import DEFAULT_WHEEL_CACHE, check_rig
 from rigs.launch import exec_rig, launch_plan
 from rigs.registry import discover, get_rig
@@ -23,8 +23,8 @@ app = typer.Typer(
 )
 
 
-def _parse_settings(pairs: list[str]) -> dict[str, Scalar]:
-    settings: dict[str, Scalar] = {}
+def _parse_settings(pairs: list[str]) -> dict[str, str]:
+    settings: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
@@ -69,7 +69,7 @@ def serve(
             port=port,
             host=host,
             dtype=dtype,
-            settings=_parse_settings(setting or []),
+            settings=rig.settings_from_text(_parse_settings(setting or [])),
             rig_venv=rig_venv,
             gpu_compute_capability=compute_capability(),
         )

@@ -8,7 +8,8 @@ environment, and how to tell it is ready. Every rig serves the API of DESIGN.md 
 Serve command placeholders: `{model}` (the spec as given, also the served name),
 `{model_path}` (the resolved checkpoint directory; naming it makes the launcher resolve
 the model first), `{host}`, `{port}`, `{dtype}`, `{python}` (the rig venv's interpreter),
-`{rig_venv}`, and every key of `[serve.settings]`.
+`{rig_venv}`, and every key of `[serve.settings]` (each declared with its type, bounds and
+default: rigs/settings.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Annotated, Literal
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rigs.settings import Scalar, SettingError, SettingSpec, check_values
+
 # The context every rig must hold for the harness's agreement probe (harness/agreement.py): its
 # longest prompt (199 tokens with the random:* tokenizer, which splits text finer than Gemma's
 # own) and answer fit (tests/harness/test_agreement.py); small, so that rigs on a CPU need not
@@ -28,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # sizes a rig for it without the harness.
 PROBE_CONTEXT_TOKENS = 256
 
-Scalar = str | int | float | bool
 Architecture = Literal["x86_64", "aarch64"]
 Accelerator = Literal["cuda", "cpu"]
 BUILTIN_PLACEHOLDERS = frozenset(
@@ -77,7 +79,7 @@ class ServeSpec(_Strict):
     default_dtype: str = "auto"
     # e.g. {"7.5" = "float16"}: Turing has no bfloat16, so "auto" must not pick it there.
     dtype_for_compute_capability: dict[str, str] = Field(default_factory=dict)
-    settings: dict[str, Scalar] = Field(default_factory=dict)
+    settings: dict[str, SettingSpec] = Field(default_factory=dict)
     # The setting that bounds how many sequences the rig serves at once (vLLM's
     # max_num_seqs, ...): a sweep sets it to the same value for every rig.
     concurrency_setting: str | None = None
@@ -134,13 +136,28 @@ class RigDefinition(_Strict):
             return self.serve.dtype_for_compute_capability[compute_capability]
         return self.serve.default_dtype
 
+    def setting_defaults(self) -> dict[str, Scalar]:
+        return {key: spec.default for key, spec in self.serve.settings.items()}
+
     def check_settings(self, settings: dict[str, Scalar]) -> None:
+        """RigDefinitionError naming an unknown key, or rig, key and value of one its
+        declaration refuses."""
         unknown = set(settings) - set(self.serve.settings)
         if unknown:
             raise RigDefinitionError(
                 f"rig {self.name} has no setting(s) {sorted(unknown)}; "
                 f"known: {sorted(self.serve.settings)}"
             )
+        try:
+            check_values(self.name, self.serve.settings, settings)
+        except SettingError as err:
+            raise RigDefinitionError(str(err)) from None
+
+    def settings_from_text(self, settings: dict[str, str]) -> dict[str, Scalar]:
+        """Settings given as text (`--set max_batch=8`), each read as its declared type (an
+        unknown key stays text, for `check_settings` to name)."""
+        specs = self.serve.settings
+        return {k: specs[k].from_text(v) if k in specs else v for k, v in settings.items()}
 
     def render_serve_command(
         self,
@@ -156,7 +173,7 @@ class RigDefinition(_Strict):
     ) -> list[str]:
         overrides = settings or {}
         self.check_settings(overrides)
-        values: dict[str, Scalar] = {**self.serve.settings, **overrides}
+        values: dict[str, Scalar] = {**self.setting_defaults(), **overrides}
         values.update(model=model, port=port, dtype=dtype, python=python, rig_venv=rig_venv)
         values["host"] = host
         if model_path is not None:
@@ -207,6 +224,10 @@ def load_definition(folder: Path) -> RigDefinition:
     unknown = rig.placeholders() - BUILTIN_PLACEHOLDERS - set(rig.serve.settings)
     if unknown:
         raise RigDefinitionError(f"{path}: serve.command uses unknown {sorted(unknown)}")
+    try:
+        check_values(rig.name, rig.serve.settings, rig.setting_defaults())
+    except SettingError as err:
+        raise RigDefinitionError(f"{path}: a default its own declaration refuses: {err}") from None
     concurrency = rig.serve.concurrency_setting
     if concurrency is not None and concurrency not in rig.serve.settings:
         raise RigDefinitionError(f"{path}: concurrency_setting {concurrency!r} is not a setting")

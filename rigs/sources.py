@@ -21,6 +21,9 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +34,7 @@ from pydantic import BaseModel, ConfigDict
 CONFIGS_DIR = Path(__file__).parent / "configs"
 RANDOM_PREFIX = "random:"
 DEFAULT_TOKEN_FILE = Path("/etc/rigbench/hf_token")
+HF_ENDPOINT = "https://huggingface.co"
 _HF_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 # What a text-only rig needs from a hub repo; skips e.g. original/ or gguf copies.
 _HF_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.jinja", "*.txt"]
@@ -127,6 +131,51 @@ def check_spec(spec: str) -> None:
             f"model spec {spec!r} is neither random:<name>, an existing directory, "
             "nor a Hugging Face id like google/gemma-4-E2B-it[@revision]"
         )
+
+
+def hub_repo(spec: str) -> str | None:
+    """The Hugging Face repo a spec names without a revision (`google/gemma-4-E2B-it`), else
+    None (random weights, a directory, a spec that pins `@revision` itself)."""
+    spec = spec.strip()
+    if spec.startswith(RANDOM_PREFIX) or spec.startswith((".", "/", "~")):
+        return None
+    if Path(spec).expanduser().exists():
+        return None
+    match = _HF_ID.match(spec)
+    return match["repo"] if match is not None and match["rev"] is None else None
+
+
+def pinned_spec(spec: str, revision: str | None) -> str:
+    """The spec that loads `revision` of a hub model (`repo@revision`); others as they are."""
+    return f"{spec}@{revision}" if revision and hub_repo(spec) else spec
+
+
+def hub_commit(repo: str, revision: str | None, timeout_s: float = 10.0) -> str | None:
+    """The commit `revision` (default: the main branch) of a hub repo is now, asked of the hub's
+    API (`HF_ENDPOINT`, else huggingface.co; the standard library only, as the Lambda functions
+    carry no hub client); None where the hub cannot be reached (offline, no route) or will not
+    say without a token. A repo or revision the hub does not have: ModelSourceError."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return None
+    endpoint = (os.environ.get("HF_ENDPOINT") or HF_ENDPOINT).rstrip("/")
+    url = f"{endpoint}/api/models/{repo}/revision/{urllib.parse.quote(revision or 'main', '')}"
+    request = urllib.request.Request(url)
+    if token := read_token():
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            sha = json.load(response).get("sha")
+    except urllib.error.HTTPError as err:
+        # 401 and 403: a private or gated repo the caller has no token for (the Lambda functions
+        # have none; the instances do), so not known here, as where the hub is unreachable.
+        if err.code == 404:
+            raise ModelSourceError(
+                f"the hub has no {repo!r} at revision {revision or 'main'!r} (HTTP 404)"
+            ) from None
+        return None
+    except (OSError, ValueError):  # unreachable (no route, no name, a timeout), or not JSON
+        return None
+    return sha if isinstance(sha, str) and sha else None
 
 
 def _local_source(spec: str, path: Path) -> ModelSource:

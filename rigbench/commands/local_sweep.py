@@ -76,6 +76,12 @@ def run_sweep(
             rows = sum(restored.tables.values())
             console.print(f"[dim]restored {rows} stored items from {home.data}[/]")
         try:
+            # What the dry run refuses (the stack's per-sweep budget, the monthly cap, quota,
+            # settings) is refused here too, in one line, before an execution starts.
+            plan = stack.check_plan(sweep)
+            if not plan.valid:
+                console.print(f"[red]error:[/] {escape(plan.error)}", soft_wrap=True)
+                return 2
             started = stack.start_sweep(sweep)
         except StackError as exc:
             console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)

@@ -20,7 +20,7 @@ from harness.agreement import AgreementProbe, output_agreement, probes_from_repo
 from harness.agreement_view import agreement_line
 from harness.compare import Comparison
 from harness.stats import Verdict
-from rigbench.comparison import setups_of, sweep_comparison
+from rigbench.comparison import revision_refusal, setups_of, sweep_comparison
 from rigbench.mcp.models import (
     InstanceList,
     PlanReport,
@@ -93,8 +93,9 @@ def probes_from_rows(rows: list[ResultRow]) -> dict[str, list[tuple[int, Agreeme
 def verdict_lines(comparison: Comparison) -> list[str]:
     """Every rig's verdict against the baseline that is not "within noise", one line each,
     in the comparison's own words (the table's and the report's): the differences shown, and
-    where no verdict was possible."""
-    lines = []
+    where no verdict was possible (and why none at all, when the boots served different model
+    revisions)."""
+    lines = [comparison.refused] if comparison.refused else []
     for cell in comparison.cells:
         for metric in cell.metrics:
             for result in metric.results:
@@ -239,6 +240,7 @@ class SweepTools:
             comparison = sweep_comparison(
                 reports_from_rows(rows), setups, local=local, baseline=baseline,
                 agreement=agreement,
+                refused=revision_refusal((row.rig, row.provenance) for row in rows),
             )  # fmt: skip
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc

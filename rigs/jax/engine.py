@@ -189,11 +189,13 @@ class JaxEngine(ScoredStreams):
         options: EngineOptions,
         *,
         model_name: str,
+        model_revision: str = "unknown",  # the checkpoint's (ModelSource.revision)
         eos_token_ids: frozenset[int] | None = None,
         device: jax.Device | None = None,
         executable_cache: Path | None = None,
     ) -> None:
         self.model_name = model_name
+        self.model_revision = model_revision
         self.max_model_len = options.max_model_len
         self.vocab_size = cfg.vocab_size
         self.eos_token_ids = frozenset(
@@ -230,6 +232,7 @@ class JaxEngine(ScoredStreams):
         c = self.compiles.snapshot()
         return {
             "runtime": "rigbench-jax",
+            "model_revision": self.model_revision,
             "jax": jax.__version__,
             "jaxlib": importlib.metadata.version("jaxlib"),
             "python": platform.python_version(),

@@ -11,13 +11,14 @@ import argparse
 import json
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from rigs.jax import xla_flags
+from rigs.registry import get_rig
 from rigs.serving.engine import Engine
-from rigs.serving.serve import add_bound_arguments, serve
+from rigs.serving.serve import serve
 from rigs.serving.tokenizer import ServingTokenizer
+from rigs.settings import add_options
 from rigs.sources import cache_root, resolve_model
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -25,23 +26,12 @@ AUTO = 0  # --max-slots auto
 AUTO_SLOTS_CAP = 64  # one compiled decode program per power of two up to it
 AUTO_SLOTS_NO_STATS = 32  # a CPU reports no memory
 log = logging.getLogger("rigs.jax")
-
-
-def at_least_one(value: str, rule: str) -> int:
-    """`value` as an int >= 1, else an argparse error saying `rule` and what was given."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{rule}, got {value!r}")
-    return number
+RIG = get_rig("jax")
 
 
 def slots_arg(value: str) -> int:
-    if value == "auto":
-        return AUTO
-    return at_least_one(value, "--max-slots must be 'auto' or >= 1")
+    """--max-slots, checked against rig.toml's declaration: 'auto' as AUTO, else the number."""
+    return AUTO if value == "auto" else int(value)
 
 
 def buckets_arg(value: str) -> tuple[int, ...]:
@@ -58,11 +48,6 @@ def buckets_arg(value: str) -> tuple[int, ...]:
             f" 64,512; got {value!r}"
         )
     return buckets
-
-
-def prompt_len_arg(value: str) -> int:
-    """--batched-prefill-max-len: a prompt length, >= 1."""
-    return at_least_one(value, "--batched-prefill-max-len must be a prompt length >= 1")
 
 
 def served_buckets(asked: tuple[int, ...], max_model_len: int) -> tuple[int, ...]:
@@ -131,30 +116,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0: every interface")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
-    parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument(
-        "--max-slots",
-        type=slots_arg,
-        default=AUTO,
-        help="concurrent sequences, or 'auto': as many as half the device's free memory holds"
-        f" after the weights, at most {AUTO_SLOTS_CAP} ({AUTO_SLOTS_NO_STATS} on a device"
-        " that reports no memory)",
-    )
-    parser.add_argument("--steps-per-call", type=int, default=8, help="decode steps per trip")
-    parser.add_argument(
-        "--prompt-buckets",
-        type=buckets_arg,
-        default=(),
-        help="prompt lengths a prompt is padded up to, one compiled prefill program each (and"
-        " per batch size), such as 64,512; max_model_len is always the last; 'auto': powers of"
-        " two from 64",
-    )
-    parser.add_argument(
-        "--batched-prefill-max-len",
-        type=prompt_len_arg,
-        default=None,
-        help="prompt buckets up to this length prefill several prompts per call (one compiled"
-        " program per batch size), longer ones one at a time (default: the engine's, 1024)",
+    # The tuned settings, their types, bounds and defaults: rigs/jax/rig.toml, one place.
+    add_options(
+        parser,
+        RIG.name,
+        RIG.serve.settings,
+        converters={"max_slots": slots_arg, "prompt_buckets": buckets_arg},
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
     parser.add_argument(
@@ -164,7 +131,6 @@ def main(argv: list[str] | None = None) -> None:
         "compiling them (rigs/jax/executables.py; '' to disable; env RIGBENCH_JAX_COMPILE_CACHE)",
     )
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
-    add_bound_arguments(parser)
     args = parser.parse_args(argv)
     xla_flags.configure()  # before JAX starts its backend (build_engine imports it)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -212,14 +178,14 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
         max_model_len=max_model_len,
         steps_per_call=args.steps_per_call,
         prompt_buckets=served_buckets(args.prompt_buckets, max_model_len),
+        batched_prefill_max_len=args.batched_prefill_max_len,
     )
-    if args.batched_prefill_max_len is not None:
-        options = replace(options, batched_prefill_max_len=args.batched_prefill_max_len)
     engine = JaxEngine(
         params,
         cfg,
         options,
         model_name=source.name,
+        model_revision=source.revision,
         eos_token_ids=eos_ids(source.path) or None,
         device=device,
         executable_cache=Path(args.compile_cache) if args.compile_cache else None,

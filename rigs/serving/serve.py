@@ -8,7 +8,6 @@ and lets the bootstrap's status file report the failure at once.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
@@ -23,23 +22,6 @@ from rigs.serving.app import (
 )
 
 log = logging.getLogger("rigs.serving")
-
-
-def add_bound_arguments(parser: argparse.ArgumentParser) -> None:
-    """The server's bounds, shared by every rig that serves through `serve`."""
-    parser.add_argument(
-        "--max-waiting",
-        type=int,
-        default=DEFAULT_MAX_WAITING,
-        help="requests held waiting for a slot beyond the engine's slots; one more is refused "
-        "with 503 and Retry-After",
-    )
-    parser.add_argument(
-        "--request-timeout-s",
-        type=float,
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        help="a request still generating this long after it was admitted is ended",
-    )
 
 
 def serve(

@@ -30,7 +30,6 @@ from transformers import AutoModelForCausalLM
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 from rigs.sources import ModelSource
 from rigs.torch.engine import (
-    DEFAULT_MAX_MODEL_LEN,
     DTYPES,
     MAX_TOP_LOGPROBS,
     _ids,
@@ -74,11 +73,11 @@ class ContinuousEngine(ScoredStreams):
         dtype: str = "auto",
         device: str | None = None,
         max_model_len: int | None = None,
-        slots: int = 32,
-        compile: str = "auto",
+        slots: int,
+        compile: str,
         prefill_tokens: int = 16384,
-        admit_gap_s: float = 0.01,
-        admit_wait_s: float = 0.25,
+        admit_gap_s: float,
+        admit_wait_s: float,
     ) -> None:
         started = time.monotonic()
         if dtype != "auto" and dtype not in DTYPES:
@@ -111,7 +110,7 @@ class ContinuousEngine(ScoredStreams):
         self._eos = sorted(self.eos_token_ids)
         self.vocab_size = int(text_config.vocab_size)
         limit = int(text_config.max_position_embeddings)
-        self.max_model_len = min(limit, max_model_len or DEFAULT_MAX_MODEL_LEN)
+        self.max_model_len = min(limit, max_model_len or limit)
         self.model_name = source.spec
         self.max_top_logprobs = MAX_TOP_LOGPROBS
         self.load_s = time.monotonic() - started

@@ -1,7 +1,7 @@
 """A thin `Engine` over transformers' AutoModelForCausalLM and `generate`.
 
 One worker thread runs `model.generate` with a streamer. Batching modes:
-- "serial" (the default): one request at a time, so greedy output is `generate`'s output
+- "serial": one request at a time, so greedy output is `generate`'s output
   token for token;
 - "batched": a wave of requests (closed by an idle gap, see `gather_wave`; up to
   `max_batch`, with the same sampling settings) runs as one left-padded `generate` batch;
@@ -37,7 +37,6 @@ from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 from rigs.sources import ModelSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DEFAULT_MAX_MODEL_LEN = 8192
 Batching = Literal["serial", "batched"]
 MAX_TOP_LOGPROBS = 20
 Item = int | ScoredToken | BaseException | None
@@ -204,10 +203,10 @@ class TorchEngine(ScoredStreams):
         device: str | None = None,
         max_model_len: int | None = None,
         attn_implementation: str | None = None,
-        batching: Batching = "serial",
-        max_batch: int = 32,
-        batch_gap_s: float = 0.01,
-        batch_wait_s: float = 0.25,
+        batching: Batching,
+        max_batch: int,
+        batch_gap_s: float,
+        batch_wait_s: float,
         logit_perturbation: float = 0.0,
     ) -> None:
         if dtype != "auto" and dtype not in DTYPES:
@@ -235,9 +234,9 @@ class TorchEngine(ScoredStreams):
         # from the model's generation_config, which would stop `ignore_eos` requests early.
         self.model.generation_config.eos_token_id = None
         self.vocab_size = int(text_config.vocab_size)
-        # Capped by the model's own positions (random:tiny has 1,024).
+        # Capped by the model's own positions (random:tiny has 1,024); None: those.
         limit = int(text_config.max_position_embeddings)
-        self.max_model_len = min(limit, max_model_len or DEFAULT_MAX_MODEL_LEN)
+        self.max_model_len = min(limit, max_model_len or limit)
         self.model_name = source.spec
         self.pad_token_id = int(text_config.pad_token_id or 0)
         self.batch_sizes: list[int] = []  # rows per generate() call, most recent last

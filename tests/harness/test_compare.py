@@ -14,8 +14,8 @@ from harness.compare import (
     DEFAULT_METRICS,
     Comparison,
     app,
+    bursts_from_reports,
     compare,
-    delivers_in_bursts,
     ratio_words,
     render_text,
     rig_setup,
@@ -439,28 +439,96 @@ def test_ratio_words_rejects_nonsense() -> None:
         ratio_words(float("nan"), "TTFT")
 
 
-def test_a_rig_delivering_in_bursts_gets_tpot_not_itl_verdicts() -> None:
-    # jax sends its tokens in bursts: ITL p50 ~0.02 ms while its TPOT is 40 ms. torch streams
-    # one token per 45 ms. Comparing ITL would call torch "2250x higher ITL"; only TPOT is fair.
-    assert delivers_in_bursts(0.02, 40.0)
-    assert not delivers_in_bursts(44.0, 45.0)
-    assert not delivers_in_bursts(None, 45.0)
-    values = {
-        "torch": {"c=1": {"itl_ms.p50": [45.0, 46.0, 44.0], "tpot_ms.p50": [45.5, 46.2, 44.1]}},
-        "jax": {"c=1": {"itl_ms.p50": [0.02, 0.03, 0.02], "tpot_ms.p50": [40.0, 41.0, 40.5]}},
-    }
-    comparison = compare(values, baseline="torch")
-    assert comparison.cells[0].burst_rigs == ["jax"]
+def _demo_reports(
+    *, declared: bool, share_c1: float, jax_itl_c1: float = 0.040
+) -> dict[str, list[dict[str, Any]]]:
+    """The demo's shape (rigbench demo: torch and jax, 3 boots, its concurrency cells) with the
+    fresh-clone figures of 2026-12-07 at c=1: jax ITL p50 0.040 ms, TPOT p50 0.364 ms (jax
+    writes 8 tokens per call), torch ITL p50 2.16 ms (streamed), a 54x "difference"."""
+    from rigbench.commands.local_sweep import DEMO_CELLS
+
+    def jax_cell(c: int, boot: int) -> dict[str, Any]:
+        cell = _cell(1.0 + boot / 10, 0.364 + boot / 1000, 2600.0, concurrency=c)
+        share = share_c1 if c == 1 else 0.875
+        cell["itl_ms"] = _latency((jax_itl_c1 if c == 1 else 0.02) + boot / 1000)
+        cell.update(burst_share=share, delivery="burst" if share > 0.5 else "streamed")
+        return cell
+
+    def torch_cell(c: int, boot: int) -> dict[str, Any]:
+        cell = _cell(1.5 + boot / 10, 2.16 + boot / 100, 460.0, concurrency=c)
+        cell.update(burst_share=0.0, delivery="streamed")
+        return cell
+
+    cells = DEMO_CELLS["concurrency"]
+    jax = [
+        {**_report(*(jax_cell(c, b) for c in cells)), "token_delivery": "burst"}
+        if declared
+        else _report(*(jax_cell(c, b) for c in cells))
+        for b in range(3)
+    ]
+    torch = [_report(*(torch_cell(c, b) for c in cells)) for b in range(3)]
+    return {"torch": torch, "jax": jax}
+
+
+def _compared(reports: dict[str, list[dict[str, Any]]]) -> Comparison:
+    return compare(
+        values_from_reports(reports), baseline="torch", bursts=bursts_from_reports(reports)
+    )
+
+
+@pytest.mark.parametrize(
+    ("declared", "share_c1", "words"),
+    [
+        # The fresh-clone demo: declared, and 7 of 8 intervals together.
+        (True, 0.875, "jax declares burst delivery and delivered 88% of token intervals"),
+        # Declared only: at c=1 the client read each write's tokens apart.
+        (True, 0.2, "no ITL verdict: jax declares burst delivery: its ITL times groups"),
+        # Shown only: a server that says nothing of how it writes.
+        (False, 0.875, "jax delivered 88% of token intervals under 0.2 ms (boots 1, 2, 3)"),
+    ],
+)
+def test_the_demo_gives_no_itl_verdict_where_a_rig_declares_or_shows_bursts(
+    declared: bool, share_c1: float, words: str
+) -> None:
+    comparison = _compared(_demo_reports(declared=declared, share_c1=share_c1))
+    c1 = next(c for c in comparison.cells if c.cell == "c=1")
+    assert c1.burst_rigs == ["jax"]
     itl = _by_key(comparison, "c=1", "itl_ms.p50")
-    assert "jax (ITL p50 0.02 ms, TPOT p50 40.50 ms) delivers tokens in bursts" in itl.withheld
+    assert words in itl.withheld
     assert [r.verdict for r in itl.results] == [None, None]
     assert itl.ranking == ""
     tpot = _by_key(comparison, "c=1", "tpot_ms.p50")
-    assert tpot.results[1].words == "11% lower TPOT p50 (better)"
-    assert tpot.ranking == "jax > torch"
-    text = render_text(comparison, width=240)
-    assert "no ITL verdict" in text
+    assert tpot.results[1].verdict is Verdict.FASTER  # TPOT still compares them
+    text = render_text(comparison, width=300)
+    assert "x lower ITL" not in text
     assert "x higher ITL" not in text
+    assert "no ITL verdict" in text
+
+
+def test_an_itl_verdict_is_withheld_whichever_rig_is_ahead() -> None:
+    # jax's ITL above torch's this time (as a rig whose groups are long apart shows): still none
+    reports = _demo_reports(declared=False, share_c1=0.875, jax_itl_c1=9.0)
+    itl = _by_key(_compared(reports), "c=1", "itl_ms.p50")
+    assert itl.withheld
+    assert [r.verdict for r in itl.results] == [None, None]
+
+
+def test_rigs_that_stream_get_itl_verdicts_and_a_declaration_in_the_setup_counts() -> None:
+    reports = _demo_reports(declared=False, share_c1=0.2)
+    comparison = _compared(reports)
+    itl = _by_key(comparison, "c=1", "itl_ms.p50")
+    assert not itl.withheld  # neither declared nor shown: the ITL verdict stands
+    assert itl.results[1].verdict is Verdict.FASTER
+    assert _by_key(comparison, "c=4", "itl_ms.p50").withheld  # c=4 showed bursts
+    # A report written before the harness recorded the declaration: the boots' provenance
+    # (the rig's /provenance, stored with its rows) says it.
+    declared = compare(
+        values_from_reports(reports),
+        baseline="torch",
+        bursts=bursts_from_reports(reports),
+        setups={"jax": rig_setup({"token_delivery": "burst"})},
+    )
+    assert "jax declares burst delivery" in _by_key(declared, "c=1", "itl_ms.p50").withheld
 
 
 def test_a_detectable_ratio_beyond_100x_is_said_plainly() -> None:

@@ -94,7 +94,7 @@ def test_a_client_within_its_edge_reports_the_load_it_reached(
     # Four streams, each idle only between a response and its next request.
     assert 3.0 <= cell["achieved_concurrency"] <= 4.0
     assert cell["achieved_request_rate"] == pytest.approx(16 / cell["duration_s"])
-    assert (cell["load_shortfall"] is None) == (cell["achieved_concurrency"] >= 0.9 * 4)
+    assert (cell["load_shortfall"] is None) == (cell["achieved_concurrency"] >= 0.95 * 4)
     assert cell["delivery"] == "streamed"
     assert "in flight" in stdout
 

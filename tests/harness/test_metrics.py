@@ -150,6 +150,7 @@ def test_clean_reads_leave_every_figure_valid() -> None:
         assert validity.reason is None
     assert cell.first_token_shared_reads == 0
     assert cell.delivery == "streamed"
+    assert cell.burst_share == 0.0
 
 
 def test_chunks_read_in_pairs_invalidate_itl_p50_and_ttft_but_not_the_itl_mean() -> None:
@@ -183,7 +184,21 @@ def test_back_to_back_chunks_are_burst_delivery() -> None:
     times = [0.02 + (k // 8) * 0.04 + (k % 8) * 0.00005 for k in range(64)]
     cell = cell_report([record(times, usage=64, output_len=64)])
     assert cell.delivery == "burst"
+    assert cell.burst_share == pytest.approx(56 / 63)  # 7 of each 8 intervals came together
     assert cell.shared_read_fraction == 0.0
+
+
+def test_tokens_of_one_chunk_or_one_read_arrived_together() -> None:
+    # Four tokens per chunk, a chunk every 5 ms: 3 of each 4 token intervals are 0.
+    chunked = record([0.02 + 0.005 * k for k in range(5)], usage=20, output_len=20)
+    assert cell_report([chunked]).burst_share == pytest.approx(15 / 19)
+    assert cell_report([chunked]).delivery == "burst"
+    # Read in threes (by a late client or a server's one write): 2 of each 3 are 0.
+    cell = cell_report([read_late(streamed(0.01 * k, tokens=21), 3) for k in range(4)])
+    assert cell.burst_share == pytest.approx(14 / 20)
+    assert cell.delivery == "burst"
+    assert cell_report([streamed(0.0)]).burst_share == 0.0
+    assert cell_report([streamed(0.0, tokens=1)]).burst_share is None
 
 
 def test_the_strain_warning_fires_exactly_when_a_p50_is_invalid() -> None:

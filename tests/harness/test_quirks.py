@@ -145,3 +145,5 @@ def test_chunks_read_together_are_counted(reference_server: StartServer) -> None
     cell = bench(url, requests=4)
     assert cell.requests_ok == 4
     assert cell.shared_read_fraction > 0.5
+    assert cell.burst_share == 1.0  # each request's 10 tokens in one write
+    assert cell.delivery == "burst"

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from rigbench.commands.local import run_local
-from rigbench.local import persist
+from rigbench.local import executions, persist
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import group_alive, read_records
 from tests.local.conftest import REPO, local_env, processes_under, sweep_input, wait_for
@@ -169,3 +169,21 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert run_local(bad, dry_run=True, home=tmp_path / "home", console=console) == 2
     assert "not valid JSON" in console.export_text()
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.slow
+def test_run_refuses_what_the_dry_run_refuses_before_an_execution_starts(tmp_path: Path) -> None:
+    # The stack's per-sweep budget (template.yaml's SweepBudgetUsd, 10) is known only to the
+    # stack: the input alone is valid, and a run used to start an execution that failed.
+    path = _input(tmp_path, budget_usd=50)
+    for dry_run in (True, False):
+        console = Console(record=True, width=200)
+        code = run_local(path, dry_run=dry_run, home=tmp_path / "home", console=console)
+        lines = console.export_text().strip().splitlines()
+        assert code == 2
+        assert len(lines) == 1, lines
+        assert "budget_usd: budget $50.00 is above the stack's per-sweep budget $10.00" in lines[0]
+    home = LocalHome(tmp_path / "home")
+    assert executions.load_all(home.root) == []
+    assert not any(home.instances.iterdir())
+    assert processes_under(tmp_path) == []

@@ -73,6 +73,7 @@ def test_defaults_fill_a_minimal_input() -> None:
         ({"model": "$(curl evil)"}, "model", "should match pattern"),
         ({"model": "a`b`"}, "model", "should match pattern"),
         ({"model_revision": "main && reboot"}, "model_revision", "should match pattern"),
+        ({"model_revision": "abc123"}, "model_revision", "'random:tiny' is not a Hugging Face"),
         ({"rigs": ["torch|sh"]}, "rigs.0", "should match pattern"),
         ({"waits": {"command_poll_s": 0}}, "waits.command_poll_s", "below the stack's minimum"),
         (
@@ -159,6 +160,13 @@ def test_schema_describes_the_model() -> None:
     schema = json.loads(SCHEMA_PATH.read_text())
     assert set(schema["required"]) == {"rigs", "model", "budget_usd"}
     assert schema["properties"]["market"]["enum"] == ["spot", "on-demand"]
+
+
+def test_a_hub_model_takes_a_revision() -> None:
+    sweep = parse_sweep_input(
+        {**GOOD, "model": "google/gemma-4-E2B-it", "model_revision": "v1.0"}, CONTEXT
+    )
+    assert sweep.model_revision == "v1.0"
 
 
 def test_a_rig_listed_twice_under_a_label_is_an_a_a_sweep() -> None:

@@ -53,6 +53,10 @@ def first_state_failure(emu: Emulation, described: dict[str, Any]) -> tuple[str,
             {"instance_type": "p5.48xlarge"},
             "instance_type: instance type 'p5.48xlarge' is not allowed",
         ),
+        (
+            {"rig_settings": {"torch": {"max_batch": "abc"}}},
+            "rig_settings: rig torch setting max_batch = 'abc' is not an int from 1 to 1024",
+        ),
     ],
 )
 def test_bad_input_fails_in_the_first_state(

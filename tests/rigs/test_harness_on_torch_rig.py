@@ -24,6 +24,7 @@ def test_harness_measures_the_torch_rig(torch_rig: str, tmp_path: Path, endpoint
     assert result.exit_code == 0, result.stderr
     report = json.loads(out.read_text())
     assert [cell["concurrency"] for cell in report["cells"]] == [1, 2]
+    assert report["token_delivery"] == "per_token"  # as the rig says on /v1/models
     for cell in report["cells"]:
         assert (cell["requests_ok"], cell["requests_failed"]) == (4, 0)
         assert cell["output_tokens"] == 4 * 8

@@ -31,7 +31,7 @@ PROMPT = [2, *range(500, 520)]
 
 @pytest.fixture(scope="module")
 def engine(tiny: ModelSource) -> TorchEngine:
-    return TorchEngine(tiny)
+    return TorchEngine(tiny, batching="serial", max_batch=1, batch_gap_s=0, batch_wait_s=0)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_rig_serve_exits_2_when_its_model_cannot_load(monkeypatch: pytest.Monkey
 def test_batched_mode_runs_waiting_requests_together_with_generates_output(
     tiny: ModelSource, engine: TorchEngine
 ) -> None:
-    batched = TorchEngine(tiny, batching="batched", max_batch=8, batch_wait_s=0.5)
+    batched = TorchEngine(tiny, batching="batched", max_batch=8, batch_gap_s=0.01, batch_wait_s=0.5)
     calls: list[int] = []
     real_generate = batched.model.generate
 

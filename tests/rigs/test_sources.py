@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from rigs.sources import ModelSource, ModelSourceError, random_config, resolve_model
+from rigs.sources import (
+    ModelSource,
+    ModelSourceError,
+    hub_commit,
+    hub_repo,
+    pinned_spec,
+    random_config,
+    resolve_model,
+)
+from tests.fake_hub import FakeHub, serve_hub
 
 
 def _tensor_digest(path: Path) -> dict[str, str]:
@@ -98,3 +107,32 @@ def test_directory_without_weights_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelSourceError, match=r"missing \*\.safetensors, tokenizer\.json"):
         resolve_model(str(tmp_path))
+
+
+def test_only_a_hub_id_without_a_revision_is_pinned(tiny: ModelSource) -> None:
+    assert hub_repo("google/gemma-4-E2B-it") == "google/gemma-4-E2B-it"
+    assert hub_repo("google/gemma-4-E2B-it@abc") is None  # pinned already
+    assert hub_repo("random:tiny") is None
+    assert hub_repo(str(tiny.path)) is None
+    assert pinned_spec("google/gemma-4-E2B-it", "abc") == "google/gemma-4-E2B-it@abc"
+    assert pinned_spec("google/gemma-4-E2B-it", None) == "google/gemma-4-E2B-it"
+    assert pinned_spec("random:tiny", "abc") == "random:tiny"
+
+
+@pytest.mark.slow
+def test_hub_commit_is_what_the_hub_says_now(
+    tiny: ModelSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = "1" * 40, "2" * 40
+    hub = FakeHub("rigbench/tiny", tiny.path, [first, second], push=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        assert hub_commit("rigbench/tiny", None) == first  # main
+        assert hub_commit("rigbench/tiny", second) == second
+        with pytest.raises(ModelSourceError, match="no 'rigbench/tiny' at revision 'v9'"):
+            hub_commit("rigbench/tiny", "v9")
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        assert hub_commit("rigbench/tiny", None) is None  # not asked
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert hub_commit("rigbench/tiny", None) is None  # no hub there any more: not known

@@ -45,6 +45,7 @@ def test_settings_reach_the_engine(jax_rig_server: JaxRig) -> None:
     assert provenance["prompt_buckets"] == f"64,{CONTEXT}"
     assert provenance["batched_prefill_max_len"] == "64"
     assert provenance["max_model_len"] == str(CONTEXT)
+    assert provenance["model_revision"].startswith("seed0-")  # what it loaded, for the rows
 
 
 def test_greedy_matches_generate_token_for_token(jax_rig_server: JaxRig, reference: Any) -> None:
