@@ -399,6 +399,7 @@ def cell_report(
     complete: bool = True,
     slo: SLO | None = None,
     percentiles: Sequence[float] = (),
+    capacity_probe: bool = False,
 ) -> CellReport:
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
@@ -432,6 +433,8 @@ def cell_report(
     achieved, nominal = achieved_concurrency(sent, concurrency)
     ttft_validity, itl_validity, delivery = validity(ok, loop_lag_s, percentiles, loop_stalls)
     first_failed = min(failed, key=lambda r: r.send_time, default=None)
+    tried = len(ok) + len(failed)
+    attainment = None if slo is None or not tried else good / tried
     return CellReport(
         concurrency=concurrency,
         rate=rate,
@@ -451,6 +454,8 @@ def cell_report(
         ),
         goodput_req_s=None if slo is None else (good / duration if duration > 0 else 0.0),
         slo_met=None if slo is None else good,
+        slo_attainment=attainment,
+        meets_slo=None if slo is None or attainment is None else 100 * attainment >= slo.percentile,
         length_mismatches=sum(r.output_tokens != r.output_len for r in ok),
         prompt_length_mismatches=sum(
             r.input_len is not None
@@ -473,4 +478,5 @@ def cell_report(
         ttft_validity=ttft_validity,
         itl_validity=itl_validity,
         delivery=delivery,
+        capacity_probe=capacity_probe,
     )
