@@ -86,6 +86,21 @@ def _metric_table() -> dict[str, MetricSpec]:
         direction=Direction.HIGHER_IS_BETTER,
         noun="throughput",
     )
+    specs["goodput_req_s"] = MetricSpec(
+        key="goodput_req_s",
+        label="goodput",
+        unit="req/s",
+        direction=Direction.HIGHER_IS_BETTER,
+        noun="goodput",
+    )
+    for by, unit in (("concurrency", "users"), ("rate", "req/s")):
+        specs[f"capacity.{by}"] = MetricSpec(
+            key=f"capacity.{by}",
+            label="capacity",
+            unit=unit,
+            direction=Direction.HIGHER_IS_BETTER,
+            noun="capacity within the SLO",
+        )
     return specs
 
 
@@ -99,6 +114,10 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
     "output_tok_s",
 )  # fmt: skip
+# Figures only a run with an SLO records: compared where some boot has them, else left out.
+SLO_METRICS: tuple[str, ...] = ("goodput_req_s",)
+# The cell that holds each boot's capacity (BenchmarkReport.capacity), beside the load cells.
+CAPACITY_CELL = "capacity"
 
 
 def metric_spec(key: str) -> MetricSpec:
@@ -258,10 +277,21 @@ def values_from_reports(
     """`reports[rig]` lists that rig's run reports (parsed JSON), one per boot, in boot order.
 
     A cell with no successful request (`requests_ok` 0) contributes None for its boot, and so
-    does a cell that a boot's report lacks.
+    does a cell that a boot's report lacks. Capacity probes are not load cells (their loads
+    are each boot's own) and are left out; a boot's capacity (`capacity.value`) is the metric
+    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput is compared
+    where the reports recorded it.
     """
     for key in metrics:
         metric_spec(key)
+    recorded = any(
+        cell.get(key) is not None
+        for boot_reports in reports.values()
+        for report in boot_reports
+        for cell in report.get("cells", [])
+        for key in SLO_METRICS
+    )
+    keys = [*metrics, *(k for k in SLO_METRICS if recorded and k not in metrics)]
     values: dict[str, dict[str, dict[str, list[float | None]]]] = {}
     for rig, boot_reports in reports.items():
         by_cell: dict[str, dict[str, list[float | None]]] = {}
@@ -269,12 +299,22 @@ def values_from_reports(
             if "cells" not in report:
                 raise ValueError(f"rig {rig!r} boot {boot}: report has no 'cells'")
             for cell in report["cells"]:
-                row = by_cell.setdefault(cell_label(cell), {key: [] for key in metrics})
+                if cell.get("capacity_probe"):
+                    continue
+                row = by_cell.setdefault(cell_label(cell), {key: [] for key in keys})
                 ok = cell.get("requests_ok", 1) > 0
-                for key in metrics:
+                for key in keys:
                     series = row[key]
                     series.extend([None] * (boot - len(series)))  # boots lacking this cell
-                    series.append(_read_metric(cell, key) if ok else None)
+                    absent = key in SLO_METRICS and key not in cell  # an older report
+                    series.append(_read_metric(cell, key) if ok and not absent else None)
+            capacity = report.get("capacity")
+            if isinstance(capacity, Mapping) and capacity.get("value") is not None:
+                key = f"capacity.{capacity['by']}"
+                metric_spec(key)
+                series = by_cell.setdefault(CAPACITY_CELL, {}).setdefault(key, [])
+                series.extend([None] * (boot - len(series)))
+                series.append(float(capacity["value"]))
         for row in by_cell.values():
             for series in row.values():
                 series.extend([None] * (len(boot_reports) - len(series)))
@@ -506,6 +546,7 @@ def compare(
         for cell in cells
         for bursts in [burst_rigs(values, cell)]
         for spec in specs
+        if any(spec.key in by_cell.get(cell, {}) for by_cell in values.values())
     ]
     tested = [(d, pair) for d in drafts for pair, t in d.tests.items() if t.p_value is not None]
     adjusted = holm([d.tests[pair].p_value for d, pair in tested])  # type: ignore[misc]
