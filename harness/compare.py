@@ -32,6 +32,7 @@ from rich.text import Text
 
 from harness.agreement import PairAgreement
 from harness.agreement_view import render_agreement
+from harness.capacity_view import RigCapacity
 from harness.schemas import cell_label
 from harness.stats import (
     ALPHA,
@@ -251,6 +252,9 @@ class Comparison(BaseModel):
     emulated: str = ""  # what ran, where it was not the real thing (a local sweep)
     # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
     output_agreement: list[PairAgreement] = []
+    # The answer first: per rig, the load it carries within the SLO (harness.capacity_view).
+    capacity: list[RigCapacity] = []
+    workload: str = ""  # what the requests asked for, in words (harness.workload.describe)
 
     @property
     def any_flip(self) -> bool:
@@ -817,13 +821,25 @@ def render(comparison: Comparison) -> Table:
 
 
 def print_comparison(console: Console, comparison: Comparison) -> None:
-    """The table, then its footnotes: what the terminal shows of a comparison."""
+    """The capacity lines, the table, then its footnotes: what the terminal shows of a
+    comparison."""
+    for line in capacity_header(comparison):
+        console.print(Text(line, style="bold"))
     console.print(render(comparison))
     for line in footnotes(comparison):
         style = "yellow" if line.startswith(("not like for like", "local emulation")) else ""
         console.print(Text(line, style=style))
     if comparison.output_agreement:
         console.print(render_agreement(comparison.output_agreement))
+
+
+def capacity_header(comparison: Comparison) -> list[str]:
+    """The answer first: the workload, then per rig the load it carries within the SLO."""
+    lines = [f"workload: {comparison.workload}"] if comparison.workload else []
+    if comparison.capacity:
+        lines.append("capacity within the SLO, per rig (verdicts: the 'capacity' rows below)")
+        lines += [f"  {c.words}" for c in comparison.capacity]
+    return lines
 
 
 def render_text(comparison: Comparison, width: int = 160) -> str:

@@ -38,9 +38,49 @@ def load_kind(data: SweepData) -> str:
 
 
 def _measured_cells(boot: BootData) -> Iterable[dict[str, Any]]:
+    """The load cells the sweep asked for that served a request (capacity probes, whose loads
+    are each boot's own, are drawn only in the Pareto view)."""
     for cell in (boot.report or {}).get("cells", []):
-        if (cell.get("requests_ok") or 0) > 0:
+        if (cell.get("requests_ok") or 0) > 0 and not cell.get("capacity_probe"):
             yield cell
+
+
+class ParetoPoint(BaseModel):
+    """One boot's cell (a capacity probe too) in the Pareto view."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: str
+    boot: int
+    per_user: float  # output tok/s each request saw while decoding: 1000 / TPOT p50 (ms)
+    per_gpu: float  # the cell's output tok/s: every boot runs on an instance of one GPU
+
+
+def pareto_points(data: SweepData) -> dict[str, list[ParetoPoint]]:
+    """Per rig, every boot's cells (capacity probes too) with a TPOT and an output rate."""
+    found: dict[str, list[ParetoPoint]] = {}
+    for boot in data.boots:
+        for cell in (boot.report or {}).get("cells", []):
+            tpot = metric_value(cell, "tpot_ms.p50")
+            tok_s = metric_value(cell, "output_tok_s")
+            if not (cell.get("requests_ok") or 0) or not tpot or not tok_s:
+                continue
+            found.setdefault(boot.rig, []).append(
+                ParetoPoint(
+                    cell=cell_label(cell), boot=boot.boot, per_user=1e3 / tpot, per_gpu=tok_s
+                )
+            )
+    return {rig: found[rig] for rig in data.rigs if rig in found}
+
+
+def pareto_frontier(points: Sequence[ParetoPoint]) -> list[ParetoPoint]:
+    """The points no other point beats on both axes, by per-user speed (each further one
+    trades per-user speed for output per GPU)."""
+    frontier: list[ParetoPoint] = []
+    for point in sorted(points, key=lambda p: (-p.per_user, -p.per_gpu)):
+        if not frontier or point.per_gpu > frontier[-1].per_gpu:
+            frontier.append(point)
+    return frontier
 
 
 def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:

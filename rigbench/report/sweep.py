@@ -419,6 +419,35 @@ def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
     return blocks
 
 
+def answer_section(data: SweepData, comparison: Comparison | None, local: bool) -> Section | None:
+    """The answer first: the workload, each rig's capacity within the SLO, and the Pareto view
+    of every boot's cells."""
+    blocks: list[str] = []
+    if comparison is not None and (comparison.workload or comparison.capacity):
+        rows = [["workload", comparison.workload or "unknown"]]
+        rows += [[c.rig, c.words.split(": ", 1)[-1]] for c in comparison.capacity]
+        caption = (
+            "capacity: the highest load each boot's search found within the SLO, as the "
+            "geometric mean of the rig's boots with their interval; whether two rigs differ is "
+            "the comparison's 'capacity' row" + (f"; priced as {LOCAL_EMULATION}" if local else "")
+        )
+        blocks.append(render_table(["", ""], rows, css="facts", caption=caption))
+    points = analysis.pareto_points(data)
+    if points:
+        colours = figures.rig_colours(data.rigs)
+        blocks.append(figure_html(figures.pareto_figure(points, colours), "plot-pareto"))
+    if not blocks:
+        return None
+    return Section(
+        "The answer: capacity within the SLO",
+        "answer",
+        intro="How much traffic each rig carried within the latency targets, and the trade "
+        "between each user's speed and the GPU's output (tokens per second per user: 1000 / "
+        "TPOT p50 in ms; capacity probes are points too).",
+        blocks=blocks,
+    )
+
+
 def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False) -> Page:
     comparison = comparison_of(data, local=local)
     found_notes = ([f"What ran: {LOCAL_EMULATION}."] if local else []) + notes(data)
@@ -434,6 +463,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
     else:
         badge, text = "ok", data.status.lower()
     sections = [Section("Sweep", "sweep", blocks=summary_blocks(data, local))]
+    if answer := answer_section(data, comparison, local):
+        sections.insert(0, answer)
     failures = failures_block(data)
     if failures:
         sections.append(Section("Failed boots", "failures", blocks=[failures]))
