@@ -218,7 +218,9 @@ def _cells_from_reports(data: SweepData) -> dict[str, Any]:
     for boot in data.boots:
         config = (boot.report or {}).get("config") or {}
         if config:
-            keys = ("concurrency", "rate", "requests", "input_len", "output_len", "warmup")
+            keys = ["concurrency", "rate", "requests", "warmup"]
+            if not config.get("workload") and not config.get("dataset"):
+                keys += ["input_len", "output_len"]  # else the workload gives the lengths
             return {k: config[k] for k in keys if config.get(k) is not None}
     return {}
 

@@ -188,3 +188,24 @@ def test_concurrency_and_rate_cells_in_one_run() -> None:
     both = config(concurrency=[1, 2], rate=[3.0])
     assert both.concurrency == [1, 2]
     assert both.rate == [3.0]
+
+
+def test_a_dataset_in_s3_is_downloaded_and_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+    from moto import mock_aws
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    body = b'{"prompt": "one two three", "output_tokens": 5}\n{"prompt": "four"}\n'
+    with mock_aws():
+        boto3.client("s3").create_bucket(Bucket="stack-bucket")
+        boto3.client("s3").put_object(Bucket="stack-bucket", Key="datasets/d.jsonl", Body=body)
+        entries, provenance = open_dataset("s3://stack-bucket/datasets/d.jsonl", "completions")
+        with pytest.raises(DatasetError, match=r"s3://stack-bucket/nope\.jsonl: cannot download"):
+            open_dataset("s3://stack-bucket/nope.jsonl", "completions")
+    assert [e.output_len for e in entries] == [5, None]
+    assert provenance.sha256 == hashlib.sha256(body).hexdigest()
+    assert provenance.name == "s3://stack-bucket/datasets/d.jsonl"
+    with pytest.raises(DatasetError, match="give s3://BUCKET/KEY"):
+        open_dataset("s3://x", "completions")
