@@ -157,7 +157,7 @@ def bench_commands(
         "--requests", str(cells.requests_per_cell),
         "--input-len", str(cells.prompt_tokens),
         "--output-len", str(cells.output_tokens),
-        "--warmup", str(cells.warmup_requests),
+        "--warmup", str(cells.warmup_requests), "--warmup-each-cell",
         "--agreement",
         "--out", '"$OUT/report.json"',
     ]  # fmt: skip

@@ -168,6 +168,10 @@ def bench(
     output_len: Annotated[int, typer.Option(help="Output length in tokens")] = 64,
     requests: Annotated[int, typer.Option(help="Measured requests per cell")] = 64,
     warmup: Annotated[int, typer.Option(help="Warm-up requests before the first cell")] = 4,
+    warmup_each_cell: Annotated[
+        bool,
+        typer.Option("--warmup-each-cell", help="Warm up again before every later cell"),
+    ] = False,
     max_concurrency: Annotated[
         int | None, typer.Option(help="Cap on in-flight requests in rate cells")
     ] = None,
@@ -261,6 +265,7 @@ def bench(
             output_len=output_len,
             requests=requests,
             warmup=warmup,
+            warmup_each_cell=warmup_each_cell,
             max_concurrency=max_concurrency,
             seed=seed,
             workers=workers,

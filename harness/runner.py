@@ -195,17 +195,14 @@ async def run_benchmark(
             if on_cell:
                 on_cell(report, records)
 
-        if config.warmup:
+        async def warm_up(plan: Planned, streams: int) -> None:
             warm = asyncio.ensure_future(
-                run_concurrency(
-                    backend,
-                    warm_plan.bodies,
-                    min(config.warmup, max_in_flight),
-                    record_factory(-1, warm_plan),
-                    records,
-                )
+                run_concurrency(backend, plan.bodies, streams, record_factory(-1, plan), records)
             )
             report.interrupted = await cancel_on(stop, warm)
+
+        if config.warmup:
+            await warm_up(warm_plan, min(config.warmup, max_in_flight))
             if on_cell:
                 on_cell(report, records)
 
@@ -216,6 +213,12 @@ async def run_benchmark(
             probe: bool = False,
         ) -> CellReport:  # fmt: skip
             nonlocal next_id
+            if config.warmup and config.warmup_each_cell and index > 0:
+                streams = concurrency or config.max_concurrency or config.warmup
+                await warm_up(
+                    prompts.plan(config.warmup, config.seed + 10_000 + index),
+                    min(config.warmup, streams),
+                )
             if pool is not None:
                 shares = _shares(
                     config, index, concurrency, rate, planned, origin, next_id + 1, headers

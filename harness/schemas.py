@@ -124,6 +124,12 @@ class BenchmarkConfig(_Model):
     output_len: int = Field(default=64, ge=1, description="Forced output length in tokens.")
     requests: int = Field(default=64, ge=1, description="Measured requests per cell.")
     warmup: int = Field(default=4, ge=0, description="Warm-up requests before the first cell.")
+    # since the workloads harness (issue 48)
+    warmup_each_cell: bool = Field(
+        default=False,
+        description="Send the warm-up requests again before every later cell (and capacity "
+        "probe), at up to its concurrency; never measured.",
+    )
     prompt_kind: PromptKind | None = Field(
         default=None,
         description="token_ids (exact length) or text; default token_ids for completions, "

@@ -122,3 +122,32 @@ def test_a_deadline_stops_the_search_and_says_so(
     assert capacity.probes == []
     assert capacity.value == 0
     assert "capacity: " in result.stdout
+
+
+def test_warm_up_before_every_cell_and_probe_when_asked(
+    reference_server: StartServer, tmp_path: Path
+) -> None:
+    url = reference_server("--ttft-ms", "5", "--itl-ms", "2")
+    out = tmp_path / "report.json"
+    result = rigbench(
+        "--url", url, "--model", "reference", "--concurrency", "1,2", "--rate", "20",
+        "--requests", "3", "--warmup", "2", "--warmup-each-cell", "--output-len", "3",
+        "--slo", "ttft_ms=60000", "--capacity", "concurrency", "--capacity-max", "2",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    report = BenchmarkReport.model_validate_json(out.read_text())
+    records = [
+        json.loads(line) for line in (tmp_path / "report.requests.jsonl").read_text().splitlines()
+    ]
+    # three cells and two probes (c=1, c=2: both meet a 60 s target), each after a warm-up
+    assert len(report.cells) == 5
+    assert sum(r["warmup"] for r in records) == 2 * 5
+    assert all(r["cell"] == -1 for r in records if r["warmup"])
+    assert sum(not r["warmup"] for r in records) == sum(c.requests_ok for c in report.cells)
+    by_send = sorted(records, key=lambda r: r["send_time"])
+    cells = [r["cell"] for r in by_send]
+    # warm-up requests precede each cell: never inside one
+    for index in range(5):
+        mine = [i for i, c in enumerate(cells) if c == index]
+        assert cells[mine[0] - 2 : mine[0]] == [-1, -1]
