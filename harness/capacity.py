@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from harness.output import slo_text
 from harness.schemas import SLO, CapacityProbe, CapacityResult, CapacitySearch, CellReport
 
 RATE_START_FRACTION = 1 / 16
@@ -135,8 +136,6 @@ async def search_capacity(
 def capacity_line(result: CapacityResult) -> str:
     """The answer in one plain line: 'capacity: 4 users at once within the SLO (TTFT <= 500
     ms, for 90% of requests); 812 output tok/s there'."""
-    from harness.output import slo_text
-
     unit = "users at once" if result.by == "concurrency" else "requests/s"
     value = f"{result.value:g}"
     within = f"within the SLO ({slo_text(result.slo)}, for {result.slo.percentile:g}% of requests)"
