@@ -29,12 +29,23 @@ def cell_x(cell: dict[str, Any]) -> float:
     return float(cell["rate"])
 
 
+LOAD_TITLES = {"concurrency": "concurrency", "rate": "rate (requests/s)"}
+
+
 def load_kind(data: SweepData) -> str:
     """What the x axis of a load plot is: "concurrency" or "rate (requests/s)"."""
-    for boot in data.boots:
-        for cell in (boot.report or {}).get("cells", []):
-            return "concurrency" if cell.get("concurrency") is not None else "rate (requests/s)"
-    return "concurrency"
+    kinds = load_kinds(data)
+    return LOAD_TITLES[kinds[0]] if kinds else "concurrency"
+
+
+def load_kinds(data: SweepData) -> list[str]:
+    """The kinds of load cell the sweep measured, concurrency first: each gets its own axis."""
+    found = {
+        "concurrency" if cell.get("concurrency") is not None else "rate"
+        for boot in data.boots
+        for cell in _measured_cells(boot)
+    }
+    return [k for k in LOAD_TITLES if k in found]
 
 
 def _measured_cells(boot: BootData) -> Iterable[dict[str, Any]]:
@@ -83,12 +94,15 @@ def pareto_frontier(points: Sequence[ParetoPoint]) -> list[ParetoPoint]:
     return frontier
 
 
-def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
-    """Per rig, one Point per cell (in load order); `value_of(boot, cell)` gives a boot's value
-    or None. Cells where no boot has a value are left out."""
+def series(data: SweepData, value_of: Any, kind: str | None = None) -> dict[str, list[Point]]:
+    """Per rig, one Point per cell (in load order), of one `kind` of load when given;
+    `value_of(boot, cell)` gives a boot's value or None. Cells where no boot has a value are
+    left out."""
     found: dict[str, dict[str, tuple[float, list[tuple[int, float]]]]] = {}
     for boot in data.boots:
         for cell in _measured_cells(boot):
+            if kind is not None and cell.get(kind) is None:
+                continue
             value = value_of(boot, cell)
             if value is None:
                 continue
@@ -106,8 +120,8 @@ def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
     return out
 
 
-def metric_series(data: SweepData, key: str) -> dict[str, list[Point]]:
-    return series(data, lambda boot, cell: metric_value(cell, key))
+def metric_series(data: SweepData, key: str, kind: str | None = None) -> dict[str, list[Point]]:
+    return series(data, lambda boot, cell: metric_value(cell, key), kind)
 
 
 def usd_per_million_tokens(price_usd_per_hour: float, output_tok_s: float) -> float | None:

@@ -392,7 +392,6 @@ def _boots_with_reports(data: SweepData, rig: str) -> list[BootData]:
 
 def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
     colours = figures.rig_colours(data.rigs)
-    x_title = analysis.load_kind(data)
     throughput = analysis.metric_series(data, "output_tok_s")
     if not throughput:
         return []
@@ -400,10 +399,20 @@ def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
         key: analysis.metric_series(data, key)
         for key in ("ttft_ms.p50", "ttft_ms.p99", "tpot_ms.p50", "tpot_ms.p99")
     }
-    blocks = [
-        figure_html(figures.throughput_figure(throughput, colours, x_title), "plot-throughput"),
-        figure_html(figures.latency_figure(latency, colours, x_title), "plot-latency"),
-    ]
+    blocks = []
+    # one pair of load plots per kind of load: a concurrency and a rate share no axis
+    for n, kind in enumerate(analysis.load_kinds(data)):
+        suffix, x_title = ("" if n == 0 else f"-{kind}"), analysis.LOAD_TITLES[kind]
+        by_load = analysis.metric_series(data, "output_tok_s", kind)
+        latencies = {key: analysis.metric_series(data, key, kind) for key in latency}
+        blocks += [
+            figure_html(
+                figures.throughput_figure(by_load, colours, x_title), f"plot-throughput{suffix}"
+            ),
+            figure_html(
+                figures.latency_figure(latencies, colours, x_title), f"plot-latency{suffix}"
+            ),
+        ]
     chosen = analysis.chosen_cell(data, cell)
     if chosen is not None:
         lat = {

@@ -158,6 +158,9 @@ def test_a_shared_prefix_sweep_with_an_slo_searches_capacity_on_every_boot(
     page = (home / "report-prefix-capacity.html").read_text()
     assert page.index("The answer: capacity within the SLO") < page.index(">Sweep<")
     assert 'id="plot-pareto"' in page
+    # concurrency and rate cells share no axis: a pair of load plots each
+    assert 'id="plot-throughput"' in page
+    assert 'id="plot-throughput-rate"' in page
     assert "Pareto view" in page
     assert "users at once within the SLO" in page
 
