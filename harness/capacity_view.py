@@ -33,6 +33,13 @@ class RigCapacity(BaseModel):
     words: str  # the line as people read it
 
 
+def usd_per_million_tokens(price_usd_per_hour: float, output_tok_s: float) -> float | None:
+    """What a million output tokens cost at this throughput on an instance at this price."""
+    if output_tok_s <= 0:
+        return None
+    return price_usd_per_hour / (output_tok_s * 3600) * 1e6
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
@@ -60,7 +67,7 @@ def capacity_lines(
         tok_s = [None if r is None else r.output_tok_s for r in results]
         rig_prices = list((prices or {}).get(rig, []))
         costs = [
-            price / (t * 3600) * 1e6 if price is not None and t else None
+            usd_per_million_tokens(price, t) if price is not None and t is not None else None
             for price, t in zip(rig_prices + [None] * len(tok_s), tok_s, strict=False)
         ]
         slo = f"{slo_text(first.slo)}, for {first.slo.percentile:g}% of requests"

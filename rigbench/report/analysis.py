@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.capacity_view import usd_per_million_tokens
 from harness.schemas import cell_label, metric_value
 from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
@@ -122,13 +123,6 @@ def series(data: SweepData, value_of: Any, kind: str | None = None) -> dict[str,
 
 def metric_series(data: SweepData, key: str, kind: str | None = None) -> dict[str, list[Point]]:
     return series(data, lambda boot, cell: metric_value(cell, key), kind)
-
-
-def usd_per_million_tokens(price_usd_per_hour: float, output_tok_s: float) -> float | None:
-    """What a million output tokens cost at this throughput on an instance at this price."""
-    if output_tok_s <= 0:
-        return None
-    return price_usd_per_hour / (output_tok_s * 3600) * 1e6
 
 
 def cost_series(data: SweepData) -> dict[str, list[Point]]:
