@@ -57,12 +57,14 @@ def plan_boot(
 
 
 def cpu_context(sweep: SweepInput, rig: RigDefinition) -> dict[str, Scalar]:
-    """A CPU's `max_model_len`: the power of two that holds a cell's prompt and output and the
-    agreement probe every boot answers, up to the rig's own."""
+    """A CPU's `max_model_len`: the power of two that holds the longest request and the
+    agreement probe every boot answers, up to the rig's own (the rig's own for a dataset,
+    whose lengths only its tokenizer knows)."""
     declared = rig.setting_defaults().get("max_model_len")
-    if not isinstance(declared, int):
+    longest = sweep.longest_request_tokens()
+    if not isinstance(declared, int) or longest is None:
         return {}
-    need = max(sweep.cells.prompt_tokens + sweep.cells.output_tokens, PROBE_CONTEXT_TOKENS)
+    need = max(longest, PROBE_CONTEXT_TOKENS)
     return {"max_model_len": min(declared, 1 << (need - 1).bit_length())}
 
 

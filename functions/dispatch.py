@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from functions import clock
 from functions.errors import CommandFailed, CommandTimedOut, InstanceLost, error_code
 from functions.events import BootState, CommandState, Instance
-from functions.instance_commands import bench_commands
+from functions.instance_commands import bench_commands, measure_options
 from functions.instance_state import ensure_alive
 from functions.observability import instrumented
 from functions.poll_schedule import next_wait_s
@@ -74,6 +74,7 @@ def _dispatch_bench(
         cells=sweep.cells,
         bucket=settings.bucket,
         instance_arn=arn,
+        options=measure_options(sweep),
     )
     response = clients.ssm.send_command(
         InstanceIds=[instance.instance_id],

@@ -39,6 +39,7 @@ class CellsConfig(_Model):
     prompt_tokens: int
     output_tokens: int
     warmup_requests: int
+    arrival: str | dict[str, float] = "poisson"
 
 
 class DeadlinesConfig(_Model):
@@ -75,6 +76,11 @@ class SweepConfig(BootRounds, _Model):
     boots_per_rig: int | Literal["auto"]
     max_boots_per_rig: int | None = None
     cells: CellsConfig
+    # the harness's own models parse these on the instance (harness.schemas, harness.workload)
+    workload: dict[str, Any] | None = None
+    endpoint: Literal["completions", "chat"] = "completions"
+    slo: dict[str, Any] | None = None
+    capacity: dict[str, Any] | None = None
     budget_usd: float
     market: Literal["spot", "on-demand"]
     subnets: list[str]

@@ -25,6 +25,14 @@ from pydantic import (
 
 from functions.errors import InvalidInput
 from functions.poll_schedule import polls_within
+from harness.schemas import SLO, Arrival, CapacitySearch, Endpoint
+from harness.workload import (
+    DatasetWorkload,
+    RandomWorkload,
+    SharedPrefixWorkload,
+    Workload,
+    longest,
+)
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "statemachine" / "sweep-input.schema.json"
 MAX_BOOTS_PER_RIG = 10
@@ -113,14 +121,27 @@ class LoadCells(_Strict):
     rates: list[Annotated[float, Field(gt=0, le=1000)]] = Field(
         default=[],
         max_length=16,
-        description="Poisson-rate cells in requests/s (instead of concurrency)",
+        description="request-rate cells in requests/s, measured after the concurrency cells",
+    )
+    arrival: Arrival = Field(
+        default="poisson",
+        description='how rate cells space requests: "poisson", "constant", or {"gamma": '
+        "SHAPE} (gamma-distributed gaps at the same mean: below 1 burstier)",
     )
     requests_per_cell: int = Field(
         default=32, ge=1, le=10_000, description="default: 32, or 4x the highest concurrency"
     )
-    prompt_tokens: int = Field(default=512, ge=1, le=131_072, description="prompt length, tokens")
+    prompt_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=131_072,
+        description="prompt length, tokens (a random workload; see the input's workload)",
+    )
     output_tokens: int = Field(
-        default=128, ge=1, le=32_768, description="generated length per request, tokens (forced)"
+        default=128,
+        ge=1,
+        le=32_768,
+        description="generated length per request, tokens (forced; a random workload)",
     )
     warmup_requests: int = Field(
         default=2, ge=0, le=1000, description="requests sent before each cell, never measured"
@@ -141,8 +162,6 @@ class LoadCells(_Strict):
         concurrency = info.data.get("concurrency")
         if not rates and not concurrency:
             raise ValueError("give at least one concurrency or rate cell")
-        if rates and concurrency:
-            raise ValueError("give concurrency or rates, not both (one load kind per report)")
         return rates
 
 
@@ -278,6 +297,30 @@ class SweepInput(BootRounds, _Strict):
     cells: LoadCells = Field(
         default=LoadCells(), description="the load cells the harness measures on every boot"
     )
+    workload: Workload | None = Field(
+        default=None,
+        description='what every request asks for: {"kind": "random", "prompt_tokens": 512 or '
+        '{"mean": 512, "stddev": 128}, "output_tokens": ...}, {"kind": "shared_prefix", '
+        '"groups": G, "prefix_tokens": P, "suffix_tokens": S, "output_tokens": ...}, or '
+        '{"kind": "dataset", "path": "sample-chat" or "s3://BUCKET/KEY"}; default: random '
+        "prompts of cells.prompt_tokens, cells.output_tokens out",
+    )
+    endpoint: Endpoint = Field(
+        default="completions",
+        description='"completions" or "chat" (the server applies its chat template)',
+    )
+    slo: SLO | None = Field(
+        default=None,
+        description='latency targets, e.g. {"ttft_ms": 500, "tpot_ms": 50, "percentile": 90}: '
+        "each cell's goodput (requests/s meeting every target) is then a metric, and a cell "
+        "meets the SLO when percentile % of its requests did",
+    )
+    capacity: CapacitySearch | None = Field(
+        default=None,
+        description='{"by": "concurrency" or "rate", "max": N}: on every boot, after the '
+        "cells, search the highest load that meets the slo (grow, then bisect; each probe a "
+        "cell); the boot's capacity is compared across boots and rigs",
+    )
     budget_usd: float = Field(
         gt=0, le=10_000, description="the most this sweep may spend, USD (reserved up front)"
     )
@@ -292,7 +335,7 @@ class SweepInput(BootRounds, _Strict):
         ge=1,
         le=1024,
         description="sequences every rig serves at once (its concurrency setting); "
-        "default: the highest concurrency cell, else 8",
+        "default: the highest concurrency cell or capacity search max, else 8",
     )
     max_interruptions_per_boot: int = Field(
         default=1,
@@ -418,10 +461,48 @@ class SweepInput(BootRounds, _Strict):
                 raise ValueError(f"{subnet!r} is not a subnet id")
         return subnets
 
+    @model_validator(mode="after")
+    def _one_workload(self) -> "SweepInput":
+        given = {"prompt_tokens", "output_tokens"} & self.cells.model_fields_set
+        if self.workload is not None and given:
+            raise ValueError(
+                f"cells.{' and cells.'.join(sorted(given))}: give the lengths in workload "
+                "(the cells' lengths are the older form of a random workload)"
+            )
+        if self.capacity is not None and self.slo is None:
+            raise ValueError("capacity: a capacity search needs an slo (the targets it keeps)")
+        if isinstance(self.workload, DatasetWorkload):
+            _check_dataset(self.workload.path, self.endpoint)
+        return self
+
+    def resolved_workload(self) -> RandomWorkload | SharedPrefixWorkload | DatasetWorkload:
+        if self.workload is not None:
+            return self.workload
+        return RandomWorkload(
+            prompt_tokens=self.cells.prompt_tokens, output_tokens=self.cells.output_tokens
+        )
+
+    def longest_request_tokens(self) -> int | None:
+        """Prompt and output tokens of the longest request, None when a dataset's prompts
+        are only known once the server tokenises them."""
+        workload = self.resolved_workload()
+        if isinstance(workload, RandomWorkload):
+            return longest(workload.prompt_tokens) + longest(workload.output_tokens)
+        if isinstance(workload, SharedPrefixWorkload):
+            return (
+                workload.prefix_tokens
+                + longest(workload.suffix_tokens)
+                + longest(workload.output_tokens)
+            )
+        return None
+
     def concurrent_sequences(self) -> int:
         if self.max_concurrent_sequences is not None:
             return self.max_concurrent_sequences
-        return max(self.cells.concurrency) if self.cells.concurrency else 8
+        loads = list(self.cells.concurrency)
+        if self.capacity is not None and self.capacity.by == "concurrency":
+            loads.append(int(self.capacity.max))  # room for every load the search may probe
+        return max(loads) if loads else 8
 
     def history_events_per_boot(self) -> int:
         """Worst case: per attempt (the first launch and each relaunch after a spot reclaim)
@@ -472,6 +553,24 @@ class SweepInput(BootRounds, _Strict):
             if fits and self._history_events_at(cap) <= HISTORY_EVENT_LIMIT:
                 return cap
         return MIN_MAX_BOOTS_PER_RIG
+
+
+def _check_dataset(path: str, endpoint: Endpoint) -> None:
+    """A dataset the instances can read: a bundled one (checked here, before any spend) or an
+    s3 URI (read by the instance)."""
+    from harness.dataset import BUNDLED_NAMES, DatasetError, is_s3_uri, open_dataset
+
+    if is_s3_uri(path):
+        return
+    if path not in BUNDLED_NAMES:
+        raise ValueError(
+            f"workload.path {path!r}: give a bundled dataset ({', '.join(BUNDLED_NAMES)}) or "
+            "an s3://BUCKET/KEY the instances can read"
+        )
+    try:
+        open_dataset(path, endpoint)
+    except DatasetError as exc:
+        raise ValueError(f"workload.path: {exc}") from None
 
 
 def execution_input(sweep: SweepInput) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.bootstrap import RIGBENCH_HOME, InstancePlan, readiness_command
-from functions.events import CellsConfig
+from functions.events import CellsConfig, SweepConfig
 from functions.report_keys import REPORT, boot_prefix
 
 PROBE_STEP = "probe"
@@ -110,11 +110,46 @@ def parse_probe(stdout: str) -> ProbeResult:
         return ProbeResult(detail=f"unparsable readiness output {lines[-1][:200]!r}: {exc}")
 
 
+# The capacity search starts no probe that would end later than this before the command's own
+# deadline: room for the upload after it, on a machine whose probes ran long.
+BENCH_DEADLINE_MARGIN_S = 60
+
+
+def measure_options(sweep: SweepConfig) -> list[str]:
+    """What the harness measures beyond the cells' loads and counts: the workload, endpoint,
+    arrivals, SLO and capacity search, as `rigbench bench` options (shell-quoted)."""
+    options: list[str] = []
+    if sweep.workload is not None:
+        options += ["--workload", shlex.quote(json.dumps(sweep.workload, sort_keys=True))]
+    if sweep.endpoint != "completions":
+        options += ["--endpoint", sweep.endpoint]
+    arrival = sweep.cells.arrival
+    if sweep.cells.rates and arrival != "poisson":
+        shown = f"gamma:{arrival['gamma']:g}" if isinstance(arrival, dict) else arrival
+        options += ["--arrival", shown]
+    if sweep.slo is not None:
+        targets = {k: v for k, v in sweep.slo.items() if k != "percentile" and v is not None}
+        options += ["--slo", ",".join(f"{k}={v:g}" for k, v in sorted(targets.items()))]
+        options += ["--slo-percentile", f"{sweep.slo.get('percentile', 90):g}"]
+    if sweep.capacity is not None:
+        deadline = max(sweep.deadlines.bench_s - BENCH_DEADLINE_MARGIN_S, 1)
+        options += ["--capacity", str(sweep.capacity["by"])]
+        options += ["--capacity-max", f"{sweep.capacity['max']:g}", "--deadline-s", str(deadline)]
+    return options
+
+
 def bench_commands(
-    *, sweep_id: str, rig: str, boot: int, cells: CellsConfig, bucket: str, instance_arn: str
+    *,
+    sweep_id: str,
+    rig: str,
+    boot: int,
+    cells: CellsConfig,
+    bucket: str,
+    instance_arn: str,
+    options: list[str] | None = None,
 ) -> list[str]:
     """The harness run and its upload, under the instance's own prefix (functions.report_keys:
-    the instance role may write nowhere else)."""
+    the instance role may write nowhere else); `options` from `measure_options`."""
     prefix = boot_prefix(sweep_id, rig, boot, instance_arn)
     bench = [
         "--url", '"$URL"',
@@ -122,7 +157,7 @@ def bench_commands(
         "--requests", str(cells.requests_per_cell),
         "--input-len", str(cells.prompt_tokens),
         "--output-len", str(cells.output_tokens),
-        "--warmup", str(cells.warmup_requests),
+        "--warmup", str(cells.warmup_requests), "--warmup-each-cell",
         "--agreement",
         "--out", '"$OUT/report.json"',
     ]  # fmt: skip
@@ -130,6 +165,7 @@ def bench_commands(
         bench += ["--concurrency", ",".join(map(str, cells.concurrency))]
     if cells.rates:
         bench += ["--rate", ",".join(f"{r:g}" for r in cells.rates)]
+    bench += options or []
     return [
         f"export RIGBENCH_STEP={BENCH_STEP}",
         f"export RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}{REPORT}",

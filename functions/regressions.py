@@ -107,8 +107,9 @@ class RegressionCheck(BaseModel):
 
 
 def setup_of(row: dict[str, Any]) -> str:
-    """What must match for a row to be history of another: its cell and how the boot served.
-    (The prompt length is not on the rows: a changed prompt length shows as a change.)"""
+    """What must match for a row to be history of another: its cell, how the boot served and
+    what the requests asked for (rows written before they carried their workload match each
+    other only: their prompt length is not on them, so a changed one shows as a change)."""
     plan = (row.get("provenance") or {}).get("boot_plan") or {}
     cell = row.get("metrics") or {}
     ok = int(cell.get("requests_ok") or 0)
@@ -119,6 +120,7 @@ def setup_of(row: dict[str, Any]) -> str:
             "dtype": plan.get("dtype"),
             "settings": plan.get("settings") or {},
             "output_tokens_per_request": per_request,
+            "workload": {k: v for k, v in (row.get("workload") or {}).items() if k != "words"},
         },
         sort_keys=True,
     )

@@ -1,4 +1,5 @@
-"""Store a boot's results: one DynamoDB row per load cell, with provenance; the raw report
+"""Store a boot's results: one DynamoDB row per load cell the sweep asked for, with its
+workload, the boot's capacity and provenance; the raw report (with every capacity probe)
 stays in S3 where the instance put it.
 
 The report is read with the harness's own schema (`harness.schemas.BenchmarkReport`, which
@@ -26,6 +27,7 @@ from functions.tables.ledger import month_of
 from functions.tables.results import cell_key, config_key, row_key, to_item
 from harness.agreement import AgreementProbe
 from harness.schemas import BenchmarkReport
+from harness.workload import describe
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -84,7 +86,18 @@ def result_rows(
     }
     rows = []
     agreement = row_agreement(report.agreement)  # on every row of the boot: any one gives it
+    # What the requests asked for, and the boot's capacity: on every row of the boot too.
+    workload = {
+        **report.config.resolved_workload.model_dump(mode="json"),
+        "endpoint": report.endpoint,
+        "words": describe(report.config.resolved_workload),
+    }
+    if report.dataset is not None:
+        workload["dataset"] = report.dataset.model_dump(mode="json")
+    capacity = None if report.capacity is None else report.capacity.model_dump(mode="json")
     for cell in report.cells:
+        if cell.capacity_probe:
+            continue  # its load is the search's, not the sweep's: kept in the report, in S3
         metrics_doc = cell.model_dump(mode="json", exclude_unset=True)
         key_of_cell = cell_key(cell)
         rows.append(
@@ -103,6 +116,8 @@ def result_rows(
                 "provenance": provenance,
                 "report_key": key,
                 "agreement": agreement,
+                "workload": workload,
+                "capacity": capacity,
             }
         )
     return rows

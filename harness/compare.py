@@ -31,6 +31,7 @@ from rich.text import Text
 
 from harness.agreement import PairAgreement
 from harness.agreement_view import render_agreement
+from harness.capacity_view import RigCapacity
 from harness.schemas import cell_label
 from harness.stats import (
     ALPHA,
@@ -85,6 +86,21 @@ def _metric_table() -> dict[str, MetricSpec]:
         direction=Direction.HIGHER_IS_BETTER,
         noun="throughput",
     )
+    specs["goodput_req_s"] = MetricSpec(
+        key="goodput_req_s",
+        label="goodput",
+        unit="req/s",
+        direction=Direction.HIGHER_IS_BETTER,
+        noun="goodput",
+    )
+    for by, unit in (("concurrency", "users"), ("rate", "req/s")):
+        specs[f"capacity.{by}"] = MetricSpec(
+            key=f"capacity.{by}",
+            label="capacity",
+            unit=unit,
+            direction=Direction.HIGHER_IS_BETTER,
+            noun="capacity within the SLO",
+        )
     return specs
 
 
@@ -98,6 +114,10 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
     "output_tok_s",
 )  # fmt: skip
+# Figures only a run with an SLO records: compared where some boot has them, else left out.
+SLO_METRICS: tuple[str, ...] = ("goodput_req_s",)
+# The cell that holds each boot's capacity (BenchmarkReport.capacity), beside the load cells.
+CAPACITY_CELL = "capacity"
 
 
 def metric_spec(key: str) -> MetricSpec:
@@ -237,6 +257,9 @@ class Comparison(BaseModel):
     refused: str = ""  # why the comparison gives no verdict at all (different model revisions)
     # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
     output_agreement: list[PairAgreement] = []
+    # The answer first: per rig, the load it carries within the SLO (harness.capacity_view).
+    capacity: list[RigCapacity] = []
+    workload: str = ""  # what the requests asked for, in words (harness.workload.describe)
 
     @property
     def any_flip(self) -> bool:
@@ -263,10 +286,21 @@ def values_from_reports(
     """`reports[rig]` lists that rig's run reports (parsed JSON), one per boot, in boot order.
 
     A cell with no successful request (`requests_ok` 0) contributes None for its boot, and so
-    does a cell that a boot's report lacks.
+    does a cell that a boot's report lacks. Capacity probes are not load cells (their loads
+    are each boot's own) and are left out; a boot's capacity (`capacity.value`) is the metric
+    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput is compared
+    where the reports recorded it.
     """
     for key in metrics:
         metric_spec(key)
+    recorded = any(
+        cell.get(key) is not None
+        for boot_reports in reports.values()
+        for report in boot_reports
+        for cell in report.get("cells", [])
+        for key in SLO_METRICS
+    )
+    keys = [*metrics, *(k for k in SLO_METRICS if recorded and k not in metrics)]
     values: dict[str, dict[str, dict[str, list[float | None]]]] = {}
     for rig, boot_reports in reports.items():
         by_cell: dict[str, dict[str, list[float | None]]] = {}
@@ -274,12 +308,22 @@ def values_from_reports(
             if "cells" not in report:
                 raise ValueError(f"rig {rig!r} boot {boot}: report has no 'cells'")
             for cell in report["cells"]:
-                row = by_cell.setdefault(cell_label(cell), {key: [] for key in metrics})
+                if cell.get("capacity_probe"):
+                    continue
+                row = by_cell.setdefault(cell_label(cell), {key: [] for key in keys})
                 ok = cell.get("requests_ok", 1) > 0
-                for key in metrics:
+                for key in keys:
                     series = row[key]
                     series.extend([None] * (boot - len(series)))  # boots lacking this cell
-                    series.append(_read_metric(cell, key) if ok else None)
+                    absent = key in SLO_METRICS and key not in cell  # an older report
+                    series.append(_read_metric(cell, key) if ok and not absent else None)
+            capacity = report.get("capacity")
+            if isinstance(capacity, Mapping) and capacity.get("value") is not None:
+                key = f"capacity.{capacity['by']}"
+                metric_spec(key)
+                series = by_cell.setdefault(CAPACITY_CELL, {}).setdefault(key, [])
+                series.extend([None] * (boot - len(series)))
+                series.append(float(capacity["value"]))
         for row in by_cell.values():
             for series in row.values():
                 series.extend([None] * (len(boot_reports) - len(series)))
@@ -551,6 +595,7 @@ def compare(
         _Draft.measure(values, cell, spec, confidence, refused or _withheld(spec, grouped[cell]))
         for cell in cells
         for spec in specs
+        if any(spec.key in by_cell.get(cell, {}) for by_cell in values.values())
     ]
     tested = [(d, pair) for d in drafts for pair, t in d.tests.items() if t.p_value is not None]
     adjusted = holm([d.tests[pair].p_value for d, pair in tested])  # type: ignore[misc]
@@ -837,7 +882,10 @@ def render(comparison: Comparison) -> Table:
 
 
 def print_comparison(console: Console, comparison: Comparison) -> None:
-    """The table, then its footnotes: what the terminal shows of a comparison."""
+    """The capacity lines, the table, then its footnotes: what the terminal shows of a
+    comparison."""
+    for line in capacity_header(comparison):
+        console.print(Text(line, style="bold"))
     console.print(render(comparison))
     for line in footnotes(comparison):
         warning = ("not like for like", "local emulation", LOAD_SHORT, NO_VERDICTS)
@@ -845,6 +893,15 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
         console.print(Text(line, style=style))
     if comparison.output_agreement:
         console.print(render_agreement(comparison.output_agreement))
+
+
+def capacity_header(comparison: Comparison) -> list[str]:
+    """The answer first: the workload, then per rig the load it carries within the SLO."""
+    lines = [f"workload: {comparison.workload}"] if comparison.workload else []
+    if comparison.capacity:
+        lines.append("capacity within the SLO, per rig (verdicts: the 'capacity' rows below)")
+        lines += [f"  {c.words}" for c in comparison.capacity]
+    return lines
 
 
 def render_text(comparison: Comparison, width: int = 160) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.backend import OpenAIBackend
 from harness.metrics import LAG_INTERVAL_S, Stall
-from harness.schemas import RequestRecord
+from harness.schemas import Arrival, GammaArrival, RequestRecord
 
 MakeRecord = Callable[[int, float], RequestRecord]
 
@@ -51,8 +51,23 @@ async def run_concurrency(
 
 def poisson_arrivals(count: int, rate: float, seed: int) -> np.ndarray:
     """Arrival offsets in seconds: the first at 0, then exponential gaps of mean 1/rate."""
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
-    gaps[0] = 0.0
+    return arrivals(count, rate, seed, "poisson")
+
+
+def arrivals(count: int, rate: float, seed: int, arrival: Arrival) -> np.ndarray:
+    """Arrival offsets in seconds, the first at 0, then gaps of mean 1/rate: exponential
+    (poisson), equal (constant), or gamma-distributed of the given shape (scale 1/(rate x
+    shape), so the mean stays 1/rate; vLLM's --burstiness)."""
+    rng = np.random.default_rng(seed)
+    if arrival == "poisson":
+        gaps = rng.exponential(1.0 / rate, size=count)
+    elif arrival == "constant":
+        gaps = np.full(count, 1.0 / rate)
+    else:
+        assert isinstance(arrival, GammaArrival)
+        gaps = rng.gamma(arrival.gamma, 1.0 / (rate * arrival.gamma), size=count)
+    if count:
+        gaps[0] = 0.0
     return np.cumsum(gaps)
 
 

@@ -409,6 +409,7 @@ def cell_report(
     complete: bool = True,
     slo: SLO | None = None,
     percentiles: Sequence[float] = (),
+    capacity_probe: bool = False,
 ) -> CellReport:
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
@@ -443,6 +444,8 @@ def cell_report(
     ttft_validity, itl_validity = validity(ok, loop_lag_s, percentiles, loop_stalls)
     together = burst_share(ok)
     first_failed = min(failed, key=lambda r: r.send_time, default=None)
+    tried = len(ok) + len(failed)
+    attainment = None if slo is None or not tried else good / tried
     return CellReport(
         concurrency=concurrency,
         rate=rate,
@@ -462,6 +465,8 @@ def cell_report(
         ),
         goodput_req_s=None if slo is None else (good / duration if duration > 0 else 0.0),
         slo_met=None if slo is None else good,
+        slo_attainment=attainment,
+        meets_slo=None if slo is None or attainment is None else 100 * attainment >= slo.percentile,
         length_mismatches=sum(r.output_tokens != r.output_len for r in ok),
         prompt_length_mismatches=sum(
             r.input_len is not None
@@ -485,4 +490,5 @@ def cell_report(
         itl_validity=itl_validity,
         burst_share=together,
         delivery="burst" if together is not None and together > BURST_SHARE else "streamed",
+        capacity_probe=capacity_probe,
     )

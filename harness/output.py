@@ -108,7 +108,14 @@ def _figures(report: BenchmarkReport) -> list[str]:
 
 def results_table(report: BenchmarkReport) -> Table:
     table = Table(title=f"rigbench bench: {report.model} at {report.url} ({report.endpoint})")
-    load = "concurrency" if report.config.concurrency is not None else "rate (req/s)"
+    load = {
+        (True, False): "concurrency",
+        (False, True): "rate (req/s)",
+    }.get(
+        (any(c.concurrency is not None for c in report.cells),
+         any(c.rate is not None for c in report.cells)),
+        "load",
+    )  # fmt: skip
     figures = _figures(report)
     shown = [(m, f) for m in ("TTFT", "ITL", "TPOT") for f in figures] + [("E2E", "p50")]
     if not report.config.percentiles:  # the long-standing default columns
@@ -143,6 +150,8 @@ def results_table(report: BenchmarkReport) -> Table:
                 first = first[: FAILURE_IN_ROW - 1] + "…"
             flags.append(f"first failure: {first}")
         nominal, achieved, rate = _load(cell)
+        if load == "load" or cell.capacity_probe:
+            nominal = cell_label(cell)
         notes += _notes(cell_label(cell), cell)
         metric = {
             "TTFT": (cell.ttft_ms, cell.ttft_validity),
@@ -158,7 +167,9 @@ def results_table(report: BenchmarkReport) -> Table:
                        _checked(summary, validity, figure))  # fmt: skip
         if slo is not None:
             good = "-" if cell.goodput_req_s is None else f"{cell.goodput_req_s:.2f}"
-            row.append(f"{good} ({cell.slo_met or 0}/{cell.requests_ok + cell.requests_failed})")
+            missed = "*" if cell.meets_slo is False else ""
+            sent = cell.requests_ok + cell.requests_failed
+            row.append(f"{good} ({cell.slo_met or 0}/{sent}){missed}")
         row += [_ms(cell.queue_wait_ms), " ".join(flags)]
         table.add_row(*row)
     caption = [
@@ -166,8 +177,9 @@ def results_table(report: BenchmarkReport) -> Table:
         "req/s: requests completed per second",
         *(
             [
-                f"goodput: requests per second that met every SLO ({slo_text(slo)}); in brackets "
-                "requests that met them of those sent"
+                f"goodput: requests per second that met every SLO ({slo_text(slo)}); in "
+                "brackets requests that met them of those sent, '*' where fewer than "
+                f"{slo.percentile:g}% did"
             ]
             if slo is not None
             else []
@@ -180,5 +192,6 @@ def results_table(report: BenchmarkReport) -> Table:
 
 
 def slo_text(slo: SLO) -> str:
-    parts = [f"{name} <= {value:g}" for name, value in slo.model_dump().items() if value]
-    return ", ".join(parts)
+    """The targets in words: 'TTFT <= 500 ms, TPOT <= 50 ms'."""
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
+    return ", ".join(f"{names[name]} <= {value:g} ms" for name, value in slo.targets().items())

@@ -22,11 +22,15 @@ def cell_line(index: int, cells: int, cell: CellReport) -> str:
         return "-" if value is None else f"{value:.1f} ms"
 
     rate = "-" if cell.achieved_request_rate is None else f"{cell.achieved_request_rate:.1f}"
+    where = f"cell {index}/{cells}" if index <= cells else "capacity"
     line = (
-        f"cell {index}/{cells} {cell_label(cell)}: {cell.requests_ok} ok, "
+        f"{where} {cell_label(cell)}: {cell.requests_ok} ok, "
         f"{cell.requests_failed} failed, {rate} req/s, {cell.output_tok_s:.1f} out tok/s, "
         f"TTFT p50 {ms(cell.ttft_ms.p50)}, TPOT p50 {ms(cell.tpot_ms.p50)}"
     )
+    if cell.meets_slo is not None:
+        share = 100 * (cell.slo_attainment or 0)
+        line += f", {share:.0f}% within the SLO ({'met' if cell.meets_slo else 'missed'})"
     if cell.first_failure:
         line += f"; first failure: {cell.first_failure}"
     return line
@@ -65,4 +69,4 @@ class CellProgress:
                 soft_wrap=True,
             )  # fmt: skip
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=self._shown)
+            self._bar.update(self._task, completed=min(self._shown, self._cells))

@@ -117,16 +117,27 @@ _WORDS = [
 ]
 
 
+def token_id_range(vocab_size: int | None = None) -> tuple[int, int]:
+    """TOKEN_ID_RANGE, or the top three quarters of a smaller vocabulary."""
+    low, high = TOKEN_ID_RANGE
+    if vocab_size is not None and vocab_size < high:
+        low, high = min(low, vocab_size // 4), vocab_size
+    return low, high
+
+
 def token_id_prompts(
     count: int, length: int, seed: int, vocab_size: int | None = None
 ) -> list[list[int]]:
     """Random ids in TOKEN_ID_RANGE, or in the top three quarters of a smaller vocabulary."""
-    low, high = TOKEN_ID_RANGE
-    if vocab_size is not None and vocab_size < high:
-        low, high = min(low, vocab_size // 4), vocab_size
+    low, high = token_id_range(vocab_size)
     rng = np.random.default_rng(seed)
     ids = rng.integers(low, high, size=(count, length))
     return [row.tolist() for row in ids]
+
+
+def as_text(ids: list[int]) -> str:
+    """A text prompt of exactly len(ids) words (one token each), drawn by the ids."""
+    return " ".join(_WORDS[i % len(_WORDS)] for i in ids)
 
 
 def text_prompts(count: int, length: int, seed: int) -> list[str]:

@@ -25,6 +25,8 @@ One request can ask for more quirks with the header `X-Reference-Quirks: no-stre
 for an error with `X-Reference-Status: 500`, so one server can play several broken ones.
   --error-rate F    a seeded fraction F of requests answered HTTP 500
   --cut-rate F      a seeded fraction F of streams cut (connection aborted) half-way
+  --slots S         at most S generations at once; a request beyond them waits for a slot and
+                    its schedule starts when it gets one (a server of known capacity S)
 Output length honours max_tokens, min_tokens and ignore_eos: with `--eos-after N`, a request
 without ignore_eos stops after max(N, min_tokens) tokens, as a model meeting EOS would.
 
@@ -78,6 +80,7 @@ class ServerConfig:
     coalesce: int = 1
     nagle: bool = False
     api_key: str | None = None
+    slots: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.quirks) - set(QUIRKS)
@@ -89,6 +92,8 @@ class ServerConfig:
             raise ValueError("tokens_per_chunk and coalesce must be >= 1")
         if not (0 <= self.error_rate <= 1 and 0 <= self.cut_rate <= 1):
             raise ValueError("error_rate and cut_rate must be within [0, 1]")
+        if self.slots is not None and self.slots < 1:
+            raise ValueError("slots must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -294,6 +299,9 @@ class ReferenceServer:
         # the gaps between its content writes (the truth a client's figures should match).
         self.observed_ttft_s: list[float] = []
         self.observed_gap_s: list[float] = []
+        # With --slots: generations at once, and how long each request waited for a slot.
+        self._slots = asyncio.Semaphore(config.slots) if config.slots else None
+        self.slot_wait_s: list[float] = []
 
     # --- HTTP/1.1 ---------------------------------------------------------------------------
     async def handle(self, conn: _Connection) -> None:
@@ -371,6 +379,19 @@ class ReferenceServer:
             writer.write(_error(500, "injected failure", "server_error"))
             return True
         cut = bool(self.config.cut_rate) and self._rng.random() < self.config.cut_rate
+        if self._slots is None:
+            return await self._generate(gen, writer, received, cut, quirks)
+        queued = self._slots.locked()
+        async with self._slots:
+            started = time.perf_counter()
+            self.slot_wait_s.append(started - received if queued else 0.0)
+            # a queued request's schedule starts when it gets its slot
+            return await self._generate(gen, writer, started if queued else received, cut, quirks)
+
+    async def _generate(
+        self, gen: _Generation, writer: _Connection, received: float, cut: bool,
+        quirks: frozenset[str],
+    ) -> bool:  # fmt: skip
         if not gen.stream or "no-stream" in quirks:
             await self._sleep_until(received, gen.tokens - 1)
             writer.write(_response(200, self._full(gen)))
@@ -389,7 +410,8 @@ class ReferenceServer:
         for name, samples in (("token_slip_ms", self.token_slip_s),
                               ("arrival_slip_ms", self.arrival_slip_s),
                               ("observed_ttft_ms", self.observed_ttft_s),
-                              ("observed_chunk_gap_ms", self.observed_gap_s)):  # fmt: skip
+                              ("observed_chunk_gap_ms", self.observed_gap_s),
+                              ("slot_wait_ms", self.slot_wait_s)):  # fmt: skip
             ordered = sorted(samples)
             if ordered:
                 stats[name] = {
@@ -633,6 +655,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
     parser.add_argument("--nagle", action="store_true", help="leave Nagle's algorithm on")
     parser.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
+    parser.add_argument("--slots", type=int, default=None, help="generations at once (queue)")
     args = parser.parse_args(argv)
     try:
         config = ServerConfig(
@@ -648,6 +671,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServerConfig, str, in
             coalesce=args.coalesce,
             nagle=args.nagle,
             api_key=args.api_key,
+            slots=args.slots,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -9,23 +9,24 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from harness.agreement import AgreementProbe
 from harness.agreement_probe import run_probe
-from harness.backend import OpenAIBackend, ServerInfo, build_body
-from harness.dataset import DatasetEntry, take
-from harness.load import (
-    LoopLagMonitor,
-    cancel_on,
-    poisson_arrivals,
-    run_concurrency,
-    run_rate,
-)
+from harness.backend import OpenAIBackend, ServerInfo
+from harness.capacity import search_capacity
+from harness.dataset import DatasetEntry
+from harness.load import LoopLagMonitor, arrivals, cancel_on, run_concurrency, run_rate
 from harness.metrics import Stall, cell_report
-from harness.prompts import text_prompts, token_id_prompts
-from harness.schemas import BenchmarkConfig, BenchmarkReport, CellReport, RequestRecord, cell_label
+from harness.planning import Planned, Prompts
+from harness.schemas import (
+    BenchmarkConfig,
+    BenchmarkReport,
+    CellReport,
+    DatasetProvenance,
+    RequestRecord,
+    cell_label,
+)
 from harness.version import harness_version
 from harness.workers import Share, WorkerPool, split
 
@@ -39,51 +40,6 @@ def _now_iso() -> str:
 class PreflightError(Exception):
     """The one request sent before any cell failed; the message says how and, where it can,
     what to change."""
-
-
-@dataclass(frozen=True)
-class Planned:
-    """The requests of one cell (or the warm-up): bodies and the lengths each asked for."""
-
-    bodies: list[bytes]
-    input_lens: list[int | None]
-    output_lens: list[int]
-
-
-class Prompts:
-    """Where a run's requests come from: generated prompts of `input_len` tokens, or the
-    lines of a dataset taken in turn (harness.dataset)."""
-
-    def __init__(
-        self, config: BenchmarkConfig, server: ServerInfo, dataset: list[DatasetEntry] | None
-    ) -> None:
-        self._config = config
-        self._vocab_size = server.vocab_size
-        self._dataset = dataset
-        self._taken = 0
-
-    def plan(self, count: int, seed: int) -> Planned:
-        config = self._config
-        if self._dataset is not None:
-            entries = take(self._dataset, self._taken, count)
-            self._taken += count
-            outs = [e.output_len or config.output_len for e in entries]
-            bodies = [
-                build_body(config.endpoint, config.model, e.request_prompt(), n)
-                for e, n in zip(entries, outs, strict=True)
-            ]
-            return Planned(bodies, [None] * count, outs)
-        if config.resolved_prompt_kind == "token_ids":
-            prompts: list[list[int]] | list[str] = token_id_prompts(
-                count, config.input_len, seed, self._vocab_size
-            )
-        else:
-            prompts = text_prompts(count, config.input_len, seed)
-        return Planned(
-            [build_body(config.endpoint, config.model, p, config.output_len) for p in prompts],
-            [config.input_len] * count,
-            [config.output_len] * count,
-        )
 
 
 async def preflight(backend: OpenAIBackend, config: BenchmarkConfig, server: ServerInfo,
@@ -171,23 +127,24 @@ async def run_benchmark(
     on_cell: OnCell | None = None,
     headers: Mapping[str, str] | None = None,
     dataset: list[DatasetEntry] | None = None,
+    dataset_provenance: DatasetProvenance | None = None,
 ) -> BenchmarkReport:
-    """Run every cell of `config`; when `stop` is set, finish with a partial report.
+    """Run every cell of `config`, then its capacity search; when `stop` is set, finish with a
+    partial report.
 
     Raises `ServerUnreachableError` when the server does not answer within 10 s, and
     `PreflightError` when one request of the first cell's shape fails, before any cell.
     `on_cell` is called after the warm-up and after each cell with the report so far and all
     records so far (the CLI writes files there, so a killed run leaves its finished cells).
     `headers` go with every request and stay out of the report (they may hold a key);
-    `dataset` (harness.dataset) replaces the generated prompts.
+    `dataset` (harness.dataset) is the entries of a dataset workload, `dataset_provenance`
+    what it was (the report records it, with the lines used).
     """
     stop = stop or asyncio.Event()
     origin = time.perf_counter()
-    loads: list[tuple[int | None, float | None]] = (
-        [(c, None) for c in config.concurrency]
-        if config.concurrency is not None
-        else [(None, r) for r in config.rate or []]
-    )
+    loads: list[tuple[int | None, float | None]] = [(c, None) for c in config.concurrency or []] + [
+        (None, r) for r in config.rate or []
+    ]
     max_in_flight = max(config.concurrency or [config.max_concurrency or 1024])
     report = BenchmarkReport(
         harness_version=harness_version(),
@@ -226,9 +183,9 @@ async def run_benchmark(
         clock_origin=origin,
         headers=headers,
     ) as backend:
-        server = await backend.check_reachable()
+        server: ServerInfo = await backend.check_reachable()
         report.token_delivery = server.token_delivery
-        prompts = Prompts(config, server, dataset)
+        prompts = Prompts(config, server.vocab_size, dataset, dataset_provenance)
         warm_plan = prompts.plan(config.warmup, config.seed + 10_000)
         cell_plans = [prompts.plan(config.requests, config.seed + i) for i in range(len(loads))]
         await preflight(backend, config, server, cell_plans[0].bodies[0])
@@ -239,56 +196,92 @@ async def run_benchmark(
             if on_cell:
                 on_cell(report, records)
 
-        if config.warmup:
+        async def warm_up(plan: Planned, streams: int) -> None:
             warm = asyncio.ensure_future(
-                run_concurrency(
-                    backend,
-                    warm_plan.bodies,
-                    min(config.warmup, max_in_flight),
-                    record_factory(-1, warm_plan),
-                    records,
-                )
+                run_concurrency(backend, plan.bodies, streams, record_factory(-1, plan), records)
             )
             report.interrupted = await cancel_on(stop, warm)
+
+        if config.warmup:
+            await warm_up(warm_plan, min(config.warmup, max_in_flight))
             if on_cell:
                 on_cell(report, records)
 
         pool = WorkerPool(config.workers) if config.workers > 1 else None
+
+        async def measure(
+            index: int, concurrency: int | None, rate: float | None, planned: Planned,
+            probe: bool = False,
+        ) -> CellReport:  # fmt: skip
+            nonlocal next_id
+            if config.warmup and config.warmup_each_cell and index > 0:
+                streams = concurrency or config.max_concurrency or config.warmup
+                await warm_up(
+                    prompts.plan(config.warmup, config.seed + 10_000 + index),
+                    min(config.warmup, streams),
+                )
+            if pool is not None:
+                shares = _shares(
+                    config, index, concurrency, rate, planned, origin, next_id + 1, headers
+                )
+                next_id += len(planned.bodies)
+                cell_records, lag_samples, stalls, report.interrupted = await pool.run(shares, stop)
+            else:
+                cell_records, lag_samples, stalls = await _run_cell_here(
+                    config, index, concurrency, rate, planned.bodies, backend,
+                    record_factory(index, planned), stop,
+                )  # fmt: skip
+                report.interrupted = stop.is_set()
+            records.extend(cell_records)
+            cell = cell_report(
+                cell_records,
+                concurrency=concurrency,
+                rate=rate,
+                loop_lag_s=lag_samples,
+                loop_stalls=stalls,
+                complete=not report.interrupted,
+                slo=config.slo,
+                percentiles=config.percentiles,
+                capacity_probe=probe,
+            )
+            report.cells.append(cell)
+            report.dataset = prompts.provenance
+            report.harness_ceiling_note = ceiling_note(report.cells)
+            if on_cell:
+                on_cell(report, records)
+            return cell
+
+        async def probe(load: float, requests: int) -> tuple[int, CellReport] | None:
+            if report.interrupted:
+                return None
+            index = len(report.cells)
+            planned = prompts.plan(requests, config.seed + index)
+            by_concurrency = config.capacity is not None and config.capacity.by == "concurrency"
+            cell = await measure(
+                index,
+                int(load) if by_concurrency else None,
+                None if by_concurrency else load,
+                planned,
+                probe=True,
+            )
+            return None if report.interrupted else (index, cell)
+
+        def time_left() -> float | None:
+            if config.deadline_s is None:
+                return None
+            return config.deadline_s - (time.perf_counter() - origin)
+
         try:
             if pool is not None:
                 await pool.start()
             for index, (concurrency, rate) in enumerate(loads):
                 if report.interrupted:
                     break
-                planned = cell_plans[index]
-                if pool is not None:
-                    shares = _shares(
-                        config, index, concurrency, rate, planned, origin, next_id + 1, headers
-                    )
-                    next_id += len(planned.bodies)
-                    cell_records, lag_samples, stalls, report.interrupted = await pool.run(
-                        shares, stop
-                    )
-                else:
-                    cell_records, lag_samples, stalls = await _run_cell_here(
-                        config, index, concurrency, rate, planned.bodies, backend,
-                        record_factory(index, planned), stop,
-                    )  # fmt: skip
-                    report.interrupted = stop.is_set()
-                records.extend(cell_records)
-                report.cells.append(
-                    cell_report(
-                        cell_records,
-                        concurrency=concurrency,
-                        rate=rate,
-                        loop_lag_s=lag_samples,
-                        loop_stalls=stalls,
-                        complete=not report.interrupted,
-                        slo=config.slo,
-                        percentiles=config.percentiles,
-                    )
+                await measure(index, concurrency, rate, cell_plans[index])
+            if config.capacity is not None and config.slo is not None and not report.interrupted:
+                report.capacity = await search_capacity(
+                    config.capacity, config.slo, config.requests, probe, time_left
                 )
-                report.harness_ceiling_note = ceiling_note(report.cells)
                 if on_cell:
                     on_cell(report, records)
         finally:
@@ -296,6 +289,7 @@ async def run_benchmark(
                 pool.close()  # every worker process ends here, whatever happened
 
     report.finished_at = _now_iso()
+    report.dataset = prompts.provenance
     report.harness_ceiling_note = ceiling_note(report.cells)
     return report
 
@@ -327,10 +321,8 @@ async def _run_cell_here(
         work = run_concurrency(backend, bodies, concurrency, make_record, cell_records)
     else:
         assert rate is not None
-        arrivals = poisson_arrivals(config.requests, rate, config.seed + index)
-        work = run_rate(
-            backend, bodies, arrivals, make_record, cell_records, config.max_concurrency
-        )
+        offsets = arrivals(len(bodies), rate, config.seed + index, config.arrival)
+        work = run_rate(backend, bodies, offsets, make_record, cell_records, config.max_concurrency)
     with LoopLagMonitor(backend) as lag:
         await cancel_on(stop, asyncio.ensure_future(work))
     return cell_records, lag.samples, lag.stalls
@@ -379,7 +371,7 @@ def _shares(
                 taken += count
         return shares
     assert rate is not None
-    arrivals = poisson_arrivals(len(bodies), rate, config.seed + index).tolist()
+    offsets = arrivals(len(bodies), rate, config.seed + index, config.arrival).tolist()
     caps = split(config.max_concurrency, config.workers) if config.max_concurrency else None
     taken = 0
     for w in range(config.workers):
@@ -392,7 +384,7 @@ def _shares(
                     bodies=part,
                     input_lens=planned.input_lens[w :: config.workers],
                     output_lens=planned.output_lens[w :: config.workers],
-                    arrivals=arrivals[w :: config.workers],
+                    arrivals=offsets[w :: config.workers],
                     max_concurrency=max(caps[w], 1) if caps else None,
                 )
             )

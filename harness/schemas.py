@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.agreement import AgreementProbe
+from harness.workload import DatasetWorkload, RandomWorkload, SharedPrefixWorkload, Workload
 
 Endpoint = Literal["completions", "chat"]
 # How a cell's tokens reached the client: one chunk at a time ("streamed"), or in groups
@@ -60,6 +61,49 @@ class SLO(_Model):
     ttft_ms: float | None = Field(default=None, gt=0)
     tpot_ms: float | None = Field(default=None, gt=0)
     e2e_ms: float | None = Field(default=None, gt=0)
+    # since the workloads harness (issue 48)
+    percentile: float = Field(
+        default=90,
+        gt=0,
+        lt=100,
+        description="A cell meets the SLO when at least this share (%) of its requests met "
+        "every target (failed requests never do).",
+    )
+
+    @model_validator(mode="after")
+    def _some_target(self) -> SLO:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("give at least one target: ttft_ms, tpot_ms or e2e_ms")
+        return self
+
+    def targets(self) -> dict[str, float]:
+        """The targets given, by name (ttft_ms, tpot_ms, e2e_ms)."""
+        found = {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms}
+        return {name: value for name, value in found.items() if value is not None}
+
+
+class GammaArrival(_Model):
+    """Gamma-distributed gaps between arrivals at the cell's mean rate: shape 1 is Poisson,
+    below 1 burstier, above 1 more even (vLLM's --burstiness)."""
+
+    gamma: float = Field(gt=0, le=1000, allow_inf_nan=False)
+
+
+Arrival = Literal["poisson", "constant"] | GammaArrival
+
+
+class CapacitySearch(_Model):
+    """Search the highest load that meets the SLO: probe cells growing (doubling) from the
+    lowest load, then bisecting between the last that met it and the first that did not."""
+
+    by: Literal["concurrency", "rate"]
+    max: float = Field(gt=0, le=100_000, allow_inf_nan=False, description="the highest load probed")
+
+    @model_validator(mode="after")
+    def _whole_concurrency(self) -> CapacitySearch:
+        if self.by == "concurrency" and (self.max != int(self.max) or self.max > 1024):
+            raise ValueError("max: a concurrency is a whole number of requests, at most 1024")
+        return self
 
 
 class BenchmarkConfig(_Model):
@@ -75,12 +119,19 @@ class BenchmarkConfig(_Model):
         default=None, description="Fixed-concurrency cells, in order (closed loop)."
     )
     rate: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = Field(
-        default=None, description="Poisson request-rate cells in requests/s, in order."
+        default=None,
+        description="Request-rate cells in requests/s, in order, after any concurrency cells.",
     )
     input_len: int = Field(default=128, ge=1, description="Prompt length in tokens.")
     output_len: int = Field(default=64, ge=1, description="Forced output length in tokens.")
     requests: int = Field(default=64, ge=1, description="Measured requests per cell.")
     warmup: int = Field(default=4, ge=0, description="Warm-up requests before the first cell.")
+    # since the workloads harness (issue 48)
+    warmup_each_cell: bool = Field(
+        default=False,
+        description="Send the warm-up requests again before every later cell (and capacity "
+        "probe), at up to its concurrency; never measured.",
+    )
     prompt_kind: PromptKind | None = Field(
         default=None,
         description="token_ids (exact length) or text; default token_ids for completions, "
@@ -129,10 +180,30 @@ class BenchmarkConfig(_Model):
         "(`rigbench bench` exits 1); a cell with no successful request always does.",
     )
 
+    # since the workloads harness (issue 48)
+    workload: Workload | None = Field(
+        default=None,
+        description="What the requests ask for (harness.workload); None: random prompts of "
+        "input_len tokens and output_len out, or the dataset's lines.",
+    )
+    # since the workloads harness (issue 48)
+    arrival: Arrival = Field(default="poisson", description="How rate cells space their requests.")
+    # since the workloads harness (issue 48)
+    capacity: CapacitySearch | None = Field(
+        default=None,
+        description="After the cells, search the highest load that meets the SLO "
+        "(harness.capacity); each probe is kept as a cell.",
+    )
+    # since the workloads harness (issue 48)
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds from the run's start after which no capacity probe is started "
+        "that would not end in time (its length guessed from the last one).",
+    )
+
     @model_validator(mode="after")
     def _one_load_kind(self) -> BenchmarkConfig:
-        if self.concurrency is not None and self.rate is not None:
-            raise ValueError("give either concurrency or rate, not both")
         if self.concurrency is None and self.rate is None:
             self.concurrency = [1]
         if self.concurrency is not None and (
@@ -145,7 +216,21 @@ class BenchmarkConfig(_Model):
             raise ValueError("the chat endpoint takes text prompts only")
         if any(not 0 < p < 100 for p in self.percentiles):
             raise ValueError("percentiles must be within (0, 100)")
+        if self.capacity is not None and self.slo is None:
+            raise ValueError("a capacity search needs an slo: the targets it searches within")
+        if self.dataset is not None and self.workload is not None:
+            raise ValueError("give either dataset or workload, not both")
         return self
+
+    @property
+    def resolved_workload(self) -> RandomWorkload | SharedPrefixWorkload | DatasetWorkload:
+        """The workload: as given, else the dataset's lines, else random prompts of input_len
+        tokens (the run's first form, which every older report describes)."""
+        if self.workload is not None:
+            return self.workload
+        if self.dataset is not None:
+            return DatasetWorkload(kind="dataset", path=self.dataset)
+        return RandomWorkload(prompt_tokens=self.input_len, output_tokens=self.output_len)
 
     @property
     def resolved_prompt_kind(self) -> PromptKind:
@@ -306,6 +391,24 @@ class CellReport(_Model):
     slo_met: int | None = Field(
         default=None, description="Requests that met every SLO; None without an SLO."
     )
+    # since the workloads harness (issue 48)
+    slo_attainment: float | None = Field(
+        default=None,
+        description="Share of the requests sent that met every SLO (failed ones never do); "
+        "None without an SLO.",
+    )
+    # since the workloads harness (issue 48)
+    meets_slo: bool | None = Field(
+        default=None,
+        description="slo_attainment reached the SLO's percentile (90: 90% of requests met "
+        "every target); None without an SLO.",
+    )
+    # since the workloads harness (issue 48)
+    capacity_probe: bool = Field(
+        default=False,
+        description="A probe of the capacity search (BenchmarkReport.capacity), not a cell "
+        "the config asked for: its load differs between runs, so it is not compared by cell.",
+    )
     length_mismatches: int = Field(
         default=0, description="Successful requests whose output token count != output_len."
     )
@@ -392,16 +495,61 @@ def metric_value(cell: Mapping[str, Any], key: str) -> float | None:
 
 def cell_label(cell: CellReport | Mapping[str, Any]) -> str:
     """The one label of a load cell, wherever one is shown: `c=4` for a fixed concurrency,
-    `rate=2.5/s` for a Poisson rate (a parsed cell, or a report's or a row's plain dict)."""
+    `rate=2.5/s` for a rate, `probe c=4` for a capacity search's probe (a parsed cell, or a
+    report's or a row's plain dict)."""
     if isinstance(cell, CellReport):
-        concurrency, rate = cell.concurrency, cell.rate
+        concurrency, rate, probe = cell.concurrency, cell.rate, cell.capacity_probe
     else:
         concurrency, rate = cell.get("concurrency"), cell.get("rate")
+        probe = bool(cell.get("capacity_probe"))
+    prefix = "probe " if probe else ""
     if concurrency is not None:
-        return f"c={concurrency}"
+        return f"{prefix}c={concurrency}"
     if rate is not None:
-        return f"rate={rate}/s"
+        return f"{prefix}rate={rate}/s"
     raise ValueError(f"report cell has neither 'concurrency' nor 'rate': keys {sorted(cell)}")
+
+
+class CapacityProbe(_Model):
+    """One probe cell of a capacity search."""
+
+    load: float = Field(description="Its concurrency or rate (requests/s).")
+    meets_slo: bool
+    slo_attainment: float = Field(description="Share of its requests that met every target.")
+    cell: int = Field(description="Its index in BenchmarkReport.cells.")
+
+
+class CapacityResult(_Model):
+    """The highest load that met the SLO, and how the search found it."""
+
+    by: Literal["concurrency", "rate"]
+    value: float = Field(
+        description="The highest load probed that met the SLO, every lower probe meeting it "
+        "too; 0 when the lowest probe did not."
+    )
+    slo: SLO
+    max: float = Field(description="The highest load the search was allowed to probe.")
+    probes: list[CapacityProbe]
+    stopped: Literal["bracketed", "max", "deadline", "interrupted", "floor"] = Field(
+        description="Why the search ended: the value lies between two probes it measured "
+        "(bracketed), every load up to max met the SLO (max), the deadline or Ctrl-C came "
+        "first, or the lowest load it may probe did not meet the SLO (floor)."
+    )
+    output_tok_s: float | None = Field(
+        default=None, description="Output tokens/s of the probe at the value."
+    )
+    goodput_req_s: float | None = Field(
+        default=None, description="Goodput of the probe at the value."
+    )
+
+
+class DatasetProvenance(_Model):
+    """Which dataset a run's prompts came from, exactly."""
+
+    name: str = Field(description="As the run named it: a bundled name, a path or an s3 URI.")
+    sha256: str
+    rows: int = Field(description="Requests in the file.")
+    rows_used: int = Field(description="Distinct lines the run sent (warm-up included).")
 
 
 class BenchmarkReport(_Model):
@@ -425,6 +573,14 @@ class BenchmarkReport(_Model):
         default=None,
         description="How the server said it delivers tokens (/v1/models; rigbench rigs say it, "
         "an OpenAI server need not): burst, several tokens per write, gets no ITL verdicts.",
+    )
+    # since the workloads harness (issue 48)
+    capacity: CapacityResult | None = Field(
+        default=None, description="The capacity search's answer, when the config asked for one."
+    )
+    # since the workloads harness (issue 48)
+    dataset: DatasetProvenance | None = Field(
+        default=None, description="The dataset the prompts came from, when they did."
     )
     interrupted: bool = False
     harness_ceiling_note: str = Field(

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.agreement import PairAgreement, output_agreement, probes_from_reports
+from harness.capacity_view import capacity_lines
 from harness.compare import (
     NO_VERDICTS,
     Comparison,
@@ -16,7 +17,9 @@ from harness.compare import (
     shortfalls_from_reports,
     values_from_reports,
 )
+from harness.schemas import BenchmarkConfig
 from harness.stats import ALPHA
+from harness.workload import describe
 
 if TYPE_CHECKING:
     from rigbench.report.data import SweepData
@@ -62,6 +65,21 @@ def revision_refusal(boots: Iterable[tuple[str, Mapping[str, Any]]]) -> str:
     )
 
 
+def workload_words(reports: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """What the sweep's requests asked for, in words, from its first report's config (or a
+    results row's `workload`, which store.py writes); "" when neither says."""
+    for boot_reports in reports.values():
+        for report in boot_reports:
+            if isinstance(report.get("config"), Mapping):
+                config = BenchmarkConfig.model_validate(report["config"])
+                words = describe(config.resolved_workload)
+                return f"{words}, {config.endpoint} endpoint"
+            workload = report.get("workload")
+            if isinstance(workload, Mapping) and workload.get("words"):
+                return f"{workload['words']}, {workload.get('endpoint', 'completions')} endpoint"
+    return ""
+
+
 def sweep_comparison(
     reports: Mapping[str, Sequence[Mapping[str, Any]]],
     setups: Mapping[str, RigSetup],
@@ -71,12 +89,14 @@ def sweep_comparison(
     agreement: Sequence[PairAgreement] | None = None,
     alpha: float = ALPHA,
     refused: str = "",
+    prices: Mapping[str, Sequence[float | None]] | None = None,
 ) -> Comparison:
     """`reports[rig]`: the rig's harness reports in boot order (the baseline, unless given, is
     the first rig); `local`: the sweep ran on the local emulation, and the comparison says so;
     `agreement`: the rig pairs' output agreement, else taken from the reports' probes;
     `alpha`: the family-wise level (an adaptive sweep's: its last look's); `refused`: why no
-    verdict may be given (`revision_refusal`)."""
+    verdict may be given (`revision_refusal`); `prices[rig]`: each boot's price in USD per hour,
+    where known (the capacity lines' cost)."""
     comparison = compare(
         values_from_reports(reports),
         baseline=baseline,
@@ -88,7 +108,13 @@ def sweep_comparison(
         refused=refused,
     )
     pairs = output_agreement(probes_from_reports(reports)) if agreement is None else agreement
-    return comparison.model_copy(update={"output_agreement": list(pairs)})
+    return comparison.model_copy(
+        update={
+            "output_agreement": list(pairs),
+            "capacity": capacity_lines(reports, prices),
+            "workload": workload_words(reports),
+        }
+    )
 
 
 def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | None:
@@ -101,4 +127,10 @@ def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | Non
     # is tested at the last look's level, so that all its claims together keep to 5%.
     alpha = data.rounds[-1].level if data.rounds else ALPHA
     refused = revision_refusal((b.rig, b.provenance) for b in data.boots)
-    return sweep_comparison(reports, setups, local=local, alpha=alpha, refused=refused)
+    prices: dict[str, list[float | None]] = {}
+    for boot in sorted(data.boots, key=lambda b: (b.rig, b.boot)):
+        if boot.report is not None:  # in the order of reports_by_rig
+            prices.setdefault(boot.rig, []).append(boot.price_usd_per_hour)
+    return sweep_comparison(
+        reports, setups, local=local, alpha=alpha, refused=refused, prices=prices
+    )

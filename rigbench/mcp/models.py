@@ -88,6 +88,13 @@ class SweepComparison(_Out):
     sweep_id: str
     baseline: str
     rigs: list[str]
+    capacity: list[str] = Field(
+        default=[],
+        description="the answer first, per rig whose boots searched capacity: the load it "
+        "carries within the SLO (geometric mean of its boots, with their interval) and its "
+        "output there; the verdict between rigs is the 'capacity' cell's",
+    )
+    workload: str = Field(default="", description="what the requests asked for, in words")
     verdicts: list[str] = Field(
         description="each difference shown, and each comparison where no verdict is "
         "possible, one line each in the table's words; then each rig pair's output agreement"

@@ -69,10 +69,16 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
     """Per rig, one report-shaped document per stored boot, in boot order: each row's
     `metrics` is the report cell it was stored from (functions/store.py)."""
     cells: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    # every row of a boot carries its workload and capacity (functions/store.py)
+    boot_wide: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
         cells[row.rig][row.boot].append(row.metrics)
+        extra = row.model_extra or {}
+        boot_wide[(row.rig, row.boot)] = {
+            k: extra[k] for k in ("workload", "capacity") if extra.get(k) is not None
+        }
     return {
-        rig: [{"cells": by_boot[boot]} for boot in sorted(by_boot)]
+        rig: [{"cells": by_boot[boot], **boot_wide[(rig, boot)]} for boot in sorted(by_boot)]
         for rig, by_boot in sorted(cells.items())
     }
 
@@ -248,6 +254,8 @@ class SweepTools:
             sweep_id=sweep_id,
             baseline=comparison.baseline,
             rigs=list(comparison.rigs),
+            capacity=[c.words for c in comparison.capacity],
+            workload=comparison.workload,
             verdicts=verdict_lines(comparison) + [agreement_line(p) for p in agreement],
             summary=comparison.summary,
             flipped=comparison.any_flip,

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.capacity_view import usd_per_million_tokens
 from harness.schemas import cell_label, metric_value
 from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
@@ -29,26 +30,80 @@ def cell_x(cell: dict[str, Any]) -> float:
     return float(cell["rate"])
 
 
+LOAD_TITLES = {"concurrency": "concurrency", "rate": "rate (requests/s)"}
+
+
 def load_kind(data: SweepData) -> str:
     """What the x axis of a load plot is: "concurrency" or "rate (requests/s)"."""
-    for boot in data.boots:
-        for cell in (boot.report or {}).get("cells", []):
-            return "concurrency" if cell.get("concurrency") is not None else "rate (requests/s)"
-    return "concurrency"
+    kinds = load_kinds(data)
+    return LOAD_TITLES[kinds[0]] if kinds else "concurrency"
+
+
+def load_kinds(data: SweepData) -> list[str]:
+    """The kinds of load cell the sweep measured, concurrency first: each gets its own axis."""
+    found = {
+        "concurrency" if cell.get("concurrency") is not None else "rate"
+        for boot in data.boots
+        for cell in _measured_cells(boot)
+    }
+    return [k for k in LOAD_TITLES if k in found]
 
 
 def _measured_cells(boot: BootData) -> Iterable[dict[str, Any]]:
+    """The load cells the sweep asked for that served a request (capacity probes, whose loads
+    are each boot's own, are drawn only in the Pareto view)."""
     for cell in (boot.report or {}).get("cells", []):
-        if (cell.get("requests_ok") or 0) > 0:
+        if (cell.get("requests_ok") or 0) > 0 and not cell.get("capacity_probe"):
             yield cell
 
 
-def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
-    """Per rig, one Point per cell (in load order); `value_of(boot, cell)` gives a boot's value
-    or None. Cells where no boot has a value are left out."""
+class ParetoPoint(BaseModel):
+    """One boot's cell (a capacity probe too) in the Pareto view."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: str
+    boot: int
+    per_user: float  # output tok/s each request saw while decoding: 1000 / TPOT p50 (ms)
+    per_gpu: float  # the cell's output tok/s: every boot runs on an instance of one GPU
+
+
+def pareto_points(data: SweepData) -> dict[str, list[ParetoPoint]]:
+    """Per rig, every boot's cells (capacity probes too) with a TPOT and an output rate."""
+    found: dict[str, list[ParetoPoint]] = {}
+    for boot in data.boots:
+        for cell in (boot.report or {}).get("cells", []):
+            tpot = metric_value(cell, "tpot_ms.p50")
+            tok_s = metric_value(cell, "output_tok_s")
+            if not (cell.get("requests_ok") or 0) or not tpot or not tok_s:
+                continue
+            found.setdefault(boot.rig, []).append(
+                ParetoPoint(
+                    cell=cell_label(cell), boot=boot.boot, per_user=1e3 / tpot, per_gpu=tok_s
+                )
+            )
+    return {rig: found[rig] for rig in data.rigs if rig in found}
+
+
+def pareto_frontier(points: Sequence[ParetoPoint]) -> list[ParetoPoint]:
+    """The points no other point beats on both axes, by per-user speed (each further one
+    trades per-user speed for output per GPU)."""
+    frontier: list[ParetoPoint] = []
+    for point in sorted(points, key=lambda p: (-p.per_user, -p.per_gpu)):
+        if not frontier or point.per_gpu > frontier[-1].per_gpu:
+            frontier.append(point)
+    return frontier
+
+
+def series(data: SweepData, value_of: Any, kind: str | None = None) -> dict[str, list[Point]]:
+    """Per rig, one Point per cell (in load order), of one `kind` of load when given;
+    `value_of(boot, cell)` gives a boot's value or None. Cells where no boot has a value are
+    left out."""
     found: dict[str, dict[str, tuple[float, list[tuple[int, float]]]]] = {}
     for boot in data.boots:
         for cell in _measured_cells(boot):
+            if kind is not None and cell.get(kind) is None:
+                continue
             value = value_of(boot, cell)
             if value is None:
                 continue
@@ -66,15 +121,8 @@ def series(data: SweepData, value_of: Any) -> dict[str, list[Point]]:
     return out
 
 
-def metric_series(data: SweepData, key: str) -> dict[str, list[Point]]:
-    return series(data, lambda boot, cell: metric_value(cell, key))
-
-
-def usd_per_million_tokens(price_usd_per_hour: float, output_tok_s: float) -> float | None:
-    """What a million output tokens cost at this throughput on an instance at this price."""
-    if output_tok_s <= 0:
-        return None
-    return price_usd_per_hour / (output_tok_s * 3600) * 1e6
+def metric_series(data: SweepData, key: str, kind: str | None = None) -> dict[str, list[Point]]:
+    return series(data, lambda boot, cell: metric_value(cell, key), kind)
 
 
 def cost_series(data: SweepData) -> dict[str, list[Point]]:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from rigbench.report.analysis import Latencies, Point
+from rigbench.report.analysis import Latencies, ParetoPoint, Point, pareto_frontier
 
 PALETTE = qualitative.Safe
 FONT = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
@@ -295,6 +295,57 @@ def tradeoff_figure(
         fig.update_yaxes(title="output tokens/s", rangemode="tozero")
     styled = _style(fig, "Throughput vs latency: each point a load cell (up and left is better)")
     return styled.update_layout(margin={"t": 70, "r": 40})  # room for the cells' labels
+
+
+def pareto_figure(
+    by_rig: Mapping[str, Sequence[ParetoPoint]], colours: Mapping[str, str]
+) -> go.Figure:
+    """Output tok/s per user against output tok/s per GPU, as the field draws runtimes: every
+    boot's cells as points, each rig's Pareto frontier as a line (up and right is better)."""
+    fig = go.Figure()
+    for rig, points in by_rig.items():
+        fig.add_trace(
+            go.Scatter(
+                x=[p.per_user for p in points],
+                y=[p.per_gpu for p in points],
+                mode="markers",
+                marker={"color": _rgba(colours[rig], 0.45), "size": 7},
+                text=[f"{p.cell}, boot {p.boot}" for p in points],
+                name=f"{rig}: cells",
+                legendgroup=rig,
+                hovertemplate=f"{rig} %{{text}}: %{{x:.4g}} tok/s per user, %{{y:.4g}} tok/s "
+                "per GPU<extra></extra>",
+            )
+        )
+        frontier = pareto_frontier(points)
+        fig.add_trace(
+            go.Scatter(
+                x=[p.per_user for p in frontier],
+                y=[p.per_gpu for p in frontier],
+                mode="lines+markers",
+                line={"color": colours[rig], "width": 2.5, "shape": "hv"},
+                marker={"size": 9},
+                text=[f"{p.cell}, boot {p.boot}" for p in frontier],
+                name=f"{rig}: frontier",
+                legendgroup=rig,
+                hovertemplate=f"{rig} frontier %{{text}}: %{{x:.4g}} tok/s per user, %{{y:.4g}} "
+                "tok/s per GPU<extra></extra>",
+            )
+        )
+    users = [p.per_user for ps in by_rig.values() for p in ps]
+    gpu = [p.per_gpu for ps in by_rig.values() for p in ps]
+    x_title = "output tokens/s per user (1000 / TPOT p50 in ms)"
+    if _log_if_wide(users) == "log":
+        fig.update_xaxes(title=f"{x_title}, log scale", **_log_axis(users))
+    else:
+        fig.update_xaxes(title=x_title, rangemode="tozero")
+    if _log_if_wide(gpu) == "log":
+        fig.update_yaxes(title="output tokens/s per GPU (log scale)", **_log_axis(gpu))
+    else:
+        fig.update_yaxes(title="output tokens/s per GPU", rangemode="tozero")
+    return _style(
+        fig, "Pareto view: every boot's cells, each rig's frontier (up and right is better)"
+    )
 
 
 def cost_figure(by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str]) -> go.Figure:

@@ -218,7 +218,9 @@ def _cells_from_reports(data: SweepData) -> dict[str, Any]:
     for boot in data.boots:
         config = (boot.report or {}).get("config") or {}
         if config:
-            keys = ("concurrency", "rate", "requests", "input_len", "output_len", "warmup")
+            keys = ["concurrency", "rate", "requests", "warmup"]
+            if not config.get("workload") and not config.get("dataset"):
+                keys += ["input_len", "output_len"]  # else the workload gives the lengths
             return {k: config[k] for k in keys if config.get(k) is not None}
     return {}
 
@@ -390,7 +392,6 @@ def _boots_with_reports(data: SweepData, rig: str) -> list[BootData]:
 
 def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
     colours = figures.rig_colours(data.rigs)
-    x_title = analysis.load_kind(data)
     throughput = analysis.metric_series(data, "output_tok_s")
     if not throughput:
         return []
@@ -398,10 +399,20 @@ def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
         key: analysis.metric_series(data, key)
         for key in ("ttft_ms.p50", "ttft_ms.p99", "tpot_ms.p50", "tpot_ms.p99")
     }
-    blocks = [
-        figure_html(figures.throughput_figure(throughput, colours, x_title), "plot-throughput"),
-        figure_html(figures.latency_figure(latency, colours, x_title), "plot-latency"),
-    ]
+    blocks = []
+    # one pair of load plots per kind of load: a concurrency and a rate share no axis
+    for n, kind in enumerate(analysis.load_kinds(data)):
+        suffix, x_title = ("" if n == 0 else f"-{kind}"), analysis.LOAD_TITLES[kind]
+        by_load = analysis.metric_series(data, "output_tok_s", kind)
+        latencies = {key: analysis.metric_series(data, key, kind) for key in latency}
+        blocks += [
+            figure_html(
+                figures.throughput_figure(by_load, colours, x_title), f"plot-throughput{suffix}"
+            ),
+            figure_html(
+                figures.latency_figure(latencies, colours, x_title), f"plot-latency{suffix}"
+            ),
+        ]
     chosen = analysis.chosen_cell(data, cell)
     if chosen is not None:
         lat = {
@@ -419,6 +430,35 @@ def plot_blocks(data: SweepData, cell: str | None) -> list[str]:
     return blocks
 
 
+def answer_section(data: SweepData, comparison: Comparison | None, local: bool) -> Section | None:
+    """The answer first: the workload, each rig's capacity within the SLO, and the Pareto view
+    of every boot's cells."""
+    blocks: list[str] = []
+    if comparison is not None and (comparison.workload or comparison.capacity):
+        rows = [["workload", comparison.workload or "unknown"]]
+        rows += [[c.rig, c.words.split(": ", 1)[-1]] for c in comparison.capacity]
+        caption = (
+            "capacity: the highest load each boot's search found within the SLO, as the "
+            "geometric mean of the rig's boots with their interval; whether two rigs differ is "
+            "the comparison's 'capacity' row" + (f"; priced as {LOCAL_EMULATION}" if local else "")
+        )
+        blocks.append(render_table(["", ""], rows, css="facts", caption=caption))
+    points = analysis.pareto_points(data)
+    if points:
+        colours = figures.rig_colours(data.rigs)
+        blocks.append(figure_html(figures.pareto_figure(points, colours), "plot-pareto"))
+    if not blocks:
+        return None
+    return Section(
+        "The answer: capacity within the SLO",
+        "answer",
+        intro="How much traffic each rig carried within the latency targets, and the trade "
+        "between each user's speed and the GPU's output (tokens per second per user: 1000 / "
+        "TPOT p50 in ms; capacity probes are points too).",
+        blocks=blocks,
+    )
+
+
 def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False) -> Page:
     comparison = comparison_of(data, local=local)
     found_notes = ([f"What ran: {LOCAL_EMULATION}."] if local else []) + notes(data)
@@ -434,6 +474,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
     else:
         badge, text = "ok", data.status.lower()
     sections = [Section("Sweep", "sweep", blocks=summary_blocks(data, local))]
+    if answer := answer_section(data, comparison, local):
+        sections.insert(0, answer)
     failures = failures_block(data)
     if failures:
         sections.append(Section("Failed boots", "failures", blocks=[failures]))

@@ -117,7 +117,14 @@ def test_server_that_never_answers_fails_within_10_s() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--concurrency", "1", "--rate", "2"], "either concurrency or rate"),
+        (["--capacity", "concurrency"], "a capacity search needs an slo"),
+        (["--capacity", "users", "--slo", "ttft_ms=5"], "--capacity must be concurrency or rate"),
+        (["--arrival", "bursty"], "--arrival 'bursty': give poisson, constant or gamma:SHAPE"),
+        (["--arrival", "gamma:0"], "--arrival 'gamma:0'"),
+        (["--workload", "[1]"], "--workload takes a JSON object"),
+        (["--workload", '{"kind": "shared_prefix", "groups": 0}'], "--workload"),
+        (["--slo", "ttft_ms=5", "--slo-percentile", "100"], "--slo-percentile must be within"),
+        (["--dataset", "no-such-bundled-name"], "--dataset no-such-bundled-name: cannot read"),
         (["--concurrency", "1,-4"], "concurrency"),
         (["--concurrency", "one"], "--concurrency takes comma-separated ints"),
         (["--rate", "0"], "rate"),

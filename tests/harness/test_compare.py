@@ -555,3 +555,66 @@ def test_an_undetectable_ratio_round_trips_through_json() -> None:
     assert found.detectable_ratio == math.inf
     assert "could not tell even 100x" in found.words
     assert Comparison.model_validate_json(comparison.model_dump_json()) == comparison
+
+
+def _with_capacity(report: dict[str, Any], value: float, goodput: float) -> dict[str, Any]:
+    """A report whose cells met an SLO at `goodput` req/s, with a capacity search of two
+    probes (the second at the value) kept as cells."""
+    cells = [{**c, "goodput_req_s": goodput, "slo_met": 30} for c in report["cells"]]
+    probes = [
+        {**_cell(40.0, 60.0, 10.0, concurrency=1), "capacity_probe": True, "goodput_req_s": 1.0},
+        {**_cell(90.0, 60.0, 30.0, concurrency=value), "capacity_probe": True},
+    ]
+    capacity = {
+        "by": "concurrency", "value": value, "max": 16, "stopped": "bracketed",
+        "slo": {"ttft_ms": 100.0, "percentile": 90.0},
+        "probes": [{"load": 1, "meets_slo": True, "slo_attainment": 1.0, "cell": len(cells)},
+                   {"load": value, "meets_slo": True, "slo_attainment": 0.95,
+                    "cell": len(cells) + 1}],
+    }  # fmt: skip
+    return {**report, "cells": cells + probes, "capacity": capacity}
+
+
+def test_capacity_and_goodput_are_metrics_and_probes_are_not_cells() -> None:
+    reports = {
+        rig: [_with_capacity(r, value, 2.0 * value) for r, value in zip(boots, caps, strict=True)]
+        for (rig, boots), caps in zip(REPORTS.items(), ([8, 8, 9], [4, 4, 5]), strict=True)
+    }
+    values = values_from_reports(reports)
+    assert set(values["torch"]) == {"c=1", "c=4", "capacity"}  # no "probe c=8" cell
+    assert values["torch"]["capacity"] == {"capacity.concurrency": [8.0, 8.0, 9.0]}
+    assert values["jax"]["c=1"]["goodput_req_s"] == [8.0, 8.0, 10.0]
+    comparison = compare(values)
+    capacity = _by_key(comparison, "capacity", "capacity.concurrency")
+    assert [
+        m.metric.key for m in next(c for c in comparison.cells if c.cell == "capacity").metrics
+    ] == ["capacity.concurrency"]
+    assert capacity.results[1].boots == [4.0, 4.0, 5.0]
+    # alone (not Holm-corrected with 30 others), 2x fewer users at this spread is told apart
+    alone = compare(values, metrics=["capacity.concurrency"])
+    capacity = _by_key(alone, "capacity", "capacity.concurrency")
+    jax = next(r for r in capacity.results if r.rig == "jax")
+    assert jax.verdict is Verdict.SLOWER
+    assert "lower capacity within the SLO (worse)" in jax.words
+    assert capacity.metric.unit == "users"
+    assert _by_key(comparison, "c=4", "goodput_req_s").metric.label == "goodput"
+    # Older reports (no SLO, no capacity) gain neither metric
+    assert "goodput_req_s" not in values_from_reports(REPORTS)["torch"]["c=1"]
+    assert "capacity" not in values_from_reports(REPORTS)["torch"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [([4, 4, 4], [4, 4, 4]), ([4, 5, 4], [4, 4, 5]), ([3, 4, 4, 4], [4, 4, 3, 4])],
+)
+def test_an_a_a_sweep_with_capacity_gives_no_capacity_verdict(a: list[int], b: list[int]) -> None:
+    # Capacities are whole numbers: two runs of one rig land on the same few values, whose
+    # spread either shows no difference or (no spread at all) allows no test.
+    reports = {
+        "jax": [_with_capacity(REPORTS["jax"][i % 3], v, 1.0) for i, v in enumerate(a)],
+        "jax@b": [_with_capacity(REPORTS["jax"][i % 3], v, 1.0) for i, v in enumerate(b)],
+    }
+    capacity = _by_key(compare(values_from_reports(reports)), "capacity", "capacity.concurrency")
+    other = next(r for r in capacity.results if r.rig == "jax@b")
+    assert other.verdict in (Verdict.INDISTINGUISHABLE, Verdict.NO_VERDICT)
+    assert ">" not in capacity.ranking

@@ -137,6 +137,23 @@ def test_five_plans_write_nothing(stack: LocalStack) -> None:
     assert account_state(stack) == before
 
 
+def test_a_plan_takes_a_workload_an_slo_and_a_capacity_search(stack: LocalStack) -> None:
+    async def body(client: Client) -> None:
+        given = sweep_input(
+            workload={"kind": "shared_prefix", "groups": 2, "prefix_tokens": 16,
+                      "suffix_tokens": {"mean": 8, "stddev": 2}},
+            slo={"ttft_ms": 500, "percentile": 95},
+            capacity={"by": "rate", "max": 8},
+            cells={"concurrency": [1], "rates": [2], "arrival": {"gamma": 0.5}},
+        )  # fmt: skip
+        planned = await ok(client, "plan_sweep", given)
+        assert planned["can_start"] is True, planned["reasons"]
+        bad = await refused(client, "plan_sweep", sweep_input(capacity={"by": "rate", "max": 8}))
+        assert "needs an slo" in bad
+
+    with_client(stack, body)
+
+
 def test_a_plan_refuses_a_rig_this_machine_cannot_serve(stack: LocalStack) -> None:
     cannot = [r for r in discover() if r not in local_rigs()]
     assert cannot, "every rig runs here: nothing to refuse"

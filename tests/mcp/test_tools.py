@@ -87,3 +87,32 @@ def test_one_boot_is_no_verdict_never_indistinguishable_nor_ranked() -> None:
     assert rankings == {"no ranking: fast, slow have 1 boot"}
     assert found.summary == ["fast vs slow: no verdict possible in any of 11 comparisons"]
     assert found.comparison.emulated.startswith("local emulation on this machine's CPU")
+
+
+def test_compare_opens_with_the_workload_and_each_rigs_capacity() -> None:
+    slo = {"ttft_ms": 500.0, "percentile": 90.0}
+
+    def with_capacity(found: ResultRow, value: int) -> ResultRow:
+        capacity = {
+            "by": "concurrency", "value": value, "max": 8, "stopped": "bracketed", "slo": slo,
+            "probes": [], "output_tok_s": 10.0 * value,
+        }  # fmt: skip
+        workload = {"kind": "random", "endpoint": "chat", "words": "random prompts of 8 tokens"}
+        return found.model_copy(update={"capacity": capacity, "workload": workload})
+
+    rows = [with_capacity(r, 4 if r.rig == "fast" else 2) for r in ROWS]
+
+    class Stack(NoStack):
+        def results(self, query: Any) -> list[ResultRow]:
+            return rows
+
+    reports = reports_from_rows(rows)
+    assert [r["capacity"]["value"] for r in reports["fast"]] == [4, 4, 4]
+    found = SweepTools(Stack(), ceiling_usd=1.0).compare("s", baseline=None)  # type: ignore[arg-type]
+    assert found.workload == "random prompts of 8 tokens, chat endpoint"
+    assert found.capacity == [
+        "fast: 4 users at once within the SLO (TTFT <= 500 ms, for 90% of requests; 3 equal "
+        "boots); 40 output tok/s there",
+        "slow: 2 users at once within the SLO (TTFT <= 500 ms, for 90% of requests; 3 equal "
+        "boots); 20 output tok/s there",
+    ]

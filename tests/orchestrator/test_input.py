@@ -2,6 +2,8 @@
 
 import json
 import re
+import shlex
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -64,7 +66,42 @@ def test_defaults_fill_a_minimal_input() -> None:
         ({"market": "reserved"}, "market", "'spot' or 'on-demand'"),
         ({"subnets": ["sub-1"]}, "subnets", "not a subnet id"),
         ({"waits": {"agent_poll_s": -1}}, "waits.agent_poll_s", "greater than or equal to 0"),
-        ({"cells": {"concurrency": [1], "rates": [2.0]}}, "cells.rates", "not both"),
+        (
+            {"workload": {"kind": "random"}, "cells": {"prompt_tokens": 8}},
+            "cells.prompt_tokens",
+            "give the lengths in workload",
+        ),
+        ({"capacity": {"by": "rate", "max": 8}}, "capacity", "needs an slo"),
+        (
+            {"slo": {"ttft_ms": 500}, "capacity": {"by": "concurrency", "max": 2.5}},
+            "capacity",
+            "whole number",
+        ),
+        ({"slo": {"percentile": 90}}, "slo", "give at least one target"),
+        (
+            {"workload": {"kind": "dataset", "path": "/home/me/d.jsonl"}},
+            "workload.path",
+            "give a bundled dataset (sample-chat, sample-prompts) or an s3://BUCKET/KEY",
+        ),
+        (
+            {"workload": {"kind": "dataset", "path": "sample-chat"}},
+            "workload.path",
+            "messages need --endpoint chat",
+        ),
+        (
+            {
+                "workload": {
+                    "kind": "shared_prefix",
+                    "groups": 0,
+                    "prefix_tokens": 8,
+                    "suffix_tokens": 8,
+                }
+            },
+            "workload.shared_prefix.groups",
+            "greater than or equal to 1",
+        ),
+        ({"endpoint": "embeddings"}, "endpoint", "'completions' or 'chat'"),
+        ({"cells": {"arrival": "bursty"}}, "cells.arrival", "poisson"),
         ({"colour": "red"}, "colour", "Extra inputs"),
         ({"budget_usd": float("nan")}, "budget_usd", "finite number"),
         ({"budget_usd": float("inf")}, "budget_usd", "finite number"),
@@ -243,3 +280,52 @@ def test_the_state_records_every_field_of_the_input(
     config: type[BaseModel], given: type[BaseModel]
 ) -> None:
     assert set(given.model_fields) <= set(config.model_fields)
+
+
+def test_workload_slo_and_capacity_reach_the_harness_as_it_reads_them(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from functions.instance_commands import measure_options
+    from rigbench.cli import app
+
+    sweep = parse_sweep_input(
+        {
+            **GOOD,
+            "cells": {"concurrency": [1, 2], "rates": [4.0], "arrival": {"gamma": 0.5}},
+            "workload": {"kind": "shared_prefix", "groups": 2, "prefix_tokens": 96,
+                         "suffix_tokens": {"mean": 16, "stddev": 4}, "output_tokens": 8},
+            "slo": {"ttft_ms": 500, "tpot_ms": 50},
+            "capacity": {"by": "concurrency", "max": 16},
+            "deadlines": {"ready_s": 600, "bench_s": 900, "instance_s": 1800},
+        },
+        CONTEXT,
+    )  # fmt: skip
+    assert sweep.concurrent_sequences() == 16  # the rig serves every load the search probes
+    assert sweep.longest_request_tokens() == 96 + 16 + 12 + 8
+    assert plan_boot(sweep, "torch", instance_host="local").settings["max_model_len"] == 256
+    options = measure_options(accepted(sweep))
+    text = " ".join(options)
+    assert "--slo tpot_ms=50,ttft_ms=500 --slo-percentile 90" in text
+    assert "--capacity concurrency --capacity-max 16 --deadline-s 840" in text
+    assert "--arrival gamma:0.5" in text
+    # The harness takes them as given: it gets past its arguments to the (absent) server.
+    args = shlex.split(text)
+    result = CliRunner().invoke(
+        app, ["bench", "--url", "http://127.0.0.1:9", "--model", "m", "--concurrency", "1",
+              "--rate", "4", *args, "--out", str(tmp_path / "r.json")],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output  # unreachable, not a usage error (2)
+    assert "127.0.0.1:9" in result.output
+
+
+def test_a_chat_dataset_sweep_is_accepted_and_sized_by_the_rig() -> None:
+    sweep = parse_sweep_input(
+        {**GOOD, "workload": {"kind": "dataset", "path": "sample-chat"}, "endpoint": "chat"},
+        CONTEXT,
+    )
+    assert sweep.longest_request_tokens() is None
+    # the rig's own context: a dataset's lengths are known once the server tokenises them
+    assert plan_boot(sweep, "torch", instance_host="local").settings["max_model_len"] == 8192
+    config = accepted(sweep)
+    assert config.workload == {"kind": "dataset", "path": "sample-chat", "output_tokens": None}
+    assert config.endpoint == "chat"

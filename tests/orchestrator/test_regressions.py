@@ -218,6 +218,15 @@ def test_history_is_the_same_setup_in_the_latest_earlier_sweeps() -> None:
     }
     # a later sweep is not history
     assert check(now, boots("later", 100.0, day=25)).family == 0
+    # nor one whose requests asked for something else (rows carry their workload)
+    prefix = {"kind": "shared_prefix", "groups": 2, "prefix_tokens": 8, "suffix_tokens": 4,
+              "output_tokens": 4, "words": "shared prefix ..."}  # fmt: skip
+    shared = [{**r, "workload": prefix} for r in old]
+    assert check(now, shared).family == 0
+    renamed = {**prefix, "words": "other words, same workload"}
+    assert check(
+        [{**r, "workload": prefix} for r in now], [{**r, "workload": renamed} for r in old]
+    ).family == len(HEADLINE)
 
 
 def test_one_boot_now_is_untested_and_said_so() -> None:

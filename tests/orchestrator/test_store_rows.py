@@ -80,3 +80,31 @@ def test_a_cell_s_sort_key_keeps_the_spelling_of_the_stored_rows() -> None:
     by_rate = by_concurrency.model_copy(update={"concurrency": None, "rate": 2.5})
     assert (cell_key(by_concurrency), cell_key(by_rate)) == ("c00001", "r000002.5000")
     assert (cell_label(by_concurrency), cell_label(by_rate)) == ("c=1", "rate=2.5/s")
+
+
+def test_rows_carry_the_workload_and_capacity_and_leave_probes_in_the_report() -> None:
+    old = BenchmarkReport.model_validate_json(OLD_REPORT.read_text())
+    assert old.capacity is None
+    assert old.dataset is None
+    found = InstanceProvenance(served_model="random:tiny", gpu="none", driver="none")
+    # an older report: its workload is the random prompts of its input length
+    (row, _) = result_rows(boot_state(), old, found, "k")
+    assert row["workload"]["kind"] == "random"
+    assert row["workload"]["prompt_tokens"] == old.config.input_len
+    assert row["workload"]["words"].startswith(f"random prompts of {old.config.input_len} tokens")
+    assert row["capacity"] is None
+    probe = old.cells[-1].model_copy(update={"concurrency": 8, "capacity_probe": True})
+    capacity = {
+        "by": "concurrency", "value": 4, "max": 8, "stopped": "bracketed",
+        "slo": {"ttft_ms": 500}, "probes": [
+            {"load": 8, "meets_slo": False, "slo_attainment": 0.5, "cell": len(old.cells)}
+        ],
+    }  # fmt: skip
+    searched = BenchmarkReport.model_validate(
+        {**old.model_dump(), "cells": [*old.model_dump()["cells"], probe.model_dump()],
+         "capacity": capacity}
+    )  # fmt: skip
+    rows = result_rows(boot_state(), searched, found, "k")
+    assert [r["cell"] for r in rows] == ["c00001", "c00004"]  # the probe is no row
+    assert all(r["capacity"]["value"] == 4 for r in rows)
+    assert all(r["capacity"]["slo"]["percentile"] == 90 for r in rows)

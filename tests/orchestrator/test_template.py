@@ -303,6 +303,7 @@ def test_instance_role_is_the_ssm_agent_plus_its_own_prefixes() -> None:
     s3 = [s for o, s in statements() if o == "InstanceRole" and actions(s)[0].startswith("s3:")]
     assert {(actions(s)[0], s["Resource"]["Fn::Sub"]) for s in s3} == {
         ("s3:GetObject", "${ArtifactBucket.Arn}/bundle/*"),
+        ("s3:GetObject", "${ArtifactBucket.Arn}/datasets/*"),  # a sweep's dataset workload
         # ${!...} is CloudFormation's escape: IAM gets ${ec2:SourceInstanceARN}, a policy
         # variable set for instance-profile credentials.
         ("s3:PutObject", "${ArtifactBucket.Arn}/reports/*/${!ec2:SourceInstanceARN}/*"),

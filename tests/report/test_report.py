@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S),
     pytest.mark.xdist_group(SHARED_SWEEP_GROUP),
 ]
-PLOTS = ("plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
+PLOTS = ("plot-pareto", "plot-throughput", "plot-latency", "plot-cdf", "plot-tradeoff", "plot-cost")
 # Marks plotly drew: line and fill paths of scatter traces, marker points, bar rectangles.
 # The page unpacks plotly.js and draws its figures after load: window.rigbenchDrawn settles then.
 MARKS_JS = """(async () => {

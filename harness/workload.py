@@ -1,0 +1,132 @@
+"""What a run's requests ask for: random prompts of fixed or distributed lengths, groups
+sharing a prefix, or the lines of a dataset (harness.dataset).
+
+Every generated length is exact: completions prompts are token ids (no re-tokenisation drift),
+chat prompts are words of one token each (checked against the server's usage). Lengths drawn
+from a distribution are seeded, rounded, and kept within [1, mean + 3 stddev] so that a boot
+can size its context for the longest request (`longest`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_TOKENS = 131_072
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class LengthDistribution(_Model):
+    """A normal distribution of lengths in tokens, rounded, within [1, mean + 3 stddev]."""
+
+    mean: int = Field(ge=1, le=MAX_TOKENS)
+    stddev: float = Field(ge=0, le=MAX_TOKENS)
+
+    @property
+    def longest(self) -> int:
+        return self.mean + math.ceil(3 * self.stddev)
+
+
+Length = Annotated[int, Field(ge=1, le=MAX_TOKENS)] | LengthDistribution
+
+
+def longest(length: Length) -> int:
+    return length if isinstance(length, int) else length.longest
+
+
+def draw_lengths(length: Length, count: int, rng: np.random.Generator) -> list[int]:
+    """`count` lengths: the fixed one, or seeded draws of the distribution."""
+    if isinstance(length, int):
+        return [length] * count
+    drawn = np.rint(rng.normal(length.mean, length.stddev, size=count))
+    return [int(n) for n in np.clip(drawn, 1, length.longest)]
+
+
+class RandomWorkload(_Model):
+    """Random token ids (or words, on the chat endpoint) of fixed or distributed lengths."""
+
+    kind: Literal["random"] = "random"
+    prompt_tokens: Length = Field(default=512, description="prompt length, tokens")
+    output_tokens: Length = Field(default=128, description="generated length, tokens (forced)")
+
+
+class SharedPrefixWorkload(_Model):
+    """`groups` distinct prefixes of `prefix_tokens`; each request is one prefix (taken in
+    turn) followed by its own random suffix: the traffic a prefix cache is for."""
+
+    kind: Literal["shared_prefix"]
+    groups: int = Field(ge=1, le=4096, description="distinct prefixes")
+    prefix_tokens: int = Field(ge=1, le=MAX_TOKENS, description="tokens in each prefix")
+    suffix_tokens: Length = Field(description="tokens after the prefix, each request its own")
+    output_tokens: Length = Field(default=128, description="generated length, tokens (forced)")
+
+
+class DatasetWorkload(_Model):
+    """The lines of a JSONL dataset (harness.dataset): a bundled name (`sample-chat`), a file,
+    or an `s3://bucket/key` the harness downloads."""
+
+    kind: Literal["dataset"]
+    path: str = Field(min_length=1, max_length=1024, pattern=r"^[^\s]+$")
+    output_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=32_768,
+        description="output length of lines that give none (default: the run's output length)",
+    )
+
+
+Workload = Annotated[
+    RandomWorkload | SharedPrefixWorkload | DatasetWorkload, Field(discriminator="kind")
+]
+
+
+def describe(workload: RandomWorkload | SharedPrefixWorkload | DatasetWorkload) -> str:
+    """The workload in a few words, wherever results are shown."""
+
+    def length(value: Length) -> str:
+        if isinstance(value, int):
+            return str(value)
+        return f"{value.mean}±{value.stddev:g}"
+
+    if isinstance(workload, RandomWorkload):
+        return (
+            f"random prompts of {length(workload.prompt_tokens)} tokens, "
+            f"{length(workload.output_tokens)} out"
+        )
+    if isinstance(workload, SharedPrefixWorkload):
+        return (
+            f"shared prefix: {workload.groups} groups of {workload.prefix_tokens} tokens + "
+            f"{length(workload.suffix_tokens)} own, {length(workload.output_tokens)} out"
+        )
+    return f"dataset {workload.path}"
+
+
+def shared_prefix_token_ids(
+    workload: SharedPrefixWorkload,
+    count: int,
+    first: int,
+    seed: int,
+    suffix_seed: int,
+    id_range: tuple[int, int],
+) -> tuple[list[list[int]], list[int], list[int]]:
+    """Requests `first` .. `first + count - 1` of the run: prompts, their lengths and their
+    output lengths. The prefixes depend on `seed` alone (the same in every cell of a run, so a
+    cache can hold them); request i takes prefix i mod groups."""
+    low, high = id_range
+    prefixes = np.random.default_rng(seed).integers(
+        low, high, size=(workload.groups, workload.prefix_tokens)
+    )
+    rng = np.random.default_rng(suffix_seed)
+    suffixes = draw_lengths(workload.suffix_tokens, count, rng)
+    outputs = draw_lengths(workload.output_tokens, count, rng)
+    prompts = [
+        prefixes[(first + i) % workload.groups].tolist() + rng.integers(low, high, n).tolist()
+        for i, n in enumerate(suffixes)
+    ]
+    return prompts, [workload.prefix_tokens + n for n in suffixes], outputs
