@@ -26,10 +26,10 @@ def host_arch() -> Architecture:
     return "aarch64" if machine in ("aarch64", "arm64") else "x86_64"
 
 
-def _query_gpu(fields: str) -> list[str] | None:
-    """The first GPU's `fields` (nvidia-smi --query-gpu), or None without an NVIDIA GPU."""
+def _query_gpus(fields: str) -> list[list[str]]:
+    """Each GPU's `fields` (nvidia-smi --query-gpu), none without an NVIDIA GPU."""
     if shutil.which("nvidia-smi") is None:
-        return None
+        return []
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
@@ -39,27 +39,20 @@ def _query_gpu(fields: str) -> list[str] | None:
             check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError):
-        return None
-    lines = out.strip().splitlines()
-    return [part.strip() for part in lines[0].split(",")] if lines else None
+        return []
+    return [[part.strip() for part in line.split(",")] for line in out.strip().splitlines()]
+
+
+def _query_gpu(fields: str) -> list[str] | None:
+    """The first GPU's `fields`, or None without an NVIDIA GPU."""
+    gpus = _query_gpus(fields)
+    return gpus[0] if gpus else None
 
 
 @functools.cache
 def gpu_count() -> int:
     """How many NVIDIA GPUs this machine has (0 without nvidia-smi or a GPU)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return 0
-    return len([line for line in out.splitlines() if line.strip()])
+    return len(_query_gpus("index"))
 
 
 def compute_capability() -> str | None:

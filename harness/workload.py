@@ -10,10 +10,14 @@ can size its context for the longest request (`longest`).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+# The Lambdas validate workloads with these models and never draw from them: numpy, which
+# drawing needs, is not in their package (tests/orchestrator/test_template.py).
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_TOKENS = 131_072
 
@@ -44,6 +48,8 @@ def draw_lengths(length: Length, count: int, rng: np.random.Generator) -> list[i
     """`count` lengths: the fixed one, or seeded draws of the distribution."""
     if isinstance(length, int):
         return [length] * count
+    import numpy as np
+
     drawn = np.rint(rng.normal(length.mean, length.stddev, size=count))
     return [int(n) for n in np.clip(drawn, 1, length.longest)]
 
@@ -119,6 +125,8 @@ def shared_prefix_token_ids(
     output lengths. The prefixes depend on `seed` alone (the same in every cell of a run, so a
     cache can hold them); request i takes prefix i mod groups."""
     low, high = id_range
+    import numpy as np
+
     prefixes = np.random.default_rng(seed).integers(
         low, high, size=(workload.groups, workload.prefix_tokens)
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from rigs.jax import xla_flags
 from rigs.registry import get_rig
 from rigs.serving.engine import Engine
-from rigs.serving.serve import serve
+from rigs.serving.serve import serve_options
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.settings import add_options
 from rigs.sources import cache_root, resolve_model
@@ -139,14 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         engine, source_path = build_engine(args)
         return engine, ServingTokenizer.from_pretrained(source_path)
 
-    serve(
-        load,
-        args.host,
-        args.port,
-        served_model_names=args.served_model_name or [args.model],
-        max_waiting=args.max_waiting,
-        request_timeout_s=args.request_timeout_s,
-    )
+    serve_options(load, args)
 
 
 def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:

@@ -8,6 +8,7 @@ and lets the bootstrap's status file report the failure at once.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,19 @@ from rigs.serving.app import (
 )
 
 log = logging.getLogger("rigs.serving")
+
+
+def serve_options(engine_factory: Loader, args: argparse.Namespace) -> None:
+    """`serve` as a rig's server was told on its command line: host, port, the served names
+    (as vLLM does, the --model argument itself unless named) and the bounds."""
+    serve(
+        engine_factory,
+        args.host,
+        args.port,
+        served_model_names=args.served_model_name or [args.model],
+        max_waiting=args.max_waiting,
+        request_timeout_s=args.request_timeout_s,
+    )
 
 
 def serve(

@@ -7,7 +7,7 @@ import logging
 
 from rigs.registry import get_rig
 from rigs.serving.engine import Engine
-from rigs.serving.serve import serve
+from rigs.serving.serve import serve_options
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.settings import add_options
 from rigs.sources import resolve_model
@@ -71,15 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         return engine, tokenizer
 
-    # As vLLM does, the served name defaults to the --model argument itself.
-    serve(
-        load,
-        args.host,
-        args.port,
-        served_model_names=args.served_model_name or [args.model],
-        max_waiting=args.max_waiting,
-        request_timeout_s=args.request_timeout_s,
-    )
+    serve_options(load, args)
 
 
 if __name__ == "__main__":

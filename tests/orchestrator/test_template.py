@@ -75,16 +75,22 @@ def test_cfn_lint() -> None:
 def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
     files = set(files_of(SHARED))
     assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs", "harness"}
-    # Store reads the harness report with the harness's schema, and nothing else of it.
+    # Store reads the harness report with the harness's schema, Validate the workload models,
+    # and nothing else of it.
     assert {f for f in files if f.startswith("harness/")} == {
-        "harness/__init__.py", "harness/schemas.py", "harness/agreement.py"
+        "harness/__init__.py", "harness/schemas.py", "harness/agreement.py", "harness/workload.py"
     }  # fmt: skip
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]
         if package_of(logical_id) == SHARED:
             assert f"{module.replace('.', '/')}.py" in files, logical_id
     rig_files = {f for f in files if f.startswith("rigs/")}
-    allowed = {"rigs/__init__.py", "rigs/contract.py", "rigs/registry.py"}
+    # the rigs' definitions and settings' declarations (Validate checks values against them),
+    # and the model sources' hub lookup (Validate pins a hub model's revision): stdlib only
+    allowed = {
+        "rigs/__init__.py", "rigs/contract.py", "rigs/registry.py", "rigs/settings.py",
+        "rigs/sources.py",
+    }  # fmt: skip
     extra = {
         f for f in rig_files
         if f not in allowed and not f.startswith("rigs/bootstrap/")
