@@ -75,7 +75,7 @@ class SweepConfig(BootRounds, _Model):
     max_boots_per_rig: int | None = None
     cells: CellsConfig
     budget_usd: float
-    market: Literal["spot", "on-demand"]
+    market: Literal["spot", "on-demand", "spot-or-on-demand"]
     subnets: list[str]
     deadlines: DeadlinesConfig
     waits: WaitsConfig
@@ -152,8 +152,11 @@ class Quota(_Model):
 
 
 class Reservation(_Model):
-    price_usd_per_hour: float
+    price_usd_per_hour: float  # what a boot is billed per hour (the current price)
     price_source: str
+    # Spot's MaxPrice: the current price with headroom; what each boot reserves covers it.
+    max_price_usd_per_hour: float = 0.0  # 0: a state written before headroom (the price)
+    fallback_usd_per_hour: float = 0.0  # spot-or-on-demand: the on-demand price (0: none)
     per_boot_usd: float
     total_usd: float
     month: str
