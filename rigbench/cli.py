@@ -85,6 +85,9 @@ from rigbench.bake import bake_command  # noqa: E402
 
 app.command("bake")(bake_command)
 
+from rigbench.commands.doctor import doctor_command  # noqa: E402
 from rigbench.mcp.cli import mcp_command  # noqa: E402
+
+app.command("doctor")(doctor_command)
 
 app.command("mcp")(mcp_command)
