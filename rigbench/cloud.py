@@ -172,7 +172,10 @@ def run_command(
         }  # fmt: skip
         if concurrency is not None:
             flags["cells"] = {"concurrency": parse_concurrency(concurrency)}
-        if dry_run or use_local(local):
+        on_this_machine = use_local(local)
+        if dry_run and not on_this_machine:
+            raise typer.Exit(plan_on_account(sweep_body(input_file, flags), stack, console))
+        if on_this_machine:
             given = input_file is not None or any(v is not None for v in flags.values())
             code = local_cli.run_local(
                 sweep_body(input_file, flags) if given else None, dry_run=dry_run,
@@ -209,6 +212,26 @@ def run_command(
     for line in check:
         console.print(line)
     print(report, flush=True)
+
+
+def plan_on_account(body: SweepInput, stack_name: str, console: Console) -> int:
+    """`run --dry-run` with AWS credentials: the deployed stack's checks against the account's
+    quota, spot price and the month's spend; nothing is started, reserved or launched."""
+    from rigbench.commands.dry_run import print_plan
+    from rigbench.stack.boto import BotoStack, aws_errors
+
+    with open_stack(False, stack_name) as client:
+        plan = client.plan(body)
+        subnets = [s for b in plan.boots[:1] for s in b.subnets]
+        zones: dict[str, str] = {}
+        if subnets and isinstance(client, BotoStack):
+            with aws_errors("reading the stack's subnets"):
+                found = client.client("ec2").describe_subnets(SubnetIds=subnets)["Subnets"]
+            zones = {s["SubnetId"]: s["AvailabilityZone"] for s in found}
+    if not plan.valid:
+        fail(CloudError(f"a run of this input would fail: {plan.error}"))
+    print_plan(console, plan, None, zones)
+    return 0
 
 
 def report_line(client: StackClient, sweep_id: str) -> str:

@@ -43,7 +43,9 @@ DryRunOption = Annotated[
     bool,
     typer.Option(
         "--dry-run",
-        help="Rehearse locally: validate, check quota, price and budget, launch nothing",
+        help="Plan, launch nothing: validate, check quota, price and budget against the AWS "
+        "account (with credentials: its quota, spot price and month's spend), or with --local "
+        "(or no credentials) rehearse on the embedded emulation's figures",
     ),
 ]
 HomeOption = Annotated[

@@ -223,3 +223,26 @@ def test_since_far_in_the_past_is_refused_in_one_line() -> None:
     recent = parse_since((datetime.now(UTC) - timedelta(days=30)).date().isoformat())
     assert recent is not None
     assert recent.tzinfo is not None
+
+
+@pytest.mark.slow
+def test_a_dry_run_with_credentials_plans_against_the_account(
+    stack: Emulation, tmp_path: Path
+) -> None:
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(sweep_input(boots_per_rig=2)))
+    sfn = stack.client("stepfunctions")
+    before = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    planned = invoke("run", "--dry-run", str(path))
+    assert planned.exit_code == 0, planned.output
+    text = " ".join(planned.output.split())
+    assert (
+        "planned against the deployed stack 'rigbench' (us-east-1) (the account's figures)" in text
+    )
+    assert "quota L-3819A6DF: 64 vCPU (the account's)" in text
+    assert "spot price history" in text
+    assert "already committed of the $50.00 monthly cap" in text
+    assert "emulated" not in text
+    assert "nothing was spent" in text
+    after = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    assert after == before, "a dry run starts nothing"
