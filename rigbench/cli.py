@@ -72,7 +72,7 @@ from rigbench import cloud  # noqa: E402
 from rigbench.commands.local import demo_command  # noqa: E402
 from rigbench.commands.regressions import regressions_command  # noqa: E402
 
-cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
+cloud.register(app)  # run (--local, --dry-run), status, stop, results, reap, deploy, logs
 app.command("demo")(demo_command)
 app.command("regressions")(regressions_command)
 

@@ -284,6 +284,59 @@ def executions_table(client: StackClient, limit: int = 20) -> Table:
     return table
 
 
+# ---------------------------------------------------------------------------------- stop
+
+STOP_SETTLE_S = 120.0  # how long `stop` waits for the status-change handler to end instances
+
+
+def who() -> str:
+    """Who stops a sweep, as its status will say."""
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def stop_command(
+    sweep: Annotated[str, typer.Argument(help="Sweep id (execution name) or execution ARN")],
+    stack: StackOption = DEFAULT_STACK,
+    local: local_cli.LocalOption = False,
+    home: local_cli.HomeOption = None,
+) -> None:
+    """Stop a running sweep: its execution ends, every instance of it is terminated and each
+    boot billed to when its instance ended; its status says who stopped it (--local: a sweep
+    running on this machine, in the process that started it)."""
+    import time
+
+    console = Console()
+    with open_stack(local, stack, home) as client:
+        try:
+            progress = client.stop_sweep(sweep, who())
+        except StackError as exc:
+            fail(exc)
+        console.print(f"[yellow]{progress.status}[/] {escape(progress.cause)}", soft_wrap=True)
+        if client.kind != "aws":
+            console.print(
+                "the process running it ends its local instances and saves the sweep as stopped: "
+                f"`rigbench status --local {progress.sweep_id}`"
+            )
+            return
+        deadline = time.monotonic() + STOP_SETTLE_S
+        while True:
+            live = [i.instance_id for i in client.instances() if i.sweep_id == progress.sweep_id]
+            if not live or time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
+    if live:
+        console.print(
+            f"[red]{len(live)} instance(s) of the sweep still live after {STOP_SETTLE_S:g} s: "
+            f"{' '.join(live)}[/] (its status-change handler ends them; each also ends by its own "
+            "deadline timer, and `rigbench reap` ends any past it)"
+        )
+        raise typer.Exit(1)
+    console.print(f"no instance of sweep {progress.sweep_id} is running")
+
+
 # ---------------------------------------------------------------------------------- results
 
 Format = Literal["table", "json", "csv"]
@@ -491,6 +544,7 @@ def deploy_command(
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
     app.command("status")(status_command)
+    app.command("stop")(stop_command)
     app.command("results")(results_command)
     app.command("reap")(reap_command)
     app.command("deploy")(deploy_command)

@@ -31,7 +31,7 @@ from functions.settings import (
 from functions.tables import results as results_table
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
-from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, STOPPED_BY_USER, StackError
 from rigbench.stack.deployed_plan import VALIDATE_STATE, deployed_settings, plan_deployed
 from rigbench.stack.history import fold
 from rigbench.stack.models import (
@@ -78,6 +78,15 @@ class _AwsErrors:
             raise StackError(f"{self.what}: {error_code(exc)}: {message}") from exc
         if isinstance(exc, BotoCoreError):
             raise StackError(f"{self.what}: cannot reach AWS: {exc}") from exc
+
+
+def stop_cause(by: str) -> str:
+    """What a stopped sweep's status says (its instances are ended by its status-change
+    handler, which bills each boot to when its instance ended)."""
+    return (
+        f"stopped by {by} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC (rigbench stop): its "
+        "instances were terminated and each boot billed to when its instance ended"
+    )
 
 
 def sweep_name(sweep: SweepInput, name: str | None) -> str:
@@ -172,6 +181,16 @@ class BotoStack:
             if progress.done:
                 return progress
             time.sleep(self.follow_poll_s if poll_s is None else poll_s)
+
+    def stop_sweep(self, execution: str, by: str) -> SweepProgress:
+        arn = self.refs.execution_arn(execution)
+        sfn = self.client("stepfunctions")
+        with aws_errors(f"stopping sweep {execution!r}"):
+            status = sfn.describe_execution(executionArn=arn)["status"]
+            if status != "RUNNING":
+                raise StackError(f"sweep {execution!r} is not running: it ended {status}")
+            sfn.stop_execution(executionArn=arn, error=STOPPED_BY_USER, cause=stop_cause(by))
+        return self.describe_sweep(execution)
 
     def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
         with aws_errors("listing sweeps"):

@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # the statistics (scipy) load only when regressions are read
     from functions.regressions import Regression
 
 REPORT_URL_EXPIRES_S = 24 * 3600
+# The error a stopped sweep's execution carries; its cause says who stopped it.
+STOPPED_BY_USER = "StoppedByUser"
 
 
 class StackError(Exception):
@@ -103,6 +105,12 @@ class StackClient(Protocol):
 
     def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
         """The most recent executions, newest first."""
+        ...
+
+    def stop_sweep(self, execution: str, by: str) -> SweepProgress:
+        """Stop a running sweep: its execution ends ABORTED with error StoppedByUser and a
+        cause naming `by`; its status-change handler then ends every instance of the sweep and
+        bills each boot to when its instance ended. A StackError if it is not running."""
         ...
 
     def plan(self, sweep: SweepInput) -> SweepPlan:

@@ -17,7 +17,7 @@ from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.emulation import Emulation
 from rigbench.stack.boto import BotoStack
 from tests import loopback
-from tests.orchestrator.conftest import result_rows, run_sweep, sweep_input
+from tests.orchestrator.conftest import assert_clean, fleet_of, result_rows, run_sweep, sweep_input
 
 runner = CliRunner()
 app = typer.Typer()  # the cloud commands alone (rigbench.cli's `run` also goes local)
@@ -246,3 +246,25 @@ def test_a_dry_run_with_credentials_plans_against_the_account(
     assert "nothing was spent" in text
     after = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     assert after == before, "a dry run starts nothing"
+
+
+@pytest.mark.slow
+def test_stop_ends_a_running_sweep_and_says_who_stopped_it(stack: Emulation) -> None:
+    fleet = fleet_of(stack)
+    fleet.bench = "running"
+    body = sweep_input(waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1})
+    arn = stack.start_execution(body, name="cli-stop-1")
+    assert fleet.bench_started.wait(60)
+    assert len(stack.running_instances()) == 1
+    stopped = invoke("stop", "cli-stop-1")
+    assert stopped.exit_code == 0, stopped.output
+    text = " ".join(stopped.output.split())
+    assert f"stopped by {cloud.who()}" in text
+    assert "no instance of sweep cli-stop-1 is running" in text
+    described = stack.wait(arn, 30)
+    assert described["status"] in ("ABORTED", "FAILED")  # moto ends a stopped Map FAILED
+    assert stack.running_instances() == []
+    assert_clean(stack, "cli-stop-1")  # every boot billed to when its instance ended
+    again = invoke("stop", "cli-stop-1")
+    assert again.exit_code == 2
+    assert "is not running" in again.output
