@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, lambda_backends
@@ -470,7 +470,7 @@ class Seams:
             # AWS ends a stopped execution at once, whatever its Task is waiting for; moto's
             # worker would end only once an in-flight Lambda returned.
             original_stop(worker, *args, **kwargs)
-            communication = worker._execution_communication
+            communication = cast(BaseExecutionWorkerCommunication, worker._execution_communication)
             communication.terminated()
             # ... ABORTED, as AWS says; moto's parser may end a Map stopped mid-way FAILED with
             # an AttributeError of its own.
