@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from functions.execution_input import SweepInput, parse_sweep_input
 from rigbench.bundle import REPO_ROOT, rig_names
 from rigbench.stack.models import (
+    BootLog,
     BundleManifest,
     QuotaCheck,
     ReapReport,
@@ -169,6 +170,14 @@ class StackClient(Protocol):
         """Where a person opens the sweep's report: on the deployed stack a presigned S3 GET
         URL (valid `expires_s`, or less when the credentials that signed it expire sooner),
         on the local one its file. A StackError when there is no report."""
+        ...
+
+    # -- logs --------------------------------------------------------------------------------
+    def boot_logs(
+        self, sweep_id: str, rig: str | None = None, boot: int | None = None
+    ) -> list[BootLog]:
+        """The logs each boot's instances left (only instances the ledger recorded for that
+        boot), by rig, boot and launch order; `rig`/`boot` narrow them."""
         ...
 
     # -- bundle ------------------------------------------------------------------------------

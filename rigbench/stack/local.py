@@ -24,7 +24,14 @@ from rigbench.local.session import LocalSession
 from rigbench.stack.boto import BotoStack, stop_cause
 from rigbench.stack.client import REPORT_URL_EXPIRES_S, STOPPED_BY_USER, StackError
 from rigbench.stack.history import fold
-from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
+from rigbench.stack.models import (
+    BootLog,
+    ReapReport,
+    SweepPlan,
+    SweepProgress,
+    SweepStarted,
+    SweepSummary,
+)
 from rigbench.stack.rehearsal import plan_from
 
 # Each poll reads the whole execution history, which the emulation serializes slowly: polls
@@ -34,6 +41,9 @@ PLAN_TIMEOUT_S = 300.0
 # How long `rigbench stop --local` waits for the process running the sweep to take its request
 # (it looks at every poll, LOCAL_POLL_S).
 STOP_REQUEST_TIMEOUT_S = 30.0
+# What a local instance leaves in its folder (rigbench.local.fleet): the rig's output, and the
+# status its bootstrap would write (a failure there carries the rig's last lines).
+LOCAL_LOGS = ("rig.log", "status.json")
 
 
 class LocalStack(BotoStack):
@@ -200,6 +210,26 @@ class LocalStack(BotoStack):
             f"the embedded emulation (emulated quota {self.account.quota_vcpus:g} vCPU, spot "
             f"price ${self.account.spot_price_usd_per_hour:.4f}/h)"
         )
+
+    def boot_logs(
+        self, sweep_id: str, rig: str | None = None, boot: int | None = None
+    ) -> list[BootLog]:
+        """From each local instance's folder (what its rig wrote, and its status.json: the
+        bootstrap's part locally), for the instances the ledger recorded."""
+        logs = []
+        for (boot_rig, boot_n), instances in self._recorded(sweep_id, rig, boot).items():
+            for instance_id in instances:
+                for name in LOCAL_LOGS:
+                    path = self.home.instances / instance_id / name
+                    if path.is_file():
+                        logs.append(
+                            BootLog(
+                                rig=boot_rig, boot=boot_n, instance_id=instance_id, name=name,
+                                location=str(path),
+                                text=path.read_text(encoding="utf-8", errors="replace"),
+                            )
+                        )  # fmt: skip
+        return logs
 
     def sweep_report(self, sweep_id: str) -> str:
         """What WriteReport stored in this session, else the home's report file."""

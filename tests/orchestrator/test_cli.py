@@ -268,3 +268,37 @@ def test_stop_ends_a_running_sweep_and_says_who_stopped_it(stack: Emulation) -> 
     again = invoke("stop", "cli-stop-1")
     assert again.exit_code == 2
     assert "is not running" in again.output
+
+
+@pytest.mark.slow
+def test_logs_prints_what_each_boot_s_instance_uploaded_and_nothing_else(stack: Emulation) -> None:
+    fleet = fleet_of(stack)
+    described = run_sweep(stack, sweep_input(), timeout_s=90)
+    assert described["status"] == "SUCCEEDED", described.get("cause")
+    sweep_id = described["name"]
+    (instance,) = fleet.instances.values()
+    arn_prefix = "arn:aws:ec2:us-east-1:123456789012:instance/"
+    # The launch told the instance where its logs go; it appends its own id.
+    logs_at = f"s3://{stack.stack_refs().bucket}/reports/{sweep_id}/torch/01/{arn_prefix}"
+    assert logs_at in instance.user_data
+    s3, bucket = stack.client("s3"), stack.stack_refs().bucket
+    mine = f"reports/{sweep_id}/torch/01/{arn_prefix}{instance.instance_id}/"
+    s3.put_object(Bucket=bucket, Key=mine + "bootstrap.log", Body=b"fetching_bundle\ninstalling\n")
+    s3.put_object(Bucket=bucket, Key=mine + "rig.log", Body=b"line 1\nline 2\nCUDA error\n")
+    # An instance the ledger never recorded for this boot: its files are never read.
+    foreign = f"reports/{sweep_id}/torch/01/{arn_prefix}i-0f0f0f0f0f0f0f0f0/rig.log"
+    s3.put_object(Bucket=bucket, Key=foreign, Body=b"planted\n")
+
+    shown = invoke("logs", sweep_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"== torch boot 1, {instance.instance_id}, bootstrap.log" in shown.output
+    assert "installing" in shown.output
+    assert "CUDA error" in shown.output
+    assert "planted" not in shown.output
+    last = invoke("logs", sweep_id, "--rig", "torch", "--boot", "1", "--tail", "1")
+    assert "last 1 of 3 lines" in last.output
+    assert "CUDA error" in last.output
+    assert "line 2" not in last.output
+    none = invoke("logs", sweep_id, "--rig", "vllm")
+    assert none.exit_code == 1
+    assert "no logs of sweep" in none.output
