@@ -285,15 +285,31 @@ def summary_blocks(data: SweepData, local: bool = False) -> list[str]:
     ]
 
 
-def failures_block(data: SweepData) -> str | None:
+def logs_cell(data: SweepData, boot: BootData, local: bool) -> Markup:
+    """The logs a boot's instances left: a link to each uploaded one, and the command that
+    prints them (locally from the instance's folder)."""
+    command = f"rigbench logs {data.sweep_id} --rig {boot.rig} --boot {boot.boot}"
+    links = [
+        Markup('<a href="{}">{}</a>').format(url, "/".join(url.rsplit("/", 2)[-2:]))
+        for url in boot.logs
+    ]
+    return _join(
+        [*links, Markup("<code>{}</code>").format(command + (" --local" if local else ""))]
+    )
+
+
+def failures_block(data: SweepData, local: bool = False) -> str | None:
     rows = [
-        [b.rig, str(b.boot), b.outcome or "unknown", b.error or "no reason recorded"]
+        [
+            b.rig, str(b.boot), b.outcome or "unknown", b.error or "no reason recorded",
+            logs_cell(data, b, local),
+        ]
         for b in data.boots
         if b.outcome == "failed" or (b.report is None and data.status != "RUNNING")
-    ]
+    ]  # fmt: skip
     if not rows:
         return None
-    return render_table(["rig", "boot", "outcome", "why"], rows, css="failures")
+    return render_table(["rig", "boot", "outcome", "why", "logs"], rows, css="failures")
 
 
 def cost_table(by_rig: Mapping[str, list[analysis.Point]], local: bool = False) -> str:
@@ -434,7 +450,7 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
     else:
         badge, text = "ok", data.status.lower()
     sections = [Section("Sweep", "sweep", blocks=summary_blocks(data, local))]
-    failures = failures_block(data)
+    failures = failures_block(data, local)
     if failures:
         sections.append(Section("Failed boots", "failures", blocks=[failures]))
     if comparison is not None:

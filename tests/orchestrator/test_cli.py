@@ -15,6 +15,8 @@ from functions.tables import results as results_table
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.emulation import Emulation
+from rigbench.report.data import gather
+from rigbench.report.writer import store_from
 from rigbench.stack.boto import BotoStack
 from tests import loopback
 from tests.orchestrator.conftest import assert_clean, fleet_of, result_rows, run_sweep, sweep_input
@@ -302,3 +304,11 @@ def test_logs_prints_what_each_boot_s_instance_uploaded_and_nothing_else(stack: 
     none = invoke("logs", sweep_id, "--rig", "vllm")
     assert none.exit_code == 1
     assert "no logs of sweep" in none.output
+    # The report links them (never the planted one), and reads no log's body.
+    (boot,) = gather(store_from(stack.client, stack.stack_refs()), sweep_id).boots
+    assert [link.rsplit("/", 2)[-2:] for link in boot.logs] == [
+        [instance.instance_id, "bootstrap.log"], [instance.instance_id, "rig.log"],
+    ]  # fmt: skip
+    assert all(
+        link.startswith("https://us-east-1.console.aws.amazon.com/s3/") for link in boot.logs
+    )
