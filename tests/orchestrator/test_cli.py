@@ -2,6 +2,7 @@
 deploy --bundle-only."""
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from functions.tables import results as results_table
+from harness.version import harness_version
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.emulation import Emulation
@@ -312,3 +314,70 @@ def test_logs_prints_what_each_boot_s_instance_uploaded_and_nothing_else(stack: 
     assert all(
         link.startswith("https://us-east-1.console.aws.amazon.com/s3/") for link in boot.logs
     )
+
+
+def fake_sam(tmp_path: Path) -> Path:
+    """A `sam` that records its arguments and succeeds (the real one builds and deploys)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sam = bin_dir / "sam"
+    sam.write_text(f'#!/bin/sh\necho "$@" >> "{tmp_path / "sam-calls"}"\n')
+    sam.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.slow
+def test_deploy_without_sam_says_what_is_missing_in_one_line(
+    stack: Emulation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sam anywhere
+    refused = invoke("deploy")
+    assert refused.exit_code == 2
+    assert len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "the AWS SAM CLI (`sam`) is not on PATH" in refused.output
+
+
+@pytest.mark.slow
+def test_deploy_without_vpc_finds_the_default_vpc_and_its_subnets(
+    stack: Emulation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{fake_sam(tmp_path)}:{os.environ['PATH']}")
+    ec2 = stack.client("ec2")
+    (default,) = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"]
+    subnets = sorted(
+        ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [default["VpcId"]]}])["Subnets"],
+        key=lambda s: s["AvailabilityZone"],
+    )
+    # A stack not deployed yet: its network is the account's default VPC.
+    done = invoke("deploy", "--stack", "rigbench-new")
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert f"network: {default['VpcId']}" in said
+    assert "the default VPC of us-east-1" in said
+    build, deploy = (tmp_path / "sam-calls").read_text().splitlines()
+    assert build == "build"
+    assert f"VpcId={default['VpcId']}" in deploy.split()
+    assert f"SubnetIds={','.join(s['SubnetId'] for s in subnets)}" in deploy.split()
+    assert f"RigbenchVersion={harness_version()}" in deploy.split()
+    assert "bundle " in done.output  # then the bundle went up
+    assert "rigbench doctor --stack rigbench-new" in said
+
+
+@pytest.mark.slow
+def test_deploy_keeps_a_deployed_stack_s_network_or_takes_the_one_given(
+    stack: Emulation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{fake_sam(tmp_path)}:{os.environ['PATH']}")
+    kept = invoke("deploy", "--stack", stack.stack_name)
+    assert kept.exit_code == 0, kept.output
+    assert f"as stack '{stack.stack_name}' was deployed" in " ".join(kept.output.split())
+    ec2 = stack.client("ec2")
+    other = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    mine = ec2.create_subnet(VpcId=other, CidrBlock="10.9.1.0/24")["Subnet"]["SubnetId"]
+    default_subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    mixed = invoke("deploy", "--vpc", other, "--subnets", f"{mine},{default_subnet}")
+    assert mixed.exit_code == 2
+    assert f"not all in --vpc {other}" in " ".join(mixed.output.split())
+    given = invoke("deploy", "--subnets", mine)
+    assert given.exit_code == 0, given.output
+    assert f"VpcId={other}" in (tmp_path / "sam-calls").read_text().splitlines()[-1].split()
