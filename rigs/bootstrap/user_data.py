@@ -55,7 +55,7 @@ class BootstrapSpec(BaseModel):
     # Where the instance uploads its bootstrap and rig logs before it ends: this prefix and
     # then its own instance id (functions.report_keys.instances_prefix); None: no upload.
     log_s3_prefix: (
-        Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[\w./:-]+/$")] | None
+        Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[\w./:@-]+/$")] | None
     ) = None
     dtype: str | None = None
     settings: dict[str, Scalar] = Field(default_factory=dict)

@@ -286,3 +286,10 @@ def test_a_failed_boot_uploads_its_bootstrap_and_rig_logs_before_it_ends(tmp_pat
 
 def test_no_upload_without_a_log_prefix() -> None:
     assert "rigbench-upload-logs" not in render_user_data(spec())
+
+
+def test_a_labelled_rig_entry_s_log_prefix_is_accepted() -> None:
+    # a sweep entry `torch@wrong` has its own boots, so its own prefix
+    prefix = LOG_PREFIX.replace("/vllm/", "/torch@wrong/")
+    text = render_user_data(spec(rig="torch", log_s3_prefix=prefix))
+    assert "torch@wrong/01/arn:aws:ec2" in text
