@@ -242,7 +242,9 @@ def reserve_budget(
     total = to_micro(reservation.total_usd)
     budget = to_micro(sweep.budget_usd)
     per_boot = to_micro(reservation.per_boot_usd)
-    price = reservation.price_usd_per_hour
+    # What each hour is billed at: spot's MaxPrice, the most EC2 may charge (an upper bound);
+    # on-demand's list price. A fallback to on-demand re-prices its boot at launch (bill_at).
+    price = reservation.max_price_usd_per_hour or reservation.price_usd_per_hour
     cap = to_micro(settings.monthly_cap_usd)
     created_at = now.isoformat(timespec="seconds")
     table = settings.ledger_table

@@ -152,10 +152,11 @@ class Quota(_Model):
 
 
 class Reservation(_Model):
-    price_usd_per_hour: float  # what a boot is billed per hour (the current price)
+    price_usd_per_hour: float  # the price read now (spot: the highest over the zones)
     price_source: str
-    # Spot's MaxPrice: the current price with headroom; what each boot reserves covers it.
-    max_price_usd_per_hour: float = 0.0  # 0: a state written before headroom (the price)
+    # Spot's MaxPrice: that price with headroom, what a boot is billed per hour (an upper
+    # bound); on-demand: the list price. 0: a state written before headroom (the price).
+    max_price_usd_per_hour: float = 0.0
     fallback_usd_per_hour: float = 0.0  # spot-or-on-demand: the on-demand price (0: none)
     per_boot_usd: float
     total_usd: float

@@ -330,7 +330,9 @@ def cost_table(by_rig: Mapping[str, list[analysis.Point]], local: bool = False) 
         ["rig", *(c for _, c in cells)],
         rows,
         caption=(f"{LOCAL_EMULATION}. " if local else "")
-        + "USD per million output tokens = price paid per hour / (output tokens/s x 3600)"
+        + "USD per million output tokens = price billed per hour (spot: its MaxPrice, the "
+        "most EC2 may charge, up to 25% over the price when the sweep started) / (output "
+        "tokens/s x 3600)"
         " x 10^6, per boot; geometric mean of boots [interval]. It prices the instance's time "
         "at that load, not the time it spent booting.",
     )

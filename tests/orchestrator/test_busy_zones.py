@@ -98,7 +98,8 @@ def test_spot_max_price_has_headroom_that_the_reservation_covers(emu: Emulation)
     (instance,) = fleet.instances.values()
     assert instance.market == "spot"
     boot = ledger_items(emu, f"SWEEP#{sweep_id}")["BOOT#torch#01"]
-    assert boot["price"] == 300_000  # billed at the price read, not at the cap
+    assert boot["price"] == 375_000  # billed at MaxPrice: the most EC2 may have charged
+    assert boot["spent"] == pytest.approx(0.375 * float(boot["seconds"]) / 3600 * 1e6, abs=2)
     history = emu.client("stepfunctions").get_execution_history(
         executionArn=described["executionArn"], maxResults=1000
     )["events"]
