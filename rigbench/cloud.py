@@ -1,5 +1,5 @@
-"""The cloud commands: start and follow sweeps, read their results, reap overdue instances,
-deploy the stack and its bundle.
+"""The cloud commands: start and follow sweeps, read their results, reap overdue instances
+(deploy, stop and logs: `rigbench.commands`, on this module's stack choice).
 
 Every command works on a stack client (`rigbench.stack.StackClient`), chosen once by
 `open_stack`: the deployed stack (`--stack`, default `rigbench`), or with `--local` (or no AWS
@@ -13,13 +13,12 @@ import csv
 import io
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -29,7 +28,6 @@ from rich.table import Table
 
 from functions.errors import InvalidInput
 from functions.execution_input import SweepInput, read_input_file
-from rigbench.bundle import REPO_ROOT
 from rigbench.commands import local as local_cli
 from rigbench.progress import (
     PhaseLines,
@@ -39,9 +37,6 @@ from rigbench.progress import (
     status_table,
 )
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, StackError, parse_sweep
-
-if TYPE_CHECKING:  # boto3 loads only in the commands that use it
-    from rigbench.stack.network import Network
 
 DEFAULT_STACK = os.environ.get("RIGBENCH_STACK", "rigbench")
 
@@ -287,103 +282,6 @@ def executions_table(client: StackClient, limit: int = 20) -> Table:
     return table
 
 
-# ---------------------------------------------------------------------------------- stop
-
-STOP_SETTLE_S = 120.0  # how long `stop` waits for the status-change handler to end instances
-
-
-def who() -> str:
-    """Who stops a sweep, as its status will say."""
-    import getpass
-    import socket
-
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def stop_command(
-    sweep: Annotated[str, typer.Argument(help="Sweep id (execution name) or execution ARN")],
-    stack: StackOption = DEFAULT_STACK,
-    local: local_cli.LocalOption = False,
-    home: local_cli.HomeOption = None,
-) -> None:
-    """Stop a running sweep: its execution ends, every instance of it is terminated and each
-    boot billed to when its instance ended; its status says who stopped it (--local: a sweep
-    running on this machine, in the process that started it)."""
-    import time
-
-    console = Console()
-    with open_stack(local, stack, home) as client:
-        try:
-            progress = client.stop_sweep(sweep, who())
-        except StackError as exc:
-            fail(exc)
-        console.print(f"[yellow]{progress.status}[/] {escape(progress.cause)}", soft_wrap=True)
-        if client.kind != "aws":
-            console.print(
-                "the process running it ends its local instances and saves the sweep as stopped: "
-                f"`rigbench status --local {progress.sweep_id}`"
-            )
-            return
-        deadline = time.monotonic() + STOP_SETTLE_S
-        while True:
-            live = [i.instance_id for i in client.instances() if i.sweep_id == progress.sweep_id]
-            if not live or time.monotonic() > deadline:
-                break
-            time.sleep(2.0)
-    if live:
-        console.print(
-            f"[red]{len(live)} instance(s) of the sweep still live after {STOP_SETTLE_S:g} s: "
-            f"{' '.join(live)}[/] (its status-change handler ends them; each also ends by its own "
-            "deadline timer, and `rigbench reap` ends any past it)"
-        )
-        raise typer.Exit(1)
-    console.print(f"no instance of sweep {progress.sweep_id} is running")
-
-
-# ---------------------------------------------------------------------------------- logs
-
-
-def logs_command(
-    sweep: Annotated[str, typer.Argument(help="Sweep id")],
-    rig: Annotated[str | None, typer.Option("--rig", help="Only this rig")] = None,
-    boot: Annotated[int | None, typer.Option("--boot", help="Only this boot", min=1)] = None,
-    tail: Annotated[
-        int | None, typer.Option("--tail", help="Only the last N lines of each log", min=1)
-    ] = None,
-    stack: StackOption = DEFAULT_STACK,
-    local: local_cli.LocalOption = False,
-    home: local_cli.HomeOption = None,
-) -> None:
-    """Print the logs each boot's instance left: its bootstrap log and its rig's log, uploaded
-    to the sweep's S3 prefix before the instance ended (--local: from each local instance's
-    folder)."""
-    console = Console(soft_wrap=True)
-    with open_stack(local, stack, home) as client:
-        try:
-            logs = client.boot_logs(sweep, rig, boot)
-        except StackError as exc:
-            fail(exc)
-    if not logs:
-        which = " ".join(f for f in (rig and f"rig {rig}", boot and f"boot {boot}") if f)
-        fail(
-            CloudError(
-                f"no logs of sweep {sweep!r}{' ' + which if which else ''}: its instances "
-                "uploaded none (still booting, or ended before the upload ran)"
-            ),
-            code=1,
-        )
-    for log in logs:
-        lines = log.text.splitlines()
-        shown = lines[-tail:] if tail else lines
-        more = f", last {len(shown)} of {len(lines)} lines" if len(shown) < len(lines) else ""
-        console.print(
-            f"[bold]== {log.rig} boot {log.boot}, {log.instance_id}, {log.name}{more} "
-            f"({escape(log.location)}) ==[/]"
-        )
-        sys.stdout.write("".join(f"{line}\n" for line in shown))
-        sys.stdout.flush()
-
-
 # ---------------------------------------------------------------------------------- results
 
 Format = Literal["table", "json", "csv"]
@@ -543,121 +441,8 @@ def reap_command(
         )
 
 
-# ---------------------------------------------------------------------------------- deploy
-
-
-SAM_INSTALL = "https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/install-sam-cli.html"
-
-
-def deploy_command(
-    guided: Annotated[
-        bool, typer.Option("--guided", help="Ask for parameters (first deploy)")
-    ] = False,
-    parameter: Annotated[
-        list[str] | None, typer.Option("--parameter", help="Key=Value template parameter")
-    ] = None,
-    vpc: Annotated[
-        str | None,
-        typer.Option(
-            "--vpc", help="VPC of the instances (default: the stack's, else the default VPC)"
-        ),
-    ] = None,
-    subnets: Annotated[
-        str | None,
-        typer.Option(
-            "--subnets",
-            help="Subnets to launch in, comma-separated, tried in order (default: the stack's, "
-            "else the default VPC's); they need a route to the internet",
-        ),
-    ] = None,
-    bundle_only: Annotated[
-        bool, typer.Option("--bundle-only", help="Only upload the bundle")
-    ] = False,
-    stack: StackOption = DEFAULT_STACK,
-) -> None:
-    """`sam build` and `sam deploy` the stack, then upload the rig + harness bundle (needs
-    AWS credentials and the AWS SAM CLI; local sweeps need no deploy). Its network: --vpc and
-    --subnets, else the stack's own, else the account's default VPC and subnets."""
-    import shutil
-
-    import boto3
-
-    from rigbench import version
-
-    console = Console()
-    require_aws_credentials("deploy", "nothing deployed or uploaded; local sweeps need no deploy")
-    session = boto3.session.Session()
-    if not session.region_name:
-        fail(
-            CloudError("no AWS region: `aws configure set region us-east-1`, or export AWS_REGION")
-        )
-    if not bundle_only:
-        if shutil.which("sam") is None:
-            fail(CloudError(f"the AWS SAM CLI (`sam`) is not on PATH: install it ({SAM_INSTALL})"))
-        given = dict(p.split("=", 1) for p in parameter or [] if "=" in p)
-        overrides = [*(parameter or [])]
-        if "VpcId" not in given and "SubnetIds" not in given:
-            network = find_network(session, stack, vpc, subnets)
-            console.print(
-                f"network: {network.vpc_id}, subnets {', '.join(network.subnet_ids)} "
-                f"({network.source})"
-            )
-            overrides = [*network.parameters(), *overrides]
-        if "RigbenchVersion" not in given:
-            overrides.append(f"RigbenchVersion={version()}")
-        deploy = ["sam", "deploy", "--stack-name", stack, "--capabilities", "CAPABILITY_IAM",
-                  "--resolve-s3", "--no-fail-on-empty-changeset",
-                  "--parameter-overrides", *overrides]  # fmt: skip
-        if guided:
-            deploy.append("--guided")
-        for command in (["sam", "build"], deploy):
-            console.print(f"[bold]$ {escape(' '.join(command))}[/]", soft_wrap=True)
-            # functions/Makefile builds the Lambda package with this Python (rigbench's own)
-            env = {**os.environ, "PYTHON": sys.executable}
-            if subprocess.run(command, cwd=REPO_ROOT, env=env).returncode != 0:
-                console.print(f"[red]{command[1]} failed[/]")
-                raise typer.Exit(1)
-    with open_stack(False, stack) as client:
-        try:
-            manifest = client.upload_bundle(REPO_ROOT)
-        except StackError as exc:
-            fail(exc)
-        bucket = client.refs.bucket
-    console.print(
-        f"bundle {manifest.sha256[:12]} (rigs: {', '.join(manifest.rigs)}) "
-        f"-> s3://{bucket}/{manifest.key}"
-    )
-    console.print(f"next: `rigbench doctor --stack {stack}` checks what a sweep needs")
-
-
-def find_network(session: Any, stack: str, vpc: str | None, subnets: str | None) -> "Network":
-    """The VPC and subnets the deploy passes (`rigbench.stack.network`); fails in one line."""
-    from rigbench.stack.boto import aws_errors
-    from rigbench.stack.network import (
-        default_network,
-        deployed_network,
-        given_network,
-        subnets_of,
-    )
-
-    ec2 = session.client("ec2")
-    try:
-        with aws_errors("finding the network"):
-            if subnets:
-                return given_network(ec2, vpc, [s.strip() for s in subnets.split(",") if s.strip()])
-            if vpc:
-                return subnets_of(ec2, vpc)
-            found = deployed_network(session.client("cloudformation"), stack)
-            return found or default_network(ec2, session.region_name)
-    except StackError as exc:
-        fail(exc)
-
-
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
     app.command("status")(status_command)
-    app.command("stop")(stop_command)
-    app.command("logs")(logs_command)
     app.command("results")(results_command)
     app.command("reap")(reap_command)
-    app.command("deploy")(deploy_command)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rigbench import cloud
+from rigbench.commands.stop import who
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.stack import StackError, SweepProgress, parse_sweep
@@ -56,12 +56,12 @@ def test_stop_from_another_process_ends_the_sweep_and_bills_every_boot(
 
         stopped = stop_cli(home, started.sweep_id)
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert f"stopped by {cloud.who()}" in " ".join(stopped.stdout.split())
+        assert f"stopped by {who()}" in " ".join(stopped.stdout.split())
         follower.join(120)
         (progress,) = followed
         assert progress.status == "ABORTED"
         assert progress.error == "StoppedByUser"
-        assert f"stopped by {cloud.who()}" in progress.cause
+        assert f"stopped by {who()}" in progress.cause
 
         emu = stack.session.emu
         (ended,) = emu.seams.status_changes.wait(started.execution_arn)
@@ -83,7 +83,7 @@ def test_stop_from_another_process_ends_the_sweep_and_bills_every_boot(
     with LocalStack(home, keep_results=False) as later:
         saved = later.describe_sweep(started.sweep_id)
     assert saved.status == "ABORTED"
-    assert f"stopped by {cloud.who()}" in saved.cause
+    assert f"stopped by {who()}" in saved.cause
 
 
 def test_stop_of_a_sweep_no_process_runs_says_so(

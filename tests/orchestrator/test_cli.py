@@ -16,6 +16,9 @@ from functions.tables import results as results_table
 from harness.version import harness_version
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
+from rigbench.commands.deploy import deploy_command
+from rigbench.commands.logs import logs_command
+from rigbench.commands.stop import stop_command, who
 from rigbench.emulation import Emulation
 from rigbench.report.data import gather
 from rigbench.report.writer import store_from
@@ -26,6 +29,9 @@ from tests.orchestrator.conftest import assert_clean, fleet_of, result_rows, run
 runner = CliRunner()
 app = typer.Typer()  # the cloud commands alone (rigbench.cli's `run` also goes local)
 cloud.register(app)
+app.command("stop")(stop_command)
+app.command("logs")(logs_command)
+app.command("deploy")(deploy_command)
 
 
 @pytest.fixture
@@ -263,7 +269,7 @@ def test_stop_ends_a_running_sweep_and_says_who_stopped_it(stack: Emulation) -> 
     stopped = invoke("stop", "cli-stop-1")
     assert stopped.exit_code == 0, stopped.output
     text = " ".join(stopped.output.split())
-    assert f"stopped by {cloud.who()}" in text
+    assert f"stopped by {who()}" in text
     assert "no instance of sweep cli-stop-1 is running" in text
     described = stack.wait(arn, 30)
     assert described["status"] in ("ABORTED", "FAILED")  # moto ends a stopped Map FAILED
