@@ -1,7 +1,8 @@
 """Launch one instance for a rig x boot: spot (or on-demand when asked), each subnet in turn;
 a spot-or-on-demand sweep tries on-demand in each subnet when no subnet had spot. When every
-subnet refused, `CapacityRefused` asks the state machine to try again after a backoff, until
-the boot's ready deadline (counted from its first try), then `CapacityUnavailable`."""
+subnet refused and one was only busy, `CapacityRefused` asks the state machine to try again
+after a backoff, until the boot's ready deadline (counted from its first try), then
+`CapacityUnavailable`; at once when no subnet sells the type."""
 
 import hashlib
 from dataclasses import dataclass
@@ -43,16 +44,17 @@ from functions.settings import (
     Settings,
 )
 
-# Errors that mean "not here, not now": try the next subnet/AZ.
-CAPACITY_ERRORS = frozenset(
+# Errors that mean "not now": try the next subnet/AZ, and all of them again after a backoff.
+BUSY_ERRORS = frozenset(
     {
         "InsufficientInstanceCapacity",
         "MaxSpotInstanceCountExceeded",
         "SpotMaxPriceTooLow",
-        "Unsupported",
         "InsufficientCapacity",
     }
 )
+# ... and "not here" (the type is not sold in that zone): the next subnet, but never again.
+CAPACITY_ERRORS = BUSY_ERRORS | {"Unsupported"}
 
 
 def instance_tags(state: BootState, settings: Settings, deadline_at: float) -> list[dict[str, str]]:
@@ -205,6 +207,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
     image = launch_image(clients.ec2, clients.ssm, state.plan.image)
     zones = subnet_zones(clients.ec2, sweep.subnets)
     refused: list[str] = []
+    busy = False
     for market in markets(sweep.market):
         for subnet in sweep.subnets:
             try:
@@ -215,6 +218,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
                 code = error_code(exc)
                 if code not in CAPACITY_ERRORS:
                     raise
+                busy = busy or code in BUSY_ERRORS
                 refused.append(f"{subnet} ({zones.get(subnet, '?')}, {market}): {code}")
                 logger.warning(
                     "launch refused", extra={"subnet": subnet, "market": market, "code": code}
@@ -227,15 +231,17 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             )  # fmt: skip
     what = f"no {sweep.market} capacity for {sweep.instance_type} in any subnet"
     ready_by = anchor + sweep.deadlines.ready_s
-    if now < ready_by:
+    if busy and now < ready_by:
         raise CapacityRefused(
             f"{what} (tried again after a backoff until {ready_by - anchor:.0f} s after the "
             "first try): " + "; ".join(refused)
         )
-    raise CapacityUnavailable(
-        f"{what}, tried for {now - anchor:.0f} s (the ready deadline, {sweep.deadlines.ready_s} s"
-        "): " + "; ".join(refused)
+    tried = (
+        f"tried for {now - anchor:.0f} s (the ready deadline, {sweep.deadlines.ready_s} s)"
+        if busy
+        else "no subnet sells it (Unsupported): not tried again"
     )
+    raise CapacityUnavailable(f"{what}, {tried}: " + "; ".join(refused))
 
 
 def launched_instance(

@@ -136,3 +136,15 @@ def test_spot_or_on_demand_falls_back_and_is_billed_at_the_on_demand_price(
     assert rows
     assert {r["provenance"]["market"] for r in rows} == {"on-demand"}
     assert_clean(emu, sweep_id)
+
+
+def test_a_type_no_zone_sells_fails_at_once_not_at_the_deadline(emu: Emulation) -> None:
+    fleet = fleet_of(emu)
+    fleet.refuse = every_zone(emu, "Unsupported")
+    body = sweep_input(deadlines={"ready_s": 600, "bench_s": 20, "instance_s": 900})
+    described = run_sweep(emu, body, timeout_s=60)
+    error, cause = error_of(described)
+    assert error == "CapacityUnavailable", cause
+    assert "no subnet sells it (Unsupported): not tried again" in cause
+    assert len(fleet.launch_requests) == 3, "each subnet once"
+    assert_clean(emu, sweep_id_of(described))
