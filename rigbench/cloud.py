@@ -228,7 +228,7 @@ def plan_on_account(body: SweepInput, stack_name: str, console: Console) -> int:
             zones = {s["SubnetId"]: s["AvailabilityZone"] for s in found}
     if not plan.valid:
         fail(CloudError(f"a run of this input would fail: {plan.error}"))
-    print_plan(console, plan, None, zones)
+    print_plan(console, plan, zones, emulated=False)
     return 0
 
 

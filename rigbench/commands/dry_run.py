@@ -12,14 +12,13 @@ from rich.table import Table
 
 from functions.events import SweepConfig
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG
-from rigbench.local.emulated import EmulatedAccount
 from rigbench.stack.models import SweepPlan
 
 
-def render_plan(plan: SweepPlan, account: EmulatedAccount | None, zones: dict[str, str]) -> Group:
-    """`account`: the emulated account the plan was rehearsed on; None: the AWS account."""
+def render_plan(plan: SweepPlan, zones: dict[str, str], *, emulated: bool) -> Group:
+    """`emulated`: rehearsed on the emulated account's figures, not the AWS account's."""
     parts: list[Any] = []
-    figures = "emulated" if account is not None else "the account's"
+    figures = "emulated" if emulated else "the account's"
     if plan.planned_against:
         parts.append(f"planned against {escape(plan.planned_against)} ({figures} figures)")
     if not plan.valid:
@@ -51,12 +50,9 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount | None, zones: dict[st
         )
     if plan.reservation is not None:
         r = plan.reservation
-        emulated = (
-            f"; emulated spot price ${account.spot_price_usd_per_hour:.4f}/h" if account else ""
-        )
         rate = max(r.price_usd_per_hour, r.max_price_usd_per_hour, r.fallback_usd_per_hour)
         parts.append(
-            f"price ${r.price_usd_per_hour:.4f}/h ({escape(r.price_source)}{emulated}); each boot "
+            f"price ${r.price_usd_per_hour:.4f}/h ({escape(r.price_source)}); each boot "
             f"reserves ${rate:.4f}/h x {deadline_h:g} h deadline = ${r.per_boot_usd:.2f}; "
             f"{sweep.boot_count()} boots reserve ${r.total_usd:.2f} of the "
             f"${sweep.budget_usd:.2f} budget ({r.month})"
@@ -90,7 +86,5 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount | None, zones: dict[st
     return Group(*parts)
 
 
-def print_plan(
-    console: Console, plan: SweepPlan, account: EmulatedAccount | None, zones: dict[str, str]
-) -> None:
-    console.print(render_plan(plan, account, zones))
+def print_plan(console: Console, plan: SweepPlan, zones: dict[str, str], *, emulated: bool) -> None:
+    console.print(render_plan(plan, zones, emulated=emulated))

@@ -162,7 +162,7 @@ def _dry_run(
         message = f"a cloud run of this input would fail: {plan.error}"
         console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         return 2
-    print_plan(console, plan, account, zones)
+    print_plan(console, plan, zones, emulated=True)
     return 0
 
 

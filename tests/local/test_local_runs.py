@@ -113,7 +113,8 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
     assert "planned against the embedded emulation" in out
     assert "(emulated figures)" in out
     # MaxPrice $0.25/h + 25% = $0.3125/h x 2 h instance deadline = $0.625 per boot, x 6.
-    assert "each boot reserves $0.3125/h x 2 h deadline = $0.62; 6 boots reserve $3.75 of " in out
+    said = " ".join(out.split())
+    assert "each boot reserves $0.3125/h x 2 h deadline = $0.62; 6 boots reserve $3.75 of " in said
     assert out.count("g5g.2xlarge   │ spot") == 6
     assert "no instance was launched" in out
     home = LocalHome(tmp_path / "home")
@@ -131,7 +132,7 @@ def test_dry_run_of_an_adaptive_sweep_plans_its_first_round_and_reserves_its_wor
     assert code == 0, out
     assert "vllm, torch x up to 4 boots (auto: rounds at [3, 4] per rig) of google/" in out
     # the worst case, 2 rigs x 4 boots x $0.625, is reserved up front
-    assert "= $0.62; 8 boots reserve $5.00 of the $5.00 budget" in out
+    assert "= $0.62; 8 boots reserve $5.00 of the $5.00 budget" in " ".join(out.split())
     assert "the first round would launch" in out
     assert out.count("g5g.2xlarge   │ spot") == 6
     assert "later rounds launch up to 2 more boots" in out
