@@ -54,9 +54,11 @@ class Diagnosis(BaseModel):
 
 
 class _Failed(Exception):
-    def __init__(self, detail: str, fix: str) -> None:
+    """`blocks`: the checks that need this one cannot run (else they still can)."""
+
+    def __init__(self, detail: str, fix: str, blocks: bool = True) -> None:
         super().__init__(detail)
-        self.detail, self.fix = detail, fix
+        self.detail, self.fix, self.blocks = detail, fix, blocks
 
 
 class _Warned(_Failed):
@@ -98,7 +100,8 @@ def diagnose(
             checks.append(Check(name=name, status="warn", detail=exc.detail, fix=exc.fix))
             continue
         except _Failed as exc:
-            failed.add(name)
+            if exc.blocks:
+                failed.add(name)
             checks.append(Check(name=name, status="fail", detail=exc.detail, fix=exc.fix))
             continue
         except ClientError as exc:
@@ -108,6 +111,13 @@ def diagnose(
                     name=name, status="fail", detail=_message(exc),
                     fix="give these credentials read access to it",
                 )
+            )  # fmt: skip
+            continue
+        except BotoCoreError as exc:
+            failed.add(name)
+            checks.append(
+                Check(name=name, status="fail", detail=f"cannot reach AWS: {exc}",
+                      fix="check the network and the region's endpoints")
             )  # fmt: skip
             continue
         checks.append(Check(name=name, status="ok", detail=detail))
@@ -174,6 +184,7 @@ def _stack(
             f"stack {stack_name!r} ({status}) runs rigbench {deployed or 'of an unknown version'}"
             f", this CLI is {cli_version}",
             f"{deploy} from this checkout",
+            blocks=False,  # the stack's other pieces can still be checked
         )
     return f"{stack_name} {status}, rigbench {deployed}"
 

@@ -156,9 +156,10 @@ def test_no_bundle_is_named_and_the_images_check_skipped(good: Emulation) -> Non
 
 
 def test_a_stack_of_another_version_and_a_missing_stack(good: Emulation) -> None:
-    stale = by_name(run(good, version="0.0.1+old"))["stack"]
-    assert stale.status == "fail"
-    assert "this CLI is 0.0.1+old" in stale.detail
+    stale = by_name(run(good, version="0.0.1+old"))
+    assert stale["stack"].status == "fail"
+    assert "this CLI is 0.0.1+old" in stale["stack"].detail
+    assert stale["quota"].status == "ok", "the stack's other pieces are still checked"
     missing = diagnose(boto3.session.Session(), "no-such-stack", harness_version())
     checks = by_name(missing)
     assert checks["stack"].status == "fail"
