@@ -4,6 +4,7 @@ the user data an instance boots with, and the SSM command that asks whether it i
 from dataclasses import dataclass, field
 
 from functions.events import BootPlan, BootState
+from functions.report_keys import instances_prefix
 from functions.settings import Settings
 from rigs.bootstrap.user_data import BootstrapSpec, ready_check_command, render_user_data
 from rigs.sources import pinned_spec
@@ -22,6 +23,7 @@ class InstancePlan:
     token_secret_arn: str
     deadline_epoch: int  # the instance powers itself off at this time, whatever happens
     boot: BootPlan | None = field(default=None)  # dtype, settings, GPU the rig is served with
+    log_key_prefix: str = ""  # where the instance uploads its logs, less its id ("": nowhere)
 
 
 def instance_plan(state: BootState, settings: Settings, deadline_at: float) -> InstancePlan:
@@ -35,6 +37,11 @@ def instance_plan(state: BootState, settings: Settings, deadline_at: float) -> I
         region=settings.region,
         token_secret_arn=settings.token_secret_arn,
         deadline_epoch=int(deadline_at),
+        log_key_prefix=instances_prefix(
+            state.sweep.sweep_id, state.rig, state.boot, settings.instance_arn_prefix
+        )
+        if settings.instance_arn_prefix
+        else "",
     )
 
 
@@ -49,6 +56,7 @@ def bootstrap_spec(plan: InstancePlan) -> BootstrapSpec:
         dtype=plan.boot.dtype if plan.boot else None,
         settings=dict(plan.boot.settings) if plan.boot else {},
         expected_compute_capability=plan.boot.compute_capability if plan.boot else "7.5",
+        log_s3_prefix=f"s3://{plan.bucket}/{plan.log_key_prefix}" if plan.log_key_prefix else None,
     )
 
 

@@ -76,13 +76,51 @@ def on_demand_price(region: str, instance_type: str) -> float:
         raise OverBudget(f"{exc}: cannot price an on-demand sweep; use spot") from exc
 
 
+# Spot's MaxPrice over the price read now, so that a price that rises a little between the
+# reservation and the launch does not refuse the launch (SpotMaxPriceTooLow) nor, later, end
+# the instance; the reservation covers it. Spot never costs more than on-demand (AWS caps it).
+SPOT_PRICE_HEADROOM = 0.25
+
+
+@dataclass(frozen=True)
+class Pricing:
+    price: float  # what a boot is billed per hour
+    max_price: float  # the most an hour may cost (spot's MaxPrice)
+    fallback: float  # spot-or-on-demand: the on-demand price a fallback is billed at (0: none)
+    source: str
+
+    @property
+    def reserve_rate(self) -> float:
+        """Per hour, what a boot reserves: the worst it may be billed."""
+        return max(self.price, self.max_price, self.fallback)
+
+
+def spot_max_price(spot: float, on_demand: float | None) -> float:
+    capped = spot * (1 + SPOT_PRICE_HEADROOM)
+    return capped if on_demand is None else max(spot, min(capped, on_demand))
+
+
 def price_per_hour(
     ec2: Any, market: str, instance_type: str, subnets: list[str], region: str
-) -> tuple[float, str]:
+) -> Pricing:
     if market == "on-demand":
-        return on_demand_price(region, instance_type), f"on-demand list price ({region})"
+        price = on_demand_price(region, instance_type)
+        return Pricing(price, price, 0.0, f"on-demand list price ({region})")
     zones = sorted(set(subnet_zones(ec2, subnets).values()))
-    return spot_price(ec2, instance_type, zones), f"spot price history ({', '.join(zones)})"
+    spot = spot_price(ec2, instance_type, zones)
+    fallback = on_demand_price(region, instance_type) if market == "spot-or-on-demand" else 0.0
+    try:
+        on_demand: float | None = get_instance_type(instance_type).price(region)
+    except UnknownInstanceType:
+        on_demand = None
+    cap = spot_max_price(spot, on_demand)
+    source = (
+        f"spot price history ({', '.join(zones)}); MaxPrice ${cap:.4f}/h "
+        f"({SPOT_PRICE_HEADROOM:.0%} headroom{', at most on-demand' if on_demand else ''})"
+    )
+    if fallback:
+        source += f"; on-demand fallback ${fallback:.4f}/h"
+    return Pricing(spot, cap, fallback, source)
 
 
 def sweep_boots(sweep: SweepConfig) -> list[tuple[str, int]]:
@@ -171,25 +209,28 @@ def price_sweep(
     """The sweep's reservation, read-only: priced, and refused (OverBudget) when over the
     sweep's budget or, alone, over the monthly cap. Committing it is `reserve_budget`'s."""
     sweep = state.sweep
-    price, source = price_per_hour(
+    pricing = price_per_hour(
         clients.ec2, sweep.market, sweep.instance_type, sweep.subnets, settings.region
     )
-    per_boot = to_micro(price * boot_seconds(sweep) / 3600)
+    rate = pricing.reserve_rate
+    per_boot = to_micro(rate * boot_seconds(sweep) / 3600)
     # The worst case: every rig x its cap (an adaptive sweep releases what it did not launch).
     boots = sweep.boot_count()
     total = per_boot * boots
     budget = to_micro(sweep.budget_usd)
     month = month_of(now)
     reservation = Reservation(
-        price_usd_per_hour=price,
-        price_source=source,
+        price_usd_per_hour=pricing.price,
+        price_source=pricing.source,
+        max_price_usd_per_hour=pricing.max_price,
+        fallback_usd_per_hour=pricing.fallback,
         per_boot_usd=usd(per_boot),
         total_usd=usd(total),
         month=month,
     )
     if total > budget:
         raise OverBudget(
-            f"estimate ${usd(total):.2f} ({boots} boots x ${price:.4f}/h x "
+            f"estimate ${usd(total):.2f} ({boots} boots x ${rate:.4f}/h x "
             f"{boot_seconds_text(sweep)}"
             f"{', the most max_boots_per_rig allows' if sweep.adaptive else ''}) is over "
             f"the sweep budget ${sweep.budget_usd:.2f} by ${usd(total - budget):.2f}; lower "
@@ -222,7 +263,9 @@ def reserve_budget(
     total = to_micro(reservation.total_usd)
     budget = to_micro(sweep.budget_usd)
     per_boot = to_micro(reservation.per_boot_usd)
-    price = reservation.price_usd_per_hour
+    # What each hour is billed at: spot's MaxPrice, the most EC2 may charge (an upper bound);
+    # on-demand's list price. A fallback to on-demand re-prices its boot at launch (bill_at).
+    price = reservation.max_price_usd_per_hour or reservation.price_usd_per_hour
     cap = to_micro(settings.monthly_cap_usd)
     created_at = now.isoformat(timespec="seconds")
     table = settings.ledger_table
@@ -456,6 +499,18 @@ def record_instance(
             ":id": {"SS": [instance_id]},
             ":at": {"N": f"{launched_at:.3f}"},
         },
+    )
+
+
+def bill_at(ddb: Any, table: str, sweep_id: str, rig: str, boot: int, price: float) -> None:
+    """The boot is billed at `price` per hour from now on (a spot-or-on-demand boot that fell
+    back to on-demand: its list price, which its reservation covers)."""
+    ddb.update_item(
+        TableName=table,
+        Key=ledger.boot(sweep_id, rig, boot),
+        UpdateExpression="SET price = :price",
+        ConditionExpression="attribute_exists(pk)",
+        ExpressionAttributeValues={":price": {"N": str(to_micro(price))}},
     )
 
 

@@ -4,7 +4,8 @@
     ├── InvalidInput          bad execution input (first state, nothing launched)
     ├── QuotaExhausted        no vCPU room under the Service Quotas limit
     ├── OverBudget            estimate above the per-sweep budget or the monthly cap
-    ├── CapacityUnavailable   every subnet/AZ refused the launch
+    ├── CapacityRefused       every subnet/AZ refused this try (retried after a backoff)
+    ├── CapacityUnavailable   every subnet/AZ kept refusing until the ready deadline
     ├── AgentNeverOnline      the SSM agent did not come online before the ready deadline
     ├── RigNeverReady         the rig never answered a real completion before the deadline
     ├── InstallFailed         the instance reported a failed rig install
@@ -34,6 +35,10 @@ class QuotaExhausted(SweepError):
 
 
 class OverBudget(SweepError):
+    pass
+
+
+class CapacityRefused(SweepError):
     pass
 
 

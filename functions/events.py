@@ -82,7 +82,7 @@ class SweepConfig(BootRounds, _Model):
     slo: dict[str, Any] | None = None
     capacity: dict[str, Any] | None = None
     budget_usd: float
-    market: Literal["spot", "on-demand"]
+    market: Literal["spot", "on-demand", "spot-or-on-demand"]
     subnets: list[str]
     deadlines: DeadlinesConfig
     waits: WaitsConfig
@@ -159,8 +159,12 @@ class Quota(_Model):
 
 
 class Reservation(_Model):
-    price_usd_per_hour: float
+    price_usd_per_hour: float  # the price read now (spot: the highest over the zones)
     price_source: str
+    # Spot's MaxPrice: that price with headroom, what a boot is billed per hour (an upper
+    # bound); on-demand: the list price. 0: a state written before headroom (the price).
+    max_price_usd_per_hour: float = 0.0
+    fallback_usd_per_hour: float = 0.0  # spot-or-on-demand: the on-demand price (0: none)
     per_boot_usd: float
     total_usd: float
     month: str

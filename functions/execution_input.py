@@ -324,7 +324,11 @@ class SweepInput(BootRounds, _Strict):
     budget_usd: float = Field(
         gt=0, le=10_000, description="the most this sweep may spend, USD (reserved up front)"
     )
-    market: Literal["spot", "on-demand"] = Field(default="spot", description="EC2 market")
+    market: Literal["spot", "on-demand", "spot-or-on-demand"] = Field(
+        default="spot",
+        description="EC2 market; spot-or-on-demand launches on-demand (billed at its list "
+        "price, reserved up front) when no zone has spot capacity",
+    )
     subnets: list[str] | None = Field(
         default=None, min_length=1, description="defaults to the stack's subnets"
     )

@@ -1,8 +1,12 @@
-"""Launch one instance for a rig x boot: spot (or on-demand when asked), each subnet in turn."""
+"""Launch one instance for a rig x boot: spot (or on-demand when asked), each subnet in turn;
+a spot-or-on-demand sweep tries on-demand in each subnet when no subnet had spot. When every
+subnet refused and one was only busy, `CapacityRefused` asks the state machine to try again
+after a backoff, until the boot's ready deadline (counted from its first try), then
+`CapacityUnavailable`; at once when no subnet sells the type."""
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.idempotency import (
@@ -17,10 +21,17 @@ from botocore.exceptions import ClientError
 
 from functions import clock
 from functions.bootstrap import instance_plan, user_data
-from functions.budget import BootEnded, anchor_launch, boot_record, record_instance, subnet_zones
+from functions.budget import (
+    BootEnded,
+    anchor_launch,
+    bill_at,
+    boot_record,
+    record_instance,
+    subnet_zones,
+)
 from functions.cleanup import end_boot, end_replaced
 from functions.deadline import schedule_deadline
-from functions.errors import CapacityUnavailable, error_code
+from functions.errors import CapacityRefused, CapacityUnavailable, error_code
 from functions.events import BootState, Instance
 from functions.observability import instrumented, logger, metrics
 from functions.settings import (
@@ -33,16 +44,17 @@ from functions.settings import (
     Settings,
 )
 
-# Errors that mean "not here, not now": try the next subnet/AZ.
-CAPACITY_ERRORS = frozenset(
+# Errors that mean "not now": try the next subnet/AZ, and all of them again after a backoff.
+BUSY_ERRORS = frozenset(
     {
         "InsufficientInstanceCapacity",
         "MaxSpotInstanceCountExceeded",
         "SpotMaxPriceTooLow",
-        "Unsupported",
         "InsufficientCapacity",
     }
 )
+# ... and "not here" (the type is not sold in that zone): the next subnet, but never again.
+CAPACITY_ERRORS = BUSY_ERRORS | {"Unsupported"}
 
 
 def instance_tags(state: BootState, settings: Settings, deadline_at: float) -> list[dict[str, str]]:
@@ -63,8 +75,20 @@ class LaunchImage:
     root_size_gib: int | None = None
 
 
-def client_token(state: BootState, subnet: str) -> str:
+Market = Literal["spot", "on-demand"]
+
+
+def markets(market: str) -> list[Market]:
+    """The markets a launch tries, in order."""
+    if market == "spot-or-on-demand":
+        return ["spot", "on-demand"]
+    return ["on-demand"] if market == "on-demand" else ["spot"]
+
+
+def client_token(state: BootState, subnet: str, market: Market = "spot") -> str:
     key = f"{state.sweep.sweep_id}/{state.rig}/{state.boot}/{subnet}"
+    if market == "on-demand" and state.sweep.market == "spot-or-on-demand":
+        key += "/on-demand"  # the fallback's parameters differ from the spot try's
     if state.interruptions:  # a relaunch after a spot reclaim is a new instance
         key += f"/relaunch-{state.interruptions}"
     return hashlib.sha256(key.encode()).hexdigest()[:64]
@@ -76,8 +100,10 @@ def run_params(
     image: LaunchImage,
     subnet: str,
     deadline_at: float,
+    market: Market | None = None,
 ) -> dict[str, Any]:
     sweep = state.sweep
+    market = market or markets(sweep.market)[0]
     plan = instance_plan(state, settings, deadline_at)
     tags = instance_tags(state, settings, deadline_at)
     params: dict[str, Any] = {
@@ -96,14 +122,16 @@ def run_params(
             {"ResourceType": "instance", "Tags": tags},
             {"ResourceType": "volume", "Tags": tags},
         ],
-        "ClientToken": client_token(state, subnet),
+        "ClientToken": client_token(state, subnet, market),
     }
-    if sweep.market == "spot":
+    if market == "spot":
+        reservation = state.reservation
+        max_price = reservation.max_price_usd_per_hour or reservation.price_usd_per_hour
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {
                 # Never pay more per hour than was reserved: the ledger's bound holds.
-                "MaxPrice": f"{state.reservation.price_usd_per_hour:.6f}",
+                "MaxPrice": f"{max_price:.6f}",
                 "SpotInstanceType": "one-time",
                 "InstanceInterruptionBehavior": "terminate",
             },
@@ -179,54 +207,95 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
     image = launch_image(clients.ec2, clients.ssm, state.plan.image)
     zones = subnet_zones(clients.ec2, sweep.subnets)
     refused: list[str] = []
-    for subnet in sweep.subnets:
-        try:
-            response = clients.ec2.run_instances(
-                **run_params(state, settings, image, subnet, deadline_at)
-            )
-        except ClientError as exc:
-            code = error_code(exc)
-            if code not in CAPACITY_ERRORS:
-                raise
-            refused.append(f"{subnet} ({zones.get(subnet, '?')}): {code}")
-            logger.warning("launch refused", extra={"subnet": subnet, "code": code})
-            continue
-        launched = response["Instances"][0]
-        launched_at = launched["LaunchTime"].timestamp()
-        record_instance(
-            clients.dynamodb,
-            settings.ledger_table,
-            sweep.sweep_id,
-            state.rig,
-            state.boot,
-            launched["InstanceId"],
-            launched_at,
-        )
-        refuse_if_closed_meanwhile(state, clients, settings, launched["InstanceId"])
-        if state.interruptions:  # the warned instance must not run on beside its replacement
-            end_replaced(
-                clients.ec2, settings.project, sweep.sweep_id, state.rig, state.boot,
-                launched["InstanceId"],
+    busy = False
+    for market in markets(sweep.market):
+        for subnet in sweep.subnets:
+            try:
+                response = clients.ec2.run_instances(
+                    **run_params(state, settings, image, subnet, deadline_at, market)
+                )
+            except ClientError as exc:
+                code = error_code(exc)
+                if code not in CAPACITY_ERRORS:
+                    raise
+                busy = busy or code in BUSY_ERRORS
+                refused.append(f"{subnet} ({zones.get(subnet, '?')}, {market}): {code}")
+                logger.warning(
+                    "launch refused", extra={"subnet": subnet, "market": market, "code": code}
+                )
+                continue
+            launched = response["Instances"][0]
+            return launched_instance(
+                state, clients, settings, launched, (subnet, zones), image, market, deadline_at,
+                refused,
             )  # fmt: skip
-        if settings.deadline_role_arn:
-            schedule_deadline(
-                clients.scheduler, settings.deadline_role_arn, launched["InstanceId"], deadline_at
-            )
-        metrics.add_metric(name="InstancesLaunched", unit=MetricUnit.Count, value=1)
-        return Instance(
-            instance_id=launched["InstanceId"],
-            subnet_id=subnet,
-            availability_zone=zones.get(subnet, launched["Placement"]["AvailabilityZone"]),
-            image_id=image.image_id,
-            instance_type=sweep.instance_type,
-            market=sweep.market,
-            launched_at=launched_at,
-            ready_deadline_at=launched_at + sweep.deadlines.ready_s,
-            deadline_at=deadline_at,
-            refused=refused,
+    what = f"no {sweep.market} capacity for {sweep.instance_type} in any subnet"
+    ready_by = anchor + sweep.deadlines.ready_s
+    if busy and now < ready_by:
+        raise CapacityRefused(
+            f"{what} (tried again after a backoff until {ready_by - anchor:.0f} s after the "
+            "first try): " + "; ".join(refused)
         )
-    raise CapacityUnavailable(
-        f"no {sweep.market} capacity for {sweep.instance_type} in any subnet: " + "; ".join(refused)
+    tried = (
+        f"tried for {now - anchor:.0f} s (the ready deadline, {sweep.deadlines.ready_s} s)"
+        if busy
+        else "no subnet sells it (Unsupported): not tried again"
+    )
+    raise CapacityUnavailable(f"{what}, {tried}: " + "; ".join(refused))
+
+
+def launched_instance(
+    state: BootState,
+    clients: Clients,
+    settings: Settings,
+    launched: Any,  # RunInstances' Instances[0]
+    where: tuple[str, dict[str, str]],
+    image: LaunchImage,
+    market: Market,
+    deadline_at: float,
+    refused: list[str],
+) -> Instance:
+    """Record what RunInstances launched (a fallback to on-demand billed at its price), end it
+    if the boot was closed meanwhile, and arm its deadline."""
+    sweep = state.sweep
+    subnet, zones = where
+    launched_at = launched["LaunchTime"].timestamp()
+    record_instance(
+        clients.dynamodb,
+        settings.ledger_table,
+        sweep.sweep_id,
+        state.rig,
+        state.boot,
+        launched["InstanceId"],
+        launched_at,
+    )
+    if market == "on-demand" and sweep.market == "spot-or-on-demand":
+        bill_at(
+            clients.dynamodb, settings.ledger_table, sweep.sweep_id, state.rig, state.boot,
+            state.reservation.fallback_usd_per_hour,
+        )  # fmt: skip
+    refuse_if_closed_meanwhile(state, clients, settings, launched["InstanceId"])
+    if state.interruptions:  # the warned instance must not run on beside its replacement
+        end_replaced(
+            clients.ec2, settings.project, sweep.sweep_id, state.rig, state.boot,
+            launched["InstanceId"],
+        )  # fmt: skip
+    if settings.deadline_role_arn:
+        schedule_deadline(
+            clients.scheduler, settings.deadline_role_arn, launched["InstanceId"], deadline_at
+        )
+    metrics.add_metric(name="InstancesLaunched", unit=MetricUnit.Count, value=1)
+    return Instance(
+        instance_id=launched["InstanceId"],
+        subnet_id=subnet,
+        availability_zone=zones.get(subnet, launched["Placement"]["AvailabilityZone"]),
+        image_id=image.image_id,
+        instance_type=sweep.instance_type,
+        market=market,
+        launched_at=launched_at,
+        ready_deadline_at=launched_at + sweep.deadlines.ready_s,
+        deadline_at=deadline_at,
+        refused=refused,
     )
 
 

@@ -16,7 +16,9 @@ INLINE_MAP_MAX_CONCURRENCY = 40
 
 
 def quota_code(market: str) -> str:
-    return SPOT_G_VT_QUOTA if market == "spot" else ON_DEMAND_G_VT_QUOTA
+    """The quota a market's launches count against (spot-or-on-demand: spot's; a fallback
+    needs room in the on-demand quota too, which EC2 checks at the launch)."""
+    return ON_DEMAND_G_VT_QUOTA if market == "on-demand" else SPOT_G_VT_QUOTA
 
 
 def is_g_or_vt(instance_type: str) -> bool:
@@ -42,7 +44,7 @@ def running_g_vcpus(ec2: Any, market: str) -> int:
         i["InstanceType"]
         for i in instances
         if is_g_or_vt(i["InstanceType"])
-        and (i.get("InstanceLifecycle") == "spot") == (market == "spot")
+        and (i.get("InstanceLifecycle") == "spot") == (market != "on-demand")
     ]
     if not counted:
         return 0

@@ -15,6 +15,11 @@ REPORTS_PREFIX = "reports/"
 REPORT = "report.json"
 RECORDS = "report.requests.jsonl"  # the harness's per-request records (harness.output)
 PROVENANCE = "provenance.json"
+# What an instance uploads before it ends (rigs/bootstrap: on failure, when it exits, and when
+# it shuts down): its bootstrap's log and its rig's (the rig service's journal).
+BOOTSTRAP_LOG = "bootstrap.log"
+RIG_LOG = "rig.log"
+LOG_NAMES = (BOOTSTRAP_LOG, RIG_LOG)
 _INSTANCE_ARN = re.compile(r"arn:[a-z-]+:ec2:[a-z0-9-]*:\d*:instance")
 
 
@@ -28,6 +33,12 @@ def instance_arn(prefix: str, instance_id: str) -> str:
 
 def boot_prefix(sweep_id: str, rig: str, boot: int, arn: str) -> str:
     return f"{REPORTS_PREFIX}{sweep_id}/{rig}/{boot:02d}/{arn}/"
+
+
+def instances_prefix(sweep_id: str, rig: str, boot: int, arn_prefix: str) -> str:
+    """The boot's prefix less the instance id, which the instance appends itself: with it,
+    `boot_prefix` of that instance's ARN."""
+    return boot_prefix(sweep_id, rig, boot, instance_arn(arn_prefix, "x"))[: -len("x/")]
 
 
 class BootFile(NamedTuple):

@@ -69,10 +69,16 @@ app.command("bench", cls=BenchCommand)(bench)
 app.command("bench-demo")(demo)
 
 from rigbench import cloud  # noqa: E402
+from rigbench.commands.deploy import deploy_command  # noqa: E402
 from rigbench.commands.local import demo_command  # noqa: E402
+from rigbench.commands.logs import logs_command  # noqa: E402
 from rigbench.commands.regressions import regressions_command  # noqa: E402
+from rigbench.commands.stop import stop_command  # noqa: E402
 
-cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap, deploy
+cloud.register(app)  # run (with --local / --dry-run), status, results (with --local), reap
+app.command("stop")(stop_command)
+app.command("logs")(logs_command)
+app.command("deploy")(deploy_command)
 app.command("demo")(demo_command)
 app.command("regressions")(regressions_command)
 
@@ -85,6 +91,9 @@ from rigbench.bake import bake_command  # noqa: E402
 
 app.command("bake")(bake_command)
 
+from rigbench.commands.doctor import doctor_command  # noqa: E402
 from rigbench.mcp.cli import mcp_command  # noqa: E402
+
+app.command("doctor")(doctor_command)
 
 app.command("mcp")(mcp_command)

@@ -1,5 +1,5 @@
-"""The cloud commands: start and follow sweeps, read their results, reap overdue instances,
-deploy the stack and its bundle.
+"""The cloud commands: start and follow sweeps, read their results, reap overdue instances
+(deploy, stop and logs: `rigbench.commands`, on this module's stack choice).
 
 Every command works on a stack client (`rigbench.stack.StackClient`), chosen once by
 `open_stack`: the deployed stack (`--stack`, default `rigbench`), or with `--local` (or no AWS
@@ -13,7 +13,6 @@ import csv
 import io
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,6 @@ from rich.table import Table
 
 from functions.errors import InvalidInput
 from functions.execution_input import SweepInput, read_input_file
-from rigbench.bundle import REPO_ROOT
 from rigbench.commands import local as local_cli
 from rigbench.progress import (
     PhaseLines,
@@ -174,7 +172,10 @@ def run_command(
         }  # fmt: skip
         if concurrency is not None:
             flags["cells"] = {"concurrency": parse_concurrency(concurrency)}
-        if dry_run or use_local(local):
+        on_this_machine = use_local(local)
+        if dry_run and not on_this_machine:
+            raise typer.Exit(plan_on_account(sweep_body(input_file, flags), stack, console))
+        if on_this_machine:
             given = input_file is not None or any(v is not None for v in flags.values())
             code = local_cli.run_local(
                 sweep_body(input_file, flags) if given else None, dry_run=dry_run,
@@ -211,6 +212,26 @@ def run_command(
     for line in check:
         console.print(line)
     print(report, flush=True)
+
+
+def plan_on_account(body: SweepInput, stack_name: str, console: Console) -> int:
+    """`run --dry-run` with AWS credentials: the deployed stack's checks against the account's
+    quota, spot price and the month's spend; nothing is started, reserved or launched."""
+    from rigbench.commands.dry_run import print_plan
+    from rigbench.stack.boto import BotoStack, aws_errors
+
+    with open_stack(False, stack_name) as client:
+        plan = client.plan(body)
+        subnets = [s for b in plan.boots[:1] for s in b.subnets]
+        zones: dict[str, str] = {}
+        if subnets and isinstance(client, BotoStack):
+            with aws_errors("reading the stack's subnets"):
+                found = client.client("ec2").describe_subnets(SubnetIds=subnets)["Subnets"]
+            zones = {s["SubnetId"]: s["AvailabilityZone"] for s in found}
+    if not plan.valid:
+        fail(CloudError(f"a run of this input would fail: {plan.error}"))
+    print_plan(console, plan, zones, emulated=False)
+    return 0
 
 
 def report_line(client: StackClient, sweep_id: str) -> str:
@@ -424,54 +445,8 @@ def reap_command(
         )
 
 
-# ---------------------------------------------------------------------------------- deploy
-
-
-def deploy_command(
-    guided: Annotated[
-        bool, typer.Option("--guided", help="Ask for parameters (first deploy)")
-    ] = False,
-    parameter: Annotated[
-        list[str] | None, typer.Option("--parameter", help="Key=Value template parameter")
-    ] = None,
-    bundle_only: Annotated[
-        bool, typer.Option("--bundle-only", help="Only upload the bundle")
-    ] = False,
-    stack: StackOption = DEFAULT_STACK,
-) -> None:
-    """`sam build` and `sam deploy` the stack, then upload the rig + harness bundle (needs
-    AWS credentials; local sweeps need no deploy)."""
-    console = Console()
-    require_aws_credentials("deploy", "nothing deployed or uploaded; local sweeps need no deploy")
-    if not bundle_only:
-        deploy = ["sam", "deploy", "--stack-name", stack, "--capabilities", "CAPABILITY_IAM",
-                  "--resolve-s3", "--no-fail-on-empty-changeset"]  # fmt: skip
-        if guided:
-            deploy.append("--guided")
-        if parameter:
-            deploy += ["--parameter-overrides", *parameter]
-        for command in (["sam", "build"], deploy):
-            console.print(f"[bold]$ {' '.join(command)}[/]")
-            # functions/Makefile builds the Lambda package with this Python (rigbench's own)
-            env = {**os.environ, "PYTHON": sys.executable}
-            if subprocess.run(command, cwd=REPO_ROOT, env=env).returncode != 0:
-                console.print(f"[red]{command[1]} failed[/]")
-                raise typer.Exit(1)
-    with open_stack(False, stack) as client:
-        try:
-            manifest = client.upload_bundle(REPO_ROOT)
-        except StackError as exc:
-            fail(exc)
-        bucket = client.refs.bucket
-    console.print(
-        f"bundle {manifest.sha256[:12]} (rigs: {', '.join(manifest.rigs)}) "
-        f"-> s3://{bucket}/{manifest.key}"
-    )
-
-
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
     app.command("status")(status_command)
     app.command("results")(results_command)
     app.command("reap")(reap_command)
-    app.command("deploy")(deploy_command)

@@ -107,3 +107,19 @@ def stray(instance_id: str) -> dict[str, Any]:
 
 def regressions_pk(month: str) -> str:
     return f"REGRESSIONS#{month}"
+
+
+def boot_instances(ddb: Any, table: str, sweep_id: str) -> dict[tuple[str, int], list[str]]:
+    """(rig, boot) -> the instances Launch recorded for it, first launched first (a boot
+    relaunched after a spot reclaim has several)."""
+    found: dict[tuple[str, int], list[str]] = {}
+    pages = ddb.get_paginator("query").paginate(
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :boot)",
+        ExpressionAttributeValues={":pk": {"S": sweep_pk(sweep_id)}, ":boot": {"S": BOOT_PREFIX}},
+    )
+    for item in (i for page in pages for i in page["Items"]):
+        ids = item.get("instance_ids", {}).get("SS", [])
+        launched = {i: float(item.get(f"launched_at:{i}", {}).get("N", "0")) for i in ids}
+        found[rig_boot_of_sk(item["sk"]["S"])] = sorted(ids, key=lambda i: (launched[i], i))
+    return found

@@ -1,6 +1,8 @@
-"""Print a cloud sweep's rehearsal: the real state machine and handlers, quota/price/budget
-applied, every launch refused at the EC2 seam, so nothing starts and nothing is spent
-(`rigbench.stack.rehearsal` reads the plan from the rehearsal's history)."""
+"""Print a cloud sweep's plan: locally its rehearsal (the real state machine and handlers,
+quota/price/budget applied, every launch refused at the EC2 seam; `rigbench.stack.rehearsal`
+reads the plan from the rehearsal's history) on the emulated account; with AWS credentials the
+deployed stack's own checks against the account's quota, spot price and the month's spend
+(`rigbench.stack.deployed_plan`). Either way nothing starts and nothing is spent."""
 
 from typing import Any
 
@@ -11,12 +13,15 @@ from rich.table import Table
 from functions.budget import boot_seconds_text
 from functions.events import SweepConfig
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG
-from rigbench.local.emulated import EmulatedAccount
 from rigbench.stack.models import SweepPlan
 
 
-def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]) -> Group:
+def render_plan(plan: SweepPlan, zones: dict[str, str], *, emulated: bool) -> Group:
+    """`emulated`: rehearsed on the emulated account's figures, not the AWS account's."""
     parts: list[Any] = []
+    figures = "emulated" if emulated else "the account's"
+    if plan.planned_against:
+        parts.append(f"planned against {escape(plan.planned_against)} ({figures} figures)")
     if not plan.valid:
         parts.append(f"[red]a cloud run of this input would fail:[/] {escape(plan.error)}")
         return Group(*parts)
@@ -39,17 +44,25 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
     if plan.quota is not None:
         q = plan.quota
         parts.append(
-            f"quota {q.quota_code}: {q.quota_vcpus:g} vCPU (emulated) - {q.used_vcpus} in use = "
+            f"quota {q.quota_code}: {q.quota_vcpus:g} vCPU ({figures}) - {q.used_vcpus} in use = "
             f"{q.room_vcpus:g}; {q.instance_vcpus} per instance -> at most {q.max_concurrency} "
             "instances at once"
         )
     if plan.reservation is not None:
         r = plan.reservation
+        rate = max(r.price_usd_per_hour, r.max_price_usd_per_hour, r.fallback_usd_per_hour)
         parts.append(
-            f"price ${r.price_usd_per_hour:.4f}/h ({r.price_source}; emulated spot price "
-            f"${account.spot_price_usd_per_hour:.4f}/h) x {boot_seconds_text(sweep)} = "
-            f"${r.per_boot_usd:.2f} per boot; {sweep.boot_count()} boots reserve "
-            f"${r.total_usd:.2f} of the ${sweep.budget_usd:.2f} budget ({r.month})"
+            f"price ${r.price_usd_per_hour:.4f}/h ({escape(r.price_source)}); each boot "
+            f"reserves ${rate:.4f}/h x {boot_seconds_text(sweep)} = ${r.per_boot_usd:.2f}; "
+            f"{sweep.boot_count()} boots reserve ${r.total_usd:.2f} of the "
+            f"${sweep.budget_usd:.2f} budget ({r.month})"
+        )
+    if plan.month is not None:
+        m = plan.month
+        parts.append(
+            f"month {m.month}: ${m.committed_usd:.2f} already committed of the "
+            f"${m.cap_usd:.2f} monthly cap; this sweep would bring it to "
+            f"${m.committed_usd + (plan.reservation.total_usd if plan.reservation else 0):.2f}"
         )
     per_boot = f"${plan.reservation.per_boot_usd:.2f}" if plan.reservation else "?"
     title = "the first round would launch" if sweep.adaptive else "would launch"
@@ -73,7 +86,5 @@ def render_plan(plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
     return Group(*parts)
 
 
-def print_plan(
-    console: Console, plan: SweepPlan, account: EmulatedAccount, zones: dict[str, str]
-) -> None:
-    console.print(render_plan(plan, account, zones))
+def print_plan(console: Console, plan: SweepPlan, zones: dict[str, str], *, emulated: bool) -> None:
+    console.print(render_plan(plan, zones, emulated=emulated))

@@ -44,7 +44,9 @@ DryRunOption = Annotated[
     bool,
     typer.Option(
         "--dry-run",
-        help="Rehearse locally: validate, check quota, price and budget, launch nothing",
+        help="Plan, launch nothing: validate, check quota, price and budget against the AWS "
+        "account (with credentials: its quota, spot price and month's spend), or with --local "
+        "(or no credentials) rehearse on the embedded emulation's figures",
     ),
 ]
 HomeOption = Annotated[
@@ -161,7 +163,7 @@ def _dry_run(
         message = f"a cloud run of this input would fail: {plan.error}"
         console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         return 2
-    print_plan(console, plan, account, zones)
+    print_plan(console, plan, zones, emulated=True)
     return 0
 
 

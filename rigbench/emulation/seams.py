@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from moto import backends as moto_backends
 from moto.awslambda.models import LambdaBackend, lambda_backends
@@ -274,6 +274,7 @@ class Seams:
         dynamodb_request = threading.Lock()
         original_terminated = BaseExecutionWorkerCommunication.terminated
         original_stop = ExecutionWorker.stop
+        original_stop_execution = StepFunctionResponse.stop_execution
 
         def send_command(backend: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
             # Copied first: moto's Command extends the list it is given with every instance
@@ -469,7 +470,20 @@ class Seams:
             # AWS ends a stopped execution at once, whatever its Task is waiting for; moto's
             # worker would end only once an in-flight Lambda returned.
             original_stop(worker, *args, **kwargs)
-            worker._execution_communication.terminated()
+            communication = cast(BaseExecutionWorkerCommunication, worker._execution_communication)
+            communication.terminated()
+            # ... ABORTED, as AWS says; moto's parser may end a Map stopped mid-way FAILED with
+            # an AttributeError of its own.
+            communication.execution.exec_status = ExecutionStatus.ABORTED
+
+        def stop_execution(response: StepFunctionResponse) -> Any:
+            # moto drops StopExecution's error and cause; AWS keeps them on the execution.
+            result = original_stop_execution(response)
+            arn = response._get_param("executionArn")
+            execution = response.stepfunction_backend.describe_execution(arn)
+            execution.error = response._get_param("error") or None
+            execution.cause = response._get_param("cause") or None
+            return result
 
         def put_item(backend: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
             if seams.faults.take_throttle(table_name):
@@ -500,6 +514,7 @@ class Seams:
             (DynamoHandler, "call_action", dynamodb_action),
             (BaseExecutionWorkerCommunication, "terminated", terminated),
             (ExecutionWorker, "stop", stop),
+            (StepFunctionResponse, "stop_execution", stop_execution),
             (AmazonStateLanguageParser, "parse", staticmethod(parse_definition)),
             (DynamoResult, "execute_result", dynamodb_result),
             (StepFunctionResponse, "get_execution_history", execution_history),

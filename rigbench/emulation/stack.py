@@ -27,6 +27,7 @@ import httpx
 from moto.server import ThreadedMotoServer
 
 from functions.settings import EMULATED_AMI_PARAMETER
+from harness.version import harness_version
 from rigbench.bundle import REPO_ROOT, build_bundle, upload_bundle
 from rigbench.emulation.cfn_template import (
     CODE_KEY,
@@ -286,6 +287,7 @@ class Emulation:
             "VpcId": vpc["VpcId"],
             "SubnetIds": [s["SubnetId"] for s in subnets],
             "AmiParameter": EMULATED_AMI_PARAMETER,
+            "RigbenchVersion": harness_version(),  # as `rigbench deploy` stamps it
             **self.parameters,
         }
         self.template = self._create_stack(parameters)

@@ -21,10 +21,11 @@ def default_quota_vcpus() -> float:
 
 
 DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0.26-0.41)
-# In a rehearsal, every launch is refused with a capacity error the launch handler treats as
-# "try the next subnet", so the walk covers the whole subnet order; no instance is created
-# because the seam raises before moto's RunInstances.
-REFUSAL = "InsufficientInstanceCapacity"
+# In a rehearsal, every launch is refused with the error the launch handler treats as "not
+# sold in this zone": it tries the next subnet, so the walk covers the whole subnet order, and
+# never tries again after a backoff; no instance is created because the seam raises before
+# moto's RunInstances.
+REFUSAL = "Unsupported"
 
 
 class EmulatedAccount(BaseModel):

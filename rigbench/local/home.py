@@ -39,6 +39,11 @@ class LocalHome:
         """Saved emulated tables and buckets (the results that outlast a run)."""
         return self.root / "data"
 
+    def stop_request(self, sweep_id: str) -> Path:
+        """`rigbench stop --local` asks the process running the sweep to stop it here (a local
+        sweep's execution lives in that process); that process removes it once it has."""
+        return self.root / "stop-requests" / f"{sweep_id}.json"
+
     def report(self, sweep_id: str) -> Path:
         """A sweep's report page: written when `rigbench run --local` ends, else kept from
         what WriteReport stored in the emulated bucket."""

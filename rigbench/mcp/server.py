@@ -309,6 +309,12 @@ def build_server(stack: StackClient, ceiling_usd: float) -> MCPServer:
         The table's and report's words. Compact (the verdict lines) unless detail is true."""
         return _refusals(lambda: tools.compare(sweep_id, baseline, detail))
 
+    @server.tool(annotations=DESTRUCTIVE)
+    def stop_sweep(sweep_id: SweepId) -> SweepStatus:
+        """Stop a running sweep: its execution ends, every instance of it is terminated and
+        each boot billed to when its instance ended; its status says an MCP client stopped it."""
+        return _refusals(lambda: tools.stop_sweep(sweep_id))
+
     @server.tool(annotations=READ_ONLY)
     def list_instances() -> InstanceList:
         """Live instances this stack launched (by its project tag), with their deadline."""

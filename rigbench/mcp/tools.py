@@ -41,6 +41,7 @@ from rigbench.stack import ResultRow, ResultsQuery, StackClient, SweepProgress
 from rigbench.stack.models import SweepPlan
 
 T = TypeVar("T")
+STOPPED_BY_MCP = "an MCP client (rigbench mcp's stop_sweep)"
 
 
 class Refused(Exception):
@@ -206,6 +207,10 @@ class SweepTools:
 
     def sweep_status(self, sweep_id: str) -> SweepStatus:
         progress = self._call(lambda: self.stack.describe_sweep(sweep_id))
+        return SweepStatus(progress=progress, done=progress.done, explained=explain(progress))
+
+    def stop_sweep(self, sweep_id: str) -> SweepStatus:
+        progress = self._call(lambda: self.stack.stop_sweep(sweep_id, STOPPED_BY_MCP))
         return SweepStatus(progress=progress, done=progress.done, explained=explain(progress))
 
     def list_sweeps(self, since: datetime | None, limit: int) -> SweepList:

@@ -14,13 +14,14 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from functions.errors import error_code
 from functions.events import HeadlineComparison, Round
-from functions.report_keys import PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
+from functions.report_keys import LOG_NAMES, PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
 from functions.tables import ledger
 from rigbench.report.errors import ReportError
 from rigbench.stack.history import fold
@@ -53,6 +54,7 @@ class BootData(BaseModel):
     ledger_status: str | None = None  # "reserved" (still running, or not reconciled) / ...
     outcome: str | None = None  # "succeeded" / "failed" from the execution; None: unknown
     error: str = ""
+    logs: list[str] = []  # links to the logs its instances uploaded (bootstrap.log, rig.log)
 
 
 class SweepData(BaseModel):
@@ -131,10 +133,11 @@ def _bucket_objects(
     sweep_id: str,
     ledger_boots: dict[tuple[str, int], Any],
     stored_by: dict[tuple[str, int], str],
-) -> dict[tuple[str, int], dict[str, bytes]]:
+) -> tuple[dict[tuple[str, int], dict[str, bytes]], dict[tuple[str, int], list[str]]]:
     """{(rig, boot): {file name: body}} of each boot's instance (functions.report_keys): the
     one its results rows name, else the last the ledger recorded for the boot that left a
-    report. Files under any other instance's prefix are never read."""
+    report; and {(rig, boot): [log key]} of every instance the ledger recorded for it. Files
+    under any other instance's prefix are never read."""
     listed: dict[tuple[str, int], dict[str, dict[str, str]]] = {}
     for page in store.s3.get_paginator("list_objects_v2").paginate(
         Bucket=store.bucket, Prefix=f"{REPORTS_PREFIX}{sweep_id}/"
@@ -145,8 +148,18 @@ def _bucket_objects(
                 files = listed.setdefault((found.rig, found.boot), {})
                 files.setdefault(found.instance_id, {})[found.name] = obj["Key"]
     objects: dict[tuple[str, int], dict[str, bytes]] = {}
+    log_keys: dict[tuple[str, int], list[str]] = {}
     for boot, by_instance in listed.items():
         recorded = _recorded_instances(ledger_boots.get(boot, {}))
+        logs = [
+            by_instance[i][name]
+            for i in recorded
+            if i in by_instance
+            for name in LOG_NAMES
+            if name in by_instance[i]
+        ]
+        if logs:
+            log_keys[boot] = logs
         candidates = [i for i in recorded if i in by_instance]
         with_report = [i for i in candidates if REPORT in by_instance[i]]
         if not candidates:
@@ -156,8 +169,18 @@ def _bucket_objects(
         objects[boot] = {
             name: store.s3.get_object(Bucket=store.bucket, Key=key)["Body"].read()
             for name, key in by_instance[chosen].items()
+            if name not in LOG_NAMES  # named by key only: `rigbench logs` prints them
         }
-    return objects
+    return objects, log_keys
+
+
+def log_link(store: Store, key: str) -> str:
+    """Where a person reads a log the report names: the S3 console's page of the object."""
+    region = store.s3.meta.region_name
+    return (
+        f"https://{region}.console.aws.amazon.com/s3/object/{store.bucket}"
+        f"?region={region}&prefix={quote(key)}"
+    )
 
 
 def _execution(store: Store, sweep_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
@@ -193,7 +216,7 @@ def gather(store: Store, sweep_id: str) -> SweepData:
         (r["rig"], int(r["boot"])): str(r.get("provenance", {}).get("instance_id", ""))
         for r in rows
     }
-    objects = _bucket_objects(store, sweep_id, ledger_boots, stored_by)
+    objects, log_keys = _bucket_objects(store, sweep_id, ledger_boots, stored_by)
     execution = _execution(store, sweep_id)
     if not (rows or total or objects or execution):
         raise ReportError(
@@ -244,6 +267,7 @@ def gather(store: Store, sweep_id: str) -> SweepData:
                 ledger_status=boot_item.get("status", {}).get("S"),
                 outcome=(found.outcome or None) if found else None,
                 error=(f"{found.error}: {found.cause}" if found.error else "") if found else "",
+                logs=[log_link(store, k) for k in log_keys.get((rig, boot), [])],
             )
         )
 

@@ -287,15 +287,31 @@ def summary_blocks(data: SweepData, local: bool = False) -> list[str]:
     ]
 
 
-def failures_block(data: SweepData) -> str | None:
+def logs_cell(data: SweepData, boot: BootData, local: bool) -> Markup:
+    """The logs a boot's instances left: a link to each uploaded one, and the command that
+    prints them (locally from the instance's folder)."""
+    command = f"rigbench logs {data.sweep_id} --rig {boot.rig} --boot {boot.boot}"
+    links = [
+        Markup('<a href="{}">{}</a>').format(url, "/".join(url.rsplit("/", 2)[-2:]))
+        for url in boot.logs
+    ]
+    return _join(
+        [*links, Markup("<code>{}</code>").format(command + (" --local" if local else ""))]
+    )
+
+
+def failures_block(data: SweepData, local: bool = False) -> str | None:
     rows = [
-        [b.rig, str(b.boot), b.outcome or "unknown", b.error or "no reason recorded"]
+        [
+            b.rig, str(b.boot), b.outcome or "unknown", b.error or "no reason recorded",
+            logs_cell(data, b, local),
+        ]
         for b in data.boots
         if b.outcome == "failed" or (b.report is None and data.status != "RUNNING")
-    ]
+    ]  # fmt: skip
     if not rows:
         return None
-    return render_table(["rig", "boot", "outcome", "why"], rows, css="failures")
+    return render_table(["rig", "boot", "outcome", "why", "logs"], rows, css="failures")
 
 
 def cost_table(by_rig: Mapping[str, list[analysis.Point]], local: bool = False) -> str:
@@ -316,7 +332,9 @@ def cost_table(by_rig: Mapping[str, list[analysis.Point]], local: bool = False) 
         ["rig", *(c for _, c in cells)],
         rows,
         caption=(f"{LOCAL_EMULATION}. " if local else "")
-        + "USD per million output tokens = price paid per hour / (output tokens/s x 3600)"
+        + "USD per million output tokens = price billed per hour (spot: its MaxPrice, the "
+        "most EC2 may charge, up to 25% over the price when the sweep started) / (output "
+        "tokens/s x 3600)"
         " x 10^6, per boot; geometric mean of boots [interval]. It prices the instance's time "
         "at that load, not the time it spent booting.",
     )
@@ -476,7 +494,7 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
     sections = [Section("Sweep", "sweep", blocks=summary_blocks(data, local))]
     if answer := answer_section(data, comparison, local):
         sections.insert(0, answer)
-    failures = failures_block(data)
+    failures = failures_block(data, local)
     if failures:
         sections.append(Section("Failed boots", "failures", blocks=[failures]))
     if comparison is not None:

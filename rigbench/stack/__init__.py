@@ -5,6 +5,7 @@ the CLI. See `rigbench.stack.client` for the interface."""
 from rigbench.stack.client import StackClient, StackError, parse_sweep
 from rigbench.stack.models import (
     DONE,
+    BootLog,
     BootProgress,
     BundleManifest,
     Phase,
@@ -23,6 +24,7 @@ from rigbench.stack_refs import StackRefs
 
 __all__ = [
     "DONE",
+    "BootLog",
     "BootProgress",
     "BundleManifest",
     "Phase",

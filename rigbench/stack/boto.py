@@ -19,6 +19,7 @@ from functions.errors import error_code
 from functions.execution_input import SweepInput, execution_input
 from functions.quota import instance_vcpus, quota_code, running_g_vcpus
 from functions.reaper import overdue_instances, project_instances, reap
+from functions.report_keys import LOG_NAMES, REPORTS_PREFIX, parse_key
 from functions.settings import (
     BOOT_TAG,
     DEADLINE_TAG,
@@ -29,12 +30,14 @@ from functions.settings import (
     sweep_report_key,
 )
 from functions.tables import results as results_table
+from functions.tables.ledger import boot_instances
 from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
-from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, STOPPED_BY_USER, StackError
 from rigbench.stack.deployed_plan import VALIDATE_STATE, deployed_settings, plan_deployed
 from rigbench.stack.history import fold
 from rigbench.stack.models import (
+    BootLog,
     BundleManifest,
     QuotaCheck,
     ReapReport,
@@ -78,6 +81,15 @@ class _AwsErrors:
             raise StackError(f"{self.what}: {error_code(exc)}: {message}") from exc
         if isinstance(exc, BotoCoreError):
             raise StackError(f"{self.what}: cannot reach AWS: {exc}") from exc
+
+
+def stop_cause(by: str) -> str:
+    """What a stopped sweep's status says (its instances are ended by its status-change
+    handler, which bills each boot to when its instance ended)."""
+    return (
+        f"stopped by {by} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC (rigbench stop): its "
+        "instances were terminated and each boot billed to when its instance ended"
+    )
 
 
 def sweep_name(sweep: SweepInput, name: str | None) -> str:
@@ -172,6 +184,16 @@ class BotoStack:
             if progress.done:
                 return progress
             time.sleep(self.follow_poll_s if poll_s is None else poll_s)
+
+    def stop_sweep(self, execution: str, by: str) -> SweepProgress:
+        arn = self.refs.execution_arn(execution)
+        sfn = self.client("stepfunctions")
+        with aws_errors(f"stopping sweep {execution!r}"):
+            status = sfn.describe_execution(executionArn=arn)["status"]
+            if status != "RUNNING":
+                raise StackError(f"sweep {execution!r} is not running: it ended {status}")
+            sfn.stop_execution(executionArn=arn, error=STOPPED_BY_USER, cause=stop_cause(by))
+        return self.describe_sweep(execution)
 
     def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
         with aws_errors("listing sweeps"):
@@ -316,6 +338,56 @@ class BotoStack:
             ExpiresIn=expires_s,
         )
         return url
+
+    # -- logs --------------------------------------------------------------------------------
+    def _recorded(
+        self, sweep_id: str, rig: str | None, boot: int | None
+    ) -> dict[tuple[str, int], list[str]]:
+        with aws_errors(f"reading sweep {sweep_id!r}'s ledger"):
+            recorded = boot_instances(self.client("dynamodb"), self.refs.ledger_table, sweep_id)
+        if not recorded:
+            raise StackError(
+                f"no sweep {sweep_id!r} with a launched boot in this stack's ledger "
+                "(`rigbench status` lists the sweeps)"
+            )
+        return {
+            key: ids
+            for key, ids in sorted(recorded.items())
+            if (rig is None or key[0] == rig) and (boot is None or key[1] == boot)
+        }
+
+    def boot_logs(
+        self, sweep_id: str, rig: str | None = None, boot: int | None = None
+    ) -> list[BootLog]:
+        recorded = self._recorded(sweep_id, rig, boot)
+        s3, bucket = self.client("s3"), self.refs.bucket
+        keys: dict[tuple[str, int, str], dict[str, str]] = {}
+        with aws_errors(f"listing s3://{bucket}/{REPORTS_PREFIX}{sweep_id}/"):
+            pages = s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=f"{REPORTS_PREFIX}{sweep_id}/"
+            )
+            for obj in (o for page in pages for o in page.get("Contents", [])):
+                found = parse_key(sweep_id, obj["Key"])
+                if found is not None and found.name in LOG_NAMES:
+                    where = (found.rig, found.boot, found.instance_id)
+                    keys.setdefault(where, {})[found.name] = obj["Key"]
+        logs = []
+        for (boot_rig, boot_n), instances in recorded.items():
+            for instance_id in instances:  # an instance the ledger did not record: never read
+                for name in LOG_NAMES:
+                    key = keys.get((boot_rig, boot_n, instance_id), {}).get(name)
+                    if key is None:
+                        continue
+                    with aws_errors(f"reading s3://{bucket}/{key}"):
+                        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+                    logs.append(
+                        BootLog(
+                            rig=boot_rig, boot=boot_n, instance_id=instance_id, name=name,
+                            location=f"s3://{bucket}/{key}",
+                            text=body.decode("utf-8", errors="replace"),
+                        )
+                    )  # fmt: skip
+        return logs
 
     # -- bundle ------------------------------------------------------------------------------
     def upload_bundle(self, root: Path | None = None) -> BundleManifest:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from functions.execution_input import SweepInput, parse_sweep_input
 from rigbench.bundle import REPO_ROOT, rig_names
 from rigbench.stack.models import (
+    BootLog,
     BundleManifest,
     QuotaCheck,
     ReapReport,
@@ -61,6 +62,10 @@ def report_link_expires_s(env: Mapping[str, str] | None = None) -> int:
             "seconds; unset it for 3600 (1 h)"
         )
     return int(raw)
+
+
+# The error a stopped sweep's execution carries; its cause says who stopped it.
+STOPPED_BY_USER = "StoppedByUser"
 
 
 class StackError(Exception):
@@ -122,6 +127,12 @@ class StackClient(Protocol):
         """The most recent executions, newest first."""
         ...
 
+    def stop_sweep(self, execution: str, by: str) -> SweepProgress:
+        """Stop a running sweep: its execution ends ABORTED with error StoppedByUser and a
+        cause naming `by`; its status-change handler then ends every instance of the sweep and
+        bills each boot to when its instance ended. A StackError if it is not running."""
+        ...
+
     def plan(self, sweep: SweepInput) -> SweepPlan:
         """A dry run: what a run of this input would launch and reserve (nothing is launched,
         nothing spent); `valid` is False with the reason when a run would fail."""
@@ -178,6 +189,14 @@ class StackClient(Protocol):
         """Where a person opens the sweep's report: on the deployed stack a presigned S3 GET
         URL (valid `expires_s`, or less when the credentials that signed it expire sooner),
         on the local one its file. A StackError when there is no report."""
+        ...
+
+    # -- logs --------------------------------------------------------------------------------
+    def boot_logs(
+        self, sweep_id: str, rig: str | None = None, boot: int | None = None
+    ) -> list[BootLog]:
+        """The logs each boot's instances left (only instances the ledger recorded for that
+        boot), by rig, boot and launch order; `rig`/`boot` narrow them."""
         ...
 
     # -- bundle ------------------------------------------------------------------------------

@@ -215,7 +215,9 @@ def fold(
     output = None
     if described is not None:
         status = str(described.get("status") or status)
-        if status not in ("RUNNING", "SUCCEEDED") and not error:
+        # The execution's own error wins (a stop's StoppedByUser and who stopped it, where
+        # moto's history has its parser's error instead); else the history's, else the status.
+        if status not in ("RUNNING", "SUCCEEDED") and (described.get("error") or not error):
             error = str(described.get("error") or status)
             cause = error_message(str(described.get("cause") or ""))
         parsed = _json(described.get("output"))

@@ -5,6 +5,10 @@ Executions live in the process that ran them; a session saves each one's descrip
 history when it ends (`rigbench.local.executions`), so a later process can show its status.
 """
 
+import contextlib
+import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,16 +21,29 @@ from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.procs import PidRecord
 from rigbench.local.session import LocalSession
-from rigbench.stack.boto import BotoStack
-from rigbench.stack.client import REPORT_URL_EXPIRES_S, StackError
+from rigbench.stack.boto import BotoStack, stop_cause
+from rigbench.stack.client import REPORT_URL_EXPIRES_S, STOPPED_BY_USER, StackError
 from rigbench.stack.history import fold
-from rigbench.stack.models import ReapReport, SweepPlan, SweepProgress, SweepStarted, SweepSummary
+from rigbench.stack.models import (
+    BootLog,
+    ReapReport,
+    SweepPlan,
+    SweepProgress,
+    SweepStarted,
+    SweepSummary,
+)
 from rigbench.stack.rehearsal import plan_from
 
 # Each poll reads the whole execution history, which the emulation serializes slowly: polls
 # every 0.5 s cost a six-boot sweep's own process 70 CPU-seconds.
 LOCAL_POLL_S = 2.0
 PLAN_TIMEOUT_S = 300.0
+# How long `rigbench stop --local` waits for the process running the sweep to take its request
+# (it looks at every poll, LOCAL_POLL_S).
+STOP_REQUEST_TIMEOUT_S = 30.0
+# What a local instance leaves in its folder (rigbench.local.fleet): the rig's output, and the
+# status its bootstrap would write (a failure there carries the rig's last lines).
+LOCAL_LOGS = ("rig.log", "status.json")
 
 
 # A local instance is this machine: its loops poll from 1 s on (functions/poll_schedule.py).
@@ -115,6 +132,58 @@ class LocalStack(BotoStack):
             )
         return fold(saved.events, execution_arn=arn, described=saved.described)
 
+    def follow_sweep(
+        self,
+        execution: str,
+        on_update: Callable[[SweepProgress], None] | None = None,
+        poll_s: float | None = None,
+    ) -> SweepProgress:
+        """As on AWS, and at every poll the sweep is stopped if `rigbench stop --local` (in
+        another process) asked for it."""
+
+        def update(progress: SweepProgress) -> None:
+            request = self.home.stop_request(progress.sweep_id)
+            if not progress.done and request.is_file():
+                by = json.loads(request.read_text()).get("by", "another process")
+                with contextlib.suppress(StackError):  # it ended meanwhile: its status says how
+                    self.stop_sweep(progress.execution_arn, by)
+                request.unlink(missing_ok=True)
+            if on_update is not None:
+                on_update(progress)
+
+        return super().follow_sweep(execution, update, poll_s)
+
+    def stop_sweep(self, execution: str, by: str) -> SweepProgress:
+        """A sweep of this process: stopped here. Another process's (local executions live in
+        the process that started them): asked through the home, and waited for."""
+        arn = self.refs.execution_arn(execution)
+        if self._live(arn):
+            return super().stop_sweep(execution, by)
+        sweep_id = arn.rsplit(":", 1)[-1]
+        saved = executions.load(self.home.root, sweep_id)
+        if saved is not None:
+            raise StackError(
+                f"local sweep {execution!r} is not running: it ended {saved.described['status']}"
+            )
+        request = self.home.stop_request(sweep_id)
+        request.parent.mkdir(parents=True, exist_ok=True)
+        request.write_text(json.dumps({"by": by}))
+        deadline = time.monotonic() + STOP_REQUEST_TIMEOUT_S
+        while request.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if request.is_file():
+            request.unlink(missing_ok=True)
+            raise StackError(
+                f"no running local sweep {execution!r} took the stop request within "
+                f"{STOP_REQUEST_TIMEOUT_S:g} s: is it running? (`rigbench status --local` lists "
+                "the sweeps; a local sweep runs in the process that started it, and Ctrl-C there "
+                "stops it too)"
+            )
+        return SweepProgress(
+            sweep_id=sweep_id, execution_arn=arn, status="ABORTED", error=STOPPED_BY_USER,
+            cause=stop_cause(by),
+        )  # fmt: skip
+
     def list_sweeps(self, limit: int = 20) -> list[SweepSummary]:
         live = super().list_sweeps(limit)
         known = {s.sweep_id for s in live}
@@ -156,6 +225,26 @@ class LocalStack(BotoStack):
             f"the embedded emulation (emulated quota {self.account.quota_vcpus:g} vCPU, spot "
             f"price ${self.account.spot_price_usd_per_hour:.4f}/h)"
         )
+
+    def boot_logs(
+        self, sweep_id: str, rig: str | None = None, boot: int | None = None
+    ) -> list[BootLog]:
+        """From each local instance's folder (what its rig wrote, and its status.json: the
+        bootstrap's part locally), for the instances the ledger recorded."""
+        logs = []
+        for (boot_rig, boot_n), instances in self._recorded(sweep_id, rig, boot).items():
+            for instance_id in instances:
+                for name in LOCAL_LOGS:
+                    path = self.home.instances / instance_id / name
+                    if path.is_file():
+                        logs.append(
+                            BootLog(
+                                rig=boot_rig, boot=boot_n, instance_id=instance_id, name=name,
+                                location=str(path),
+                                text=path.read_text(encoding="utf-8", errors="replace"),
+                            )
+                        )  # fmt: skip
+        return logs
 
     def sweep_report(self, sweep_id: str) -> str:
         """What WriteReport stored in this session, else the home's report file."""

@@ -89,6 +89,17 @@ class SweepProgress(_Model):
         return self.status in DONE
 
 
+class BootLog(_Model):
+    """One log a boot's instance left: its bootstrap's or its rig's."""
+
+    rig: str
+    boot: int
+    instance_id: str
+    name: str  # bootstrap.log, rig.log (locally: rig.log, status.json)
+    location: str  # where it is kept: an s3:// URI, or a file of this machine
+    text: str
+
+
 class ResultsQuery(_Model):
     """Which results rows to read (by Query only): a sweep, one rig/model/type over time, or
     every row since `since` (default: 30 days ago), narrowed by the given filters."""

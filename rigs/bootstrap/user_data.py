@@ -36,6 +36,8 @@ class InstancePaths(BaseModel):
     status_file: str = str(STATUS_FILE)
     token_file: str = "/etc/rigbench/hf_token"
     log_file: str = "/var/log/rigbench-bootstrap.log"
+    rig_log_file: str = "/var/log/rigbench-rig.log"  # the rig service's journal, when uploaded
+    upload_script: str = "/usr/local/sbin/rigbench-upload-logs"
     unit_dir: str = "/etc/systemd/system"
 
 
@@ -53,6 +55,11 @@ class BootstrapSpec(BaseModel):
     ]
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
     hf_token_secret_id: str | None = None  # a SecretString holding the bare token
+    # Where the instance uploads its bootstrap and rig logs before it ends: this prefix and
+    # then its own instance id (functions.report_keys.instances_prefix); None: no upload.
+    log_s3_prefix: (
+        Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[\w./:@-]+/$")] | None
+    ) = None
     dtype: str | None = None
     settings: dict[str, Scalar] = Field(default_factory=dict)
     expected_compute_capability: str | None = "7.5"  # the T4G; None accepts any GPU

@@ -110,10 +110,15 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
     assert "vllm, torch x 3 boots of google/gemma-4-E2B-it on g5g.2xlarge (spot)" in out
     assert "64 vCPU (emulated) - 0 in use = 64" in out
     assert "at most 6 instances at once" in out  # 8 fit; the sweep has 6 boots
-    # $0.25/h x (2 h instance deadline + 120 s for the one relaunch allowed) = $0.51 per boot,
-    # 6 boots = $3.05 of $5.00.
-    assert "x (2 h deadline + 1 relaunch x 120 s) = $0.51 per boot" in out
-    assert "6 boots reserve $3.05 of the $5.00" in out
+    assert "planned against the embedded emulation" in out
+    assert "(emulated figures)" in out
+    # MaxPrice $0.25/h + 25% = $0.3125/h x (2 h instance deadline + 120 s for the one relaunch
+    # allowed) = $0.635 per boot, 6 boots = $3.81 of $5.00.
+    said = " ".join(out.split())
+    assert (
+        "each boot reserves $0.3125/h x (2 h deadline + 1 relaunch x 120 s) = $0.64; "
+        "6 boots reserve $3.81 of " in said
+    )
     assert out.count("g5g.2xlarge   │ spot") == 6
     assert "no instance was launched" in out
     home = LocalHome(tmp_path / "home")
@@ -126,12 +131,12 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
 def test_dry_run_of_an_adaptive_sweep_plans_its_first_round_and_reserves_its_worst_case(
     tmp_path: Path,
 ) -> None:
-    body = {**REAL_INPUT, "boots_per_rig": "auto", "max_boots_per_rig": 4, "budget_usd": 5}
+    body = {**REAL_INPUT, "boots_per_rig": "auto", "max_boots_per_rig": 4, "budget_usd": 6}
     code, out = _dry(tmp_path, body, quota_vcpus=64, spot_price=0.25)
     assert code == 0, out
     assert "vllm, torch x up to 4 boots (auto: rounds at [3, 4] per rig) of google/" in out
-    # the worst case, 2 rigs x 4 boots x $0.508, is reserved up front
-    assert "$0.51 per boot; 8 boots reserve $4.07 of the $5.00" in out
+    # the worst case, 2 rigs x 4 boots x $0.635, is reserved up front
+    assert "= $0.64; 8 boots reserve $5.08 of the $6.00 budget" in " ".join(out.split())
     assert "the first round would launch" in out
     assert out.count("g5g.2xlarge   │ spot") == 6
     assert "later rounds launch up to 2 more boots" in out

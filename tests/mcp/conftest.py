@@ -24,9 +24,9 @@ QUOTA_VCPUS = 8.0  # one g5g.2xlarge at a time
 TOOLS = {
     "check_quotas", "plan_sweep", "start_sweep", "sweep_status", "list_sweeps",
     "query_results", "compare", "list_instances", "terminate", "reap", "list_rigs",
-    "list_regressions",
+    "list_regressions", "stop_sweep",
 }  # fmt: skip
-DESTRUCTIVE = {"terminate", "reap"}
+DESTRUCTIVE = {"terminate", "reap", "stop_sweep"}
 SWEEP_TIMEOUT_S = 400
 
 

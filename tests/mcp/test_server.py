@@ -31,7 +31,7 @@ from rigbench.mcp.tools import Refused, SweepTools
 from rigbench.progress import boot_failures, status_table
 from rigbench.stack.local import LocalStack
 from rigs.registry import discover
-from tests.local.conftest import sweep_input
+from tests.local.conftest import sweep_input, wait_for
 from tests.mcp.conftest import (
     CEILING_USD,
     DESTRUCTIVE,
@@ -380,3 +380,29 @@ def test_a_rig_that_dies_says_why_in_the_status_the_report_and_mcp(stack: LocalS
     assert free in shown
     report = Path(stack.report_location("mcp-rig-dies")).read_text()
     assert free in report
+
+
+def test_stop_sweep_ends_a_running_sweep_and_says_an_mcp_client_stopped_it(
+    stack: LocalStack,
+) -> None:
+    deadlines = {"ready_s": 300, "bench_s": 60, "instance_s": 900}
+
+    async def start(client: Client) -> None:
+        await ok(client, "start_sweep", sweep_input(sweep_id="mcp-stop", deadlines=deadlines))
+
+    async def stop(client: Client) -> None:
+        stopped = await ok(client, "stop_sweep", {"sweep_id": "mcp-stop"})
+        assert stopped["progress"]["error"] == "StoppedByUser"
+        assert "stopped by an MCP client" in stopped["progress"]["cause"]
+        message = await refused(client, "stop_sweep", {"sweep_id": "mcp-stop"})
+        assert "is not running" in message
+
+    with_client(stack, start)
+    wait_for(stack.instances, timeout=120, what="the boot's instance launched")
+    with_client(stack, stop)
+    emu = stack.session.emu
+    (ended,) = emu.seams.status_changes.wait(stack.refs.execution_arn("mcp-stop"))
+    assert ended["sweep_id"] == "mcp-stop"
+    assert len(ended["terminated"]) == 1
+    assert stack.instances() == []
+    assert stack.describe_sweep("mcp-stop").status == "ABORTED"

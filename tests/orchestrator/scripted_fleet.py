@@ -45,6 +45,7 @@ class ScriptedFleet:
     price_usd_per_hour: float = 0.30
     refuse: dict[str, str] = field(default_factory=dict)  # availability zone -> error code
     refuse_markets: dict[str, str] = field(default_factory=dict)  # market -> error code
+    busy: list[str] = field(default_factory=list)  # the first launch requests' error codes
     agent_after: int | None = 0
     ready_after: int | None = 0
     install_error: str | None = None
@@ -104,6 +105,8 @@ class ScriptedFleet:
     def capacity_error(self, request: LaunchRequest) -> str | None:
         with self._lock:
             self.launch_requests.append(request)
+            if len(self.launch_requests) <= len(self.busy):
+                return self.busy[len(self.launch_requests) - 1]
         return self.refuse_markets.get(request.market) or self.refuse.get(request.availability_zone)
 
     def launched(self, instance: LaunchedInstance) -> None:

@@ -96,8 +96,9 @@ def test_a_plan_applies_the_deployed_quota_price_and_settings(
     assert (plan.quota.room_vcpus, plan.quota.max_concurrency) == (16.0, 2)
     assert plan.reservation is not None
     assert plan.reservation.price_usd_per_hour == pytest.approx(0.41)
-    # 4 boots x $0.41/h x (600 s deadline + 120 s for the one relaunch allowed)
-    assert plan.reservation.total_usd == pytest.approx(4 * 0.41 * 720 / 3600, abs=1e-5)
+    assert plan.reservation.max_price_usd_per_hour == pytest.approx(0.41 * 1.25)  # headroom
+    # 4 boots x MaxPrice x (600 s deadline + 120 s for the one relaunch allowed)
+    assert plan.reservation.total_usd == pytest.approx(4 * 0.41 * 1.25 * 720 / 3600, abs=1e-5)
     assert plan.month is not None
     assert plan.month.cap_usd == MONTHLY_CAP_USD
     stack_subnets = [s["SubnetId"] for s in deployed.client("ec2").describe_subnets()["Subnets"]]
@@ -141,7 +142,7 @@ def test_a_plan_counts_the_month_already_committed_against_the_deployed_cap(
         assert error_of(deployed.wait(holding, 60))[0] == "CommandFailed"
 
     assert not plan.valid
-    assert "monthly cap $1.00 would be exceeded by $0.20: $0.60 already committed" in plan.error, (
+    assert "monthly cap $1.00 would be exceeded by $0.50: $0.75 already committed" in plan.error, (
         plan.error
     )
     assert not report.can_start
@@ -153,8 +154,8 @@ def test_a_plan_refuses_an_estimate_over_the_deployed_cap_alone(
     deployed: Emulation, fleet: ScriptedFleet
 ) -> None:
     stack = BotoStack(deployed.session(), deployed.stack_refs())
-    plan = stack.plan(  # $1.20
+    plan = stack.plan(  # 2 boots x 2 h x $0.375 (MaxPrice) = $1.50
         parse_sweep(sweep_input(boots_per_rig=2, deadlines=HOURS_2, max_interruptions_per_boot=0))
     )
     assert not plan.valid
-    assert "alone is over the monthly cap $1.00 by $0.20" in plan.error
+    assert "alone is over the monthly cap $1.00 by $0.50" in plan.error

@@ -52,33 +52,7 @@ def check_failed(
     return cause
 
 
-def test_no_capacity_in_any_az_fails_after_trying_every_subnet(
-    emu: Emulation, earlier_rows: Any
-) -> None:
-    fleet = fleet_of(emu)
-    zones = {s["AvailabilityZone"] for s in emu.client("ec2").describe_subnets()["Subnets"]}
-    fleet.refuse = dict.fromkeys(zones, "InsufficientInstanceCapacity")
-    described = run_sweep(emu, sweep_input())
-    cause = check_failed(emu, described, earlier_rows, "CapacityUnavailable", "no spot capacity")
-    assert cause.count("InsufficientInstanceCapacity") == 3  # all three subnets were tried
-    assert fleet.instances == {}
-
-
-def test_capacity_refused_in_one_az_falls_back_to_the_next(
-    emu: Emulation, earlier_rows: Any
-) -> None:
-    fleet = fleet_of(emu)
-    first = sorted(
-        emu.client("ec2").describe_subnets()["Subnets"], key=lambda s: s["AvailabilityZone"]
-    )[0]
-    fleet.refuse = {first["AvailabilityZone"]: "InsufficientInstanceCapacity"}
-    described = run_sweep(emu, sweep_input())
-    assert described["status"] == "SUCCEEDED", described.get("cause")
-    rows = result_rows(emu, sweep_id_of(described))
-    assert rows
-    assert all(r["provenance"]["availability_zone"] != first["AvailabilityZone"] for r in rows)
-    assert fleet.launch_requests[0].availability_zone == first["AvailabilityZone"]
-    assert_clean(emu, sweep_id_of(described))
+# Capacity refusals (every zone, some zones, retried, on-demand fallback): test_busy_zones.py.
 
 
 def test_quota_zero_fails_before_anything_is_reserved_or_launched(

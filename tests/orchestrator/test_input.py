@@ -63,7 +63,7 @@ def test_defaults_fill_a_minimal_input() -> None:
         ({"boots_per_rig": 0}, "boots_per_rig", "greater than or equal to 1"),
         ({"boots_per_rig": 11}, "boots_per_rig", "less than or equal to 10"),
         ({"instance_type": "p5.48xlarge"}, "instance_type", "not allowed"),
-        ({"market": "reserved"}, "market", "'spot' or 'on-demand'"),
+        ({"market": "reserved"}, "market", "'on-demand' or 'spot-or-on-demand'"),
         ({"subnets": ["sub-1"]}, "subnets", "not a subnet id"),
         ({"waits": {"agent_poll_s": -1}}, "waits.agent_poll_s", "greater than or equal to 0"),
         (
@@ -196,7 +196,7 @@ def test_a_sweep_that_could_overflow_its_history_is_refused() -> None:
 def test_schema_describes_the_model() -> None:
     schema = json.loads(SCHEMA_PATH.read_text())
     assert set(schema["required"]) == {"rigs", "model", "budget_usd"}
-    assert schema["properties"]["market"]["enum"] == ["spot", "on-demand"]
+    assert schema["properties"]["market"]["enum"] == ["spot", "on-demand", "spot-or-on-demand"]
 
 
 def test_a_hub_model_takes_a_revision() -> None:

@@ -39,13 +39,15 @@ def test_monthly_cap_refuses_a_sweep_that_would_cross_it(capped: Emulation) -> N
         waits={"agent_poll_s": 0, "ready_poll_s": 0, "command_poll_s": 1},
         max_interruptions_per_boot=0,  # no relaunch allowance: 2 h x $0.30 exactly
     )
-    holding = capped.start_execution(body)  # reserves 2 h x $0.30 = $0.60 and keeps running
+    holding = capped.start_execution(
+        body
+    )  # reserves 2 h x $0.375 (MaxPrice) = $0.75, keeps running
     assert fleet.bench_started.wait(60)
 
-    refused = capped.wait(capped.start_execution(body), 60)  # another $0.60
+    refused = capped.wait(capped.start_execution(body), 60)  # another $0.75
     error, cause = error_of(refused)
     assert error == "OverBudget"
-    assert "monthly cap $1.00 would be exceeded by $0.20" in cause
+    assert "monthly cap $1.00 would be exceeded by $0.50" in cause
     assert len(fleet.launch_requests) == 1
 
     fleet.bench = "failed"  # let the first sweep end

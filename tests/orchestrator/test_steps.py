@@ -98,9 +98,10 @@ def test_over_budget_fails_before_launch_saying_by_how_much(emu: Emulation) -> N
     assert described["status"] == "FAILED"
     error, cause = error_of(described)
     assert error == "OverBudget"
-    # 2 boots x $0.40/h x (1 h + 120 s for the relaunch allowed) = $0.83 against $0.50
-    assert "estimate $0.83 (2 boots x $0.4000/h x (1 h deadline + 1 relaunch x 120 s))" in cause
-    assert "over the sweep budget $0.50 by $0.33" in cause
+    # 2 boots x $0.50/h (the $0.40 spot price with 25% headroom: MaxPrice) x (1 h + 120 s for
+    # the relaunch allowed) = $1.03 against $0.50
+    assert "estimate $1.03 (2 boots x $0.5000/h x (1 h deadline + 1 relaunch x 120 s))" in cause
+    assert "over the sweep budget $0.50 by $0.53" in cause
     assert fleet_of(emu).launch_requests == []
     ledger = ledger_items(emu, f"SWEEP#{sweep_id_of(described)}")
     assert set(ledger) == {"OWNER"}, "the sweep id was claimed, nothing was reserved"
@@ -121,7 +122,9 @@ def test_on_demand_only_when_asked(emu: Emulation) -> None:
 def test_spot_refused_does_not_fall_back_to_on_demand(emu: Emulation) -> None:
     fleet = fleet_of(emu)
     fleet.refuse_markets = {"spot": "InsufficientInstanceCapacity"}
-    described = run_sweep(emu, sweep_input())
+    described = run_sweep(
+        emu, sweep_input(deadlines={"ready_s": 2, "bench_s": 20, "instance_s": 600})
+    )
     assert error_of(described)[0] == "CapacityUnavailable"
     assert {r.market for r in fleet.launch_requests} == {"spot"}
     assert_clean(emu, sweep_id_of(described))

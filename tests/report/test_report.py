@@ -284,18 +284,27 @@ def test_two_boots_give_an_interval_named_with_its_n(gathered: SweepData) -> Non
 @pytest.mark.slow
 def test_failed_boot_running_sweep_and_single_rig_are_said_plainly(gathered: SweepData) -> None:
     why = "RigNotReady: the rig did not answer a completion within 300 s"
+    log = (
+        "https://us-east-1.console.aws.amazon.com/s3/object/bucket?region=us-east-1&prefix="
+        "reports/s/torch/02/arn:aws:ec2:us-east-1:1:instance/i-0abc/rig.log"
+    )
     failed = gathered.model_copy(
         update={
             "status": "FAILED",
             "boots": _two_boots_each(
-                gathered, torch2={"report": None, "outcome": "failed", "error": why}
+                gathered,
+                torch2={"report": None, "outcome": "failed", "error": why, "logs": [log]},
             ),
         }
     )
-    text = _text(render_page(sweep_page(failed)))
+    page = render_page(sweep_page(failed))
+    text = _text(page)
     assert f"1 of 6 boots failed: torch boot 2: {why}" in text
     assert "Failed boots" in text
     assert "torch 1 reported, 1 failed, 2 in all" in text
+    # Its logs: a link to each one its instance uploaded, and the command that prints them.
+    assert f'<a href="{log.replace("&", "&amp;")}">i-0abc/rig.log</a>' in page
+    assert f"rigbench logs {SWEEP} --rig torch --boot 2" in text
 
     running = gathered.model_copy(
         update={"status": "RUNNING", "boots": _two_boots_each(gathered, jax2={"report": None})}

@@ -137,7 +137,8 @@ def test_bad_specs_are_refused(changes: dict[str, object], error: type[Exception
 
 
 def _fake_instance(tmp_path: Path, **behaviour: str) -> tuple[Path, Path, Path]:
-    """Fake nvidia-smi, aws, shutdown, systemctl recording their calls; returns bin, calls, root."""
+    """Fake nvidia-smi, aws, shutdown, systemctl, curl (IMDS), journalctl recording their
+    calls; returns bin, calls, root."""
     bin_dir, calls, root = tmp_path / "bin", tmp_path / "calls", tmp_path / "instance"
     bin_dir.mkdir()
     tools = {
@@ -151,6 +152,9 @@ def _fake_instance(tmp_path: Path, **behaviour: str) -> tuple[Path, Path, Path]:
         ),
         "shutdown": "exit 0",
         "systemctl": "exit 0",
+        # IMDSv2: a token, then the instance id
+        "curl": 'if [[ "$*" == *api/token* ]]; then echo tok; else echo i-0fake; fi',
+        "journalctl": 'echo "rig: CUDA error: no kernel image is available"',
     }
     for name, body in tools.items():
         path = bin_dir / name
@@ -167,6 +171,8 @@ def _boot(
         status_file=str(root / "status.json"),
         token_file=str(root / "etc" / "hf_token"),
         log_file=str(root / "bootstrap.log"),
+        rig_log_file=str(root / "rig.log"),
+        upload_script=str(root / "upload-logs"),
         unit_dir=str(root / "units"),
     )
     text = render_user_data(bootstrap.model_copy(update={"root": str(root)}), paths)
@@ -281,3 +287,49 @@ def test_the_deadline_also_survives_a_reboot(tmp_path: Path) -> None:
     assert "Persistent=true" in timer
     assert "systemctl enable --now rigbench-deadline.timer" in calls
     assert calls[0].startswith("shutdown -h +")  # still the very first thing
+
+
+LOG_PREFIX = (
+    "s3://rigbench-bundles/reports/s-1/vllm/01/arn:aws:ec2:us-east-1:123456789012:instance/"
+)
+
+
+@pytest.mark.slow
+def test_user_data_with_log_upload_passes_shellcheck_and_fits() -> None:
+    text = render_user_data(spec(log_s3_prefix=LOG_PREFIX, settings={"max_model_len": 2048}))
+    shellcheck(text)
+    assert len(text.encode()) < USER_DATA_LIMIT
+
+
+@pytest.mark.slow
+def test_a_failed_boot_uploads_its_bootstrap_and_rig_logs_before_it_ends(tmp_path: Path) -> None:
+    result, status_file, calls = _boot(tmp_path, spec(log_s3_prefix=LOG_PREFIX), FAKE_GPU="0")
+    assert result.returncode != 0
+    status = read_status(status_file)
+    assert status is not None
+    assert status.phase == "failed"
+    uploads = [c for c in calls if c.startswith("aws s3 cp")]
+    root = tmp_path / "instance"
+    assert uploads == [
+        f"aws s3 cp --region us-east-1 --only-show-errors {root}/bootstrap.log "
+        f"{LOG_PREFIX}i-0fake/bootstrap.log",
+        f"aws s3 cp --region us-east-1 --only-show-errors {root}/rig.log "
+        f"{LOG_PREFIX}i-0fake/rig.log",
+    ]
+    assert "no kernel image" in (root / "rig.log").read_text()
+    # ... and again when the instance shuts down, whoever ends it
+    unit = (root / "units" / "rigbench-logs.service").read_text()
+    assert f"ExecStop={root}/upload-logs us-east-1 {root}/bootstrap.log {root}/rig.log" in unit
+    assert unit.rstrip().endswith("WantedBy=multi-user.target")
+    assert "systemctl enable --now rigbench-logs.service" in calls
+
+
+def test_no_upload_without_a_log_prefix() -> None:
+    assert "rigbench-upload-logs" not in render_user_data(spec())
+
+
+def test_a_labelled_rig_entry_s_log_prefix_is_accepted() -> None:
+    # a sweep entry `torch@wrong` has its own boots, so its own prefix
+    prefix = LOG_PREFIX.replace("/vllm/", "/torch@wrong/")
+    text = render_user_data(spec(rig="torch", log_s3_prefix=prefix))
+    assert "torch@wrong/01/arn:aws:ec2" in text
