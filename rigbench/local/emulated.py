@@ -26,6 +26,9 @@ DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0
 # never tries again after a backoff; no instance is created because the seam raises before
 # moto's RunInstances.
 REFUSAL = "Unsupported"
+# Every GPU held by a running instance: a busy zone, which Launch tries again after a backoff
+# (until the ready deadline), so a boot waits for a GPU to be freed.
+NO_FREE_GPU = "InsufficientInstanceCapacity"
 
 
 class EmulatedAccount(BaseModel):

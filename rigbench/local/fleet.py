@@ -46,7 +46,7 @@ from rigbench.emulation.fleet import (
     LaunchedInstance,
     LaunchRequest,
 )
-from rigbench.local.emulated import REFUSAL, EmulatedAccount
+from rigbench.local.emulated import NO_FREE_GPU, REFUSAL, EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.local.ports import free_port
 from rigbench.local.procs import ProcessGroups
@@ -194,7 +194,7 @@ class LocalFleet:
                 self._rehearsal.append(request)
                 return REFUSAL
             if gpu_count() and self._free_gpu() is None:
-                return REFUSAL
+                return NO_FREE_GPU
             return None
 
     def _free_gpu(self) -> int | None:
