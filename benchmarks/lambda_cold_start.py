@@ -62,7 +62,8 @@ def pip_install(python: str, dest: Path, args: list[str]) -> None:
 def layouts(python: str, work: Path) -> dict[str, list[Path]]:
     """Each layout's sys.path entries, built under `work`."""
     template = load_template()
-    requirements = [REQUIREMENTS, *OWN_PACKAGES[FUNCTION], *LAYERS.values()]
+    # what requirements-report.txt held for the three functions until the layer
+    requirements = [REQUIREMENTS, *OWN_PACKAGES["ReportFunction"], *LAYERS.values()]
     paths: dict[str, list[Path]] = {}
     for name, package_requirements in (
         ("before", requirements),
@@ -110,8 +111,9 @@ def main() -> None:
             sizes = " + ".join(f"{package_bytes(p) / 1e6:.0f} MB" for p in path[:-1])
             times = ", ".join(f"{s:.2f}" for s in sorted(runs[name]))
             print(
-                f"{name:6s} import {HANDLER_MODULE}: median {statistics.median(runs[name]):.2f} s "
-                f"of {args.runs} ({times}); package(s) on {platform.machine()}: {sizes}"
+                f"{name:6s} import {HANDLER_MODULE}: median {statistics.median(runs[name]):.2f} s, "
+                f"fastest {min(runs[name]):.2f} s of {args.runs} ({times}); "
+                f"package(s) on {platform.machine()}: {sizes}"
             )
         deployed = Path(folder) / "deployed"
         for name in [SHARED, *OWN_PACKAGES, *LAYERS]:

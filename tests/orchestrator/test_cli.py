@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from functions.tables import results as results_table
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
+from rigbench.commands import stack_choice
 from rigbench.emulation import Emulation
 from rigbench.stack.boto import BotoStack
 from rigbench.stack.client import StackError, report_link_expires_s
@@ -34,7 +35,7 @@ def stack(emu: Emulation, monkeypatch: pytest.MonkeyPatch) -> Emulation:
         client.follow_poll_s = 0.2
         return client
 
-    monkeypatch.setattr(cloud, "connect_aws", connect)
+    monkeypatch.setattr(stack_choice, "connect_aws", connect)
     return emu
 
 
@@ -217,7 +218,7 @@ def test_deploy_uploads_the_bundle_named_by_its_hash(stack: Emulation) -> None:
 def test_since_far_in_the_past_is_refused_in_one_line() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from rigbench.cloud import CloudError, parse_since
+    from rigbench.commands.stack_choice import CloudError, parse_since
 
     with pytest.raises(CloudError, match="more than 3 years ago"):
         parse_since("1999-01-01")
