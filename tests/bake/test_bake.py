@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from functions.bake_steps import STATUS_FILE, BakeInput
-from rigbench.bake_emulation import BuildFleet, emulated_bake
+from functions.bake_steps import BAKE_BOOT, STATUS_FILE, BakeInput
+from functions.tables import ledger
+from rigbench.bake_emulation import BakeRun, BuildFleet, emulated_bake
 from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
@@ -52,11 +53,30 @@ def test_dry_run_bakes_records_and_terminates(bundle_root: Path) -> None:
     assert run.output["finished"]["terminated"] == [builder.instance_id]
     assert fleet.alive == set()
     assert run.builders_alive == []
+    assert_settled_as_a_one_boot_sweep(run)
     # The builder's user data installs in bake mode and verifies the kernels for the target.
     assert "RIGBENCH_BAKE=1 bash" in builder.user_data
     assert "rig check vllm --instance-type g5g.2xlarge" in builder.user_data
     assert 'export TORCH_CUDA_ARCH_LIST="7.5"' in builder.user_data
     assert STATUS_FILE in builder.user_data
+
+
+def assert_settled_as_a_one_boot_sweep(run: BakeRun) -> None:
+    """The bake's ledger rows are a one-boot sweep's, settled by the sweep's own code: the
+    reservation replaced by the builder's bill in the boot, the bake and the month alike."""
+    assert run.plan is not None
+    bake = ledger.sweep_pk(run.plan.bake_id)
+    boot = run.ledger[(bake, ledger.boot_sk(run.plan.rig, BAKE_BOOT))]
+    total = run.ledger[(bake, ledger.TOTAL)]
+    assert boot["status"]["S"] == "reconciled"
+    spent = int(boot["spent"]["N"])
+    assert spent > 0
+    assert int(total["reserved"]["N"]) == 0
+    assert int(total["spent"]["N"]) == spent
+    assert "open" not in total  # closed: the reaper has nothing left to settle
+    month = run.ledger[(ledger.month_pk(boot["month"]["S"]), ledger.TOTAL)]
+    assert int(month["committed"]["N"]) == spent
+    assert run.ledger[(bake, "OWNER")]["execution_arn"] == total["execution_arn"]
 
 
 @pytest.mark.parametrize(
@@ -82,6 +102,7 @@ def test_every_failure_after_launch_terminates_the_builder(
     assert fleet.alive == set()
     assert run.builders_alive == []
     assert run.recorded is None  # the rig's image parameter was not written
+    assert_settled_as_a_one_boot_sweep(run)
 
 
 @pytest.mark.slow
