@@ -4,6 +4,7 @@ it ends with the builder terminated on every path, and spends within its rules."
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,21 +63,25 @@ def test_dry_run_bakes_records_and_terminates(bundle_root: Path) -> None:
 
 
 def assert_settled_as_a_one_boot_sweep(run: BakeRun) -> None:
+    assert run.plan is not None
+    assert_settled(run.ledger, run.plan.bake_id, run.plan.rig)
+
+
+def assert_settled(items: dict[tuple[str, str], dict[str, Any]], bake_id: str, rig: str) -> None:
     """The bake's ledger rows are a one-boot sweep's, settled by the sweep's own code: the
     reservation replaced by the builder's bill in the boot, the bake and the month alike."""
-    assert run.plan is not None
-    bake = ledger.sweep_pk(run.plan.bake_id)
-    boot = run.ledger[(bake, ledger.boot_sk(run.plan.rig, BAKE_BOOT))]
-    total = run.ledger[(bake, ledger.TOTAL)]
+    bake = ledger.sweep_pk(bake_id)
+    boot = items[(bake, ledger.boot_sk(rig, BAKE_BOOT))]
+    total = items[(bake, ledger.TOTAL)]
     assert boot["status"]["S"] == "reconciled"
     spent = int(boot["spent"]["N"])
     assert spent > 0
     assert int(total["reserved"]["N"]) == 0
     assert int(total["spent"]["N"]) == spent
     assert "open" not in total  # closed: the reaper has nothing left to settle
-    month = run.ledger[(ledger.month_pk(boot["month"]["S"]), ledger.TOTAL)]
+    month = items[(ledger.month_pk(boot["month"]["S"]), ledger.TOTAL)]
     assert int(month["committed"]["N"]) == spent
-    assert run.ledger[(bake, "OWNER")]["execution_arn"] == total["execution_arn"]
+    assert items[(bake, "OWNER")]["execution_arn"] == total["execution_arn"]
 
 
 @pytest.mark.parametrize(
@@ -117,6 +122,37 @@ def test_a_launch_whose_response_is_lost_still_ends_its_builder(bundle_root: Pat
     assert "Sandbox.Timedout" in run.error or "timed out" in run.error
     assert run.states[-2:] == ["TerminateAfterFailure", "BakeFailed"]
     assert run.builders_alive == []
+
+
+@pytest.mark.slow
+def test_a_stopped_bake_is_ended_and_billed_as_a_stopped_sweep(bundle_root: Path) -> None:
+    """Stop runs no Catch: the execution's status change reaches the sweep's own cleanup
+    (functions/sweep_end.py), which finds the bake through the id's owner, ends the builder by
+    its tags and settles the reservation; the reaper then finds nothing left."""
+    fleet = BuildFleet(build="never")
+    with Emulation(fleet=fleet, bundle_root=bundle_root, baked_images=False) as emu:
+        sfn = emu.client("stepfunctions")
+        arn = sfn.start_execution(
+            stateMachineArn=emu.physical["BakeStateMachine"],
+            input=json.dumps({**BODY, "waits": {"build_poll_s": 1, "image_poll_s": 0}}),
+            name="bake-vllm-stopped",
+        )["executionArn"]
+        for _ in range(1500):  # until the builder is up and its build polled
+            if fleet.checks:
+                break
+            time.sleep(0.2)
+        assert fleet.checks > 0
+        (builder,) = fleet.launched_instances
+        sfn.stop_execution(executionArn=arn, error="UserAborted")
+        (ended,) = emu.seams.status_changes.wait(arn)
+        assert ended == {
+            "sweep_id": "bake-vllm-stopped", "terminated": [builder.instance_id],
+            "boots_closed": ["vllm#1"],
+        }  # fmt: skip
+        assert fleet.alive == set()
+        items = emu.client("dynamodb").scan(TableName=emu.table("LedgerTable"))["Items"]
+        assert_settled({(i["pk"]["S"], i["sk"]["S"]): i for i in items}, ended["sweep_id"], "vllm")
+        assert emu.run_scheduled("ReaperFunction") == {"reaped": [], "released_sweeps": []}
 
 
 @pytest.mark.slow

@@ -531,7 +531,9 @@ def test_execution_end_without_finish_reaches_the_cleanup_handler() -> None:
     assert pattern["source"] == ["aws.states"]
     assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
     assert set(pattern["detail"]["status"]) == {"ABORTED", "TIMED_OUT", "FAILED"}
-    assert pattern["detail"]["stateMachineArn"] == [{"Ref": "SweepStateMachine"}]
+    assert pattern["detail"]["stateMachineArn"] == [
+        {"Ref": "SweepStateMachine"}, {"Ref": "BakeStateMachine"}
+    ]  # fmt: skip
 
 
 def test_finish_has_reserved_concurrency() -> None:
