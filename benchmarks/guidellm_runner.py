@@ -14,7 +14,7 @@ makes (the version whose reports the tests parse; a few GB, torch included). Off
 a local tokenizer directory (made by make_guidellm_tokenizer.py with GuideLLM's own interpreter
 on first use) and HF_HUB_OFFLINE=1.
 
-What GuideLLM measures, in rigbench's terms (DESIGN.md):
+What GuideLLM measures, in rigbench's terms (docs/design.md):
 - TTFT: request start to the first streamed line carrying text; same definition as ours.
 - ITL: GuideLLM has no per-gap ITL. Its `inter_token_latency_ms` is per request
   (last token - first token) / (tokens - 1), which is rigbench's TPOT without the stream's tail;

@@ -31,7 +31,9 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from functions.boot_plan import base_image
-from functions.budget import OPEN_ATTRIBUTE
+from functions.budget import claim_sweep, close_sweep
+from functions.budget import reserve as reserve_boots
+from functions.cleanup import end_boot
 from functions.errors import (
     CapacityUnavailable,
     InvalidInput,
@@ -40,14 +42,23 @@ from functions.errors import (
     error_code,
 )
 from functions.launch import CAPACITY_ERRORS, encrypted_root, launch_image
-from functions.settings import BAKE_TAG, DEADLINE_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Settings
-from functions.tables import ledger
-from functions.tables.ledger import month_of, to_micro, usd
+from functions.settings import (
+    BAKE_TAG,
+    BOOT_TAG,
+    DEADLINE_TAG,
+    PROJECT_TAG,
+    RIG_TAG,
+    SWEEP_TAG,
+    Settings,
+)
+from functions.tables.ledger import month_of, to_micro
 from hardware.instance_types import BUILDERS, Architecture, get_instance_type
 from rigs.registry import get_rig
 
 STANDARD_ON_DEMAND_QUOTA = "L-1216C47A"  # Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
 STATUS_FILE = "/var/lib/rigbench/bake-status.json"
+# The bake is a one-boot sweep in the ledger and in its builder's tags (sweeps count from 1).
+BAKE_BOOT = 1
 USER_DATA = Path(__file__).with_name("bake_user_data.sh.j2")
 BAKE_ID_PATTERN = r"^bake-[a-z0-9][a-z0-9-]{0,57}$"
 
@@ -217,57 +228,18 @@ def plan_bake(
 
 
 def reserve(ddb: Any, settings: Settings, plan: BakePlan) -> None:
-    """The sweep's ledger rows: the monthly cap holds, the reaper sees an open 'sweep'."""
-    total = to_micro(plan.estimate_usd)
-    cap = to_micro(settings.monthly_cap_usd)
-    month = month_of(datetime.now(UTC))
-    try:
-        ddb.transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": settings.ledger_table,
-                        "Key": ledger.month_total(month),
-                        "UpdateExpression": "ADD committed :total SET cap = :cap",
-                        "ConditionExpression": (
-                            "attribute_not_exists(committed) OR committed <= :headroom"
-                        ),
-                        "ExpressionAttributeValues": {
-                            ":total": {"N": str(total)},
-                            ":cap": {"N": str(cap)},
-                            ":headroom": {"N": str(cap - total)},
-                        },
-                    }
-                },
-                {
-                    "Put": {
-                        "TableName": settings.ledger_table,
-                        "Item": {
-                            **ledger.sweep_total(plan.bake_id),
-                            "reserved": {"N": str(total)},
-                            "spent": {"N": "0"},
-                            "budget": {"N": str(total)},
-                            "price": {"N": str(to_micro(plan.price_usd_per_hour))},
-                            "month": {"S": month},
-                            "created_at": {"S": datetime.now(UTC).isoformat(timespec="seconds")},
-                            "execution_arn": {"S": plan.execution_arn},
-                            OPEN_ATTRIBUTE: {"S": "1"},
-                        },
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
-            ]
-        )
-    except ClientError as exc:
-        if error_code(exc) != "TransactionCanceledException":
-            raise
-        reasons = exc.response.get("CancellationReasons", [])
-        if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-            raise OverBudget(
-                f"monthly cap ${settings.monthly_cap_usd:.2f} would be exceeded by this bake's "
-                f"estimate ${plan.estimate_usd:.2f}"
-            ) from exc
-        # The second write failed: a retried step whose reservation is already there.
+    """The bake's ledger rows, as a one-boot sweep's (`functions.budget.reserve`): the monthly
+    cap holds, and the reaper, which finds the bake's execution through the id's owner, ends
+    and bills an aborted bake as it does a sweep's boot."""
+    now = datetime.now(UTC)
+    created_at = now.isoformat(timespec="seconds")
+    claim_sweep(ddb, settings.ledger_table, plan.bake_id, plan.execution_arn, created_at)
+    estimate = to_micro(plan.estimate_usd)
+    reserve_boots(
+        ddb, settings, sweep_id=plan.bake_id, execution_arn=plan.execution_arn,
+        month=month_of(now), boots=[(plan.rig, BAKE_BOOT)], per_boot=estimate, budget=estimate,
+        price=plan.price_usd_per_hour, created_at=created_at,
+    )  # fmt: skip
 
 
 def builder_tags(plan: BakePlan, settings: Settings, deadline_at: float) -> list[dict[str, str]]:
@@ -276,6 +248,7 @@ def builder_tags(plan: BakePlan, settings: Settings, deadline_at: float) -> list
         {"Key": SWEEP_TAG, "Value": plan.bake_id},
         {"Key": RIG_TAG, "Value": plan.rig},
         {"Key": BAKE_TAG, "Value": plan.arch},
+        {"Key": BOOT_TAG, "Value": str(BAKE_BOOT)},
         {"Key": DEADLINE_TAG, "Value": str(int(deadline_at))},
         {"Key": "Name", "Value": f"rigbench-{plan.bake_id}-{plan.rig}-builder"},
     ]
@@ -437,55 +410,13 @@ def record_image(state: BakeState, clients: Any) -> str:
     return state.plan.parameter
 
 
-def terminate_builder(
-    plan: BakePlan, clients: Any, settings: Settings, now: float | None = None
-) -> Finished:
-    """End every instance tagged with this bake (whatever the state says), then settle the
-    ledger: the reservation is replaced by instance-seconds x the builder's price."""
-    now = time.time() if now is None else now
-    found = []
-    for page in clients.ec2.get_paginator("describe_instances").paginate(
-        Filters=[
-            {"Name": f"tag:{PROJECT_TAG}", "Values": [settings.project]},
-            {"Name": f"tag:{SWEEP_TAG}", "Values": [plan.bake_id]},
-            {
-                "Name": "instance-state-name",
-                "Values": ["pending", "running", "stopping", "stopped"],
-            },
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            found.extend(reservation["Instances"])
-    ids = [i["InstanceId"] for i in found]
-    if ids:
-        clients.ec2.terminate_instances(InstanceIds=ids)
-    seconds = sum(max(0.0, now - i["LaunchTime"].timestamp()) for i in found)
-    spent = to_micro(plan.price_usd_per_hour * seconds / 3600)
-    settle(clients.dynamodb, settings.ledger_table, plan.bake_id, spent)
-    return Finished(terminated=ids, spent_usd=usd(spent))
-
-
-def settle(ddb: Any, table: str, bake_id: str, spent: int) -> None:
-    """Close the bake's ledger row once: committed loses the reservation, gains the spend."""
-    key = ledger.sweep_total(bake_id)
-    try:
-        item = ddb.update_item(
-            TableName=table,
-            Key=key,
-            UpdateExpression="SET spent = :spent REMOVE #open",
-            ConditionExpression="attribute_exists(#open)",
-            ExpressionAttributeNames={"#open": OPEN_ATTRIBUTE},
-            ExpressionAttributeValues={":spent": {"N": str(spent)}},
-            ReturnValues="ALL_NEW",
-        )["Attributes"]
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return  # settled already (a retry, or the reaper)
-        raise
-    delta = spent - int(item["reserved"]["N"])
-    ddb.update_item(
-        TableName=table,
-        Key=ledger.month_total(item["month"]["S"]),
-        UpdateExpression="ADD committed :delta",
-        ExpressionAttributeValues={":delta": {"N": str(delta)}},
-    )
+def terminate_builder(plan: BakePlan, clients: Any, settings: Settings) -> Finished:
+    """End every instance tagged with this bake (whatever the state says) and bill it, as
+    Finish ends a sweep's boot (`functions.cleanup.end_boot`): the reservation is replaced by
+    each instance's seconds x the builder's price, in one transaction; then close the bake."""
+    ended = end_boot(
+        clients.ec2, clients.dynamodb, settings.ledger_table, settings.project, plan.bake_id,
+        plan.rig, BAKE_BOOT,
+    )  # fmt: skip
+    close_sweep(clients.dynamodb, settings.ledger_table, plan.bake_id)
+    return Finished(terminated=ended.terminated, spent_usd=ended.cost_usd)

@@ -257,18 +257,44 @@ def reserve_budget(
             f"{sweep.execution_arn}: refusing to reserve for it"
         )
     reservation = price_sweep(state, clients, settings, now)
-    if existing_reservation(clients.dynamodb, settings.ledger_table, sweep.sweep_id):
-        return reservation  # a retried step: the reservation is already in the ledger
-    month = reservation.month
-    total = to_micro(reservation.total_usd)
-    budget = to_micro(sweep.budget_usd)
-    per_boot = to_micro(reservation.per_boot_usd)
-    # What each hour is billed at: spot's MaxPrice, the most EC2 may charge (an upper bound);
-    # on-demand's list price. A fallback to on-demand re-prices its boot at launch (bill_at).
-    price = reservation.max_price_usd_per_hour or reservation.price_usd_per_hour
-    cap = to_micro(settings.monthly_cap_usd)
-    created_at = now.isoformat(timespec="seconds")
+    reserve(
+        clients.dynamodb, settings, sweep_id=sweep.sweep_id, execution_arn=sweep.execution_arn,
+        month=reservation.month, boots=sweep_boots(sweep),
+        per_boot=to_micro(reservation.per_boot_usd), budget=to_micro(sweep.budget_usd),
+        price=billed_price(reservation), created_at=now.isoformat(timespec="seconds"),
+    )  # fmt: skip
+    return reservation
+
+
+def billed_price(reservation: Reservation) -> float:
+    """What each hour is billed at: spot's MaxPrice, the most EC2 may charge (an upper bound);
+    on-demand's list price. A fallback to on-demand re-prices its boot at launch (bill_at)."""
+    return reservation.max_price_usd_per_hour or reservation.price_usd_per_hour
+
+
+def reserve(
+    ddb: Any,
+    settings: Settings,
+    *,
+    sweep_id: str,
+    execution_arn: str,
+    month: str,
+    boots: list[tuple[str, int]],
+    per_boot: int,
+    budget: int,
+    price: float,
+    created_at: str,
+) -> None:
+    """In one transaction: the month's commitment grows by every boot's `per_boot` micro-USD
+    (refused past the monthly cap: OverBudget), the sweep's row opens (the reaper finds it by
+    its sparse index) and each boot's row holds its share at `price` USD/h, to be settled by
+    `reconcile_boot` or released by `release_unlaunched`. A sweep (or bake) whose reservation
+    is already there (a retried step) is left as it is."""
     table = settings.ledger_table
+    if existing_reservation(ddb, table, sweep_id):
+        return  # a retried step: the reservation is already in the ledger
+    total = per_boot * len(boots)
+    cap = to_micro(settings.monthly_cap_usd)
     writes: list[Any] = [
         {
             "Update": {
@@ -287,13 +313,13 @@ def reserve_budget(
             "Put": {
                 "TableName": table,
                 "Item": {
-                    **ledger.sweep_total(sweep.sweep_id),
+                    **ledger.sweep_total(sweep_id),
                     "reserved": {"N": str(total)},
                     "spent": {"N": "0"},
                     "budget": {"N": str(budget)},
                     "month": {"S": month},
                     "created_at": {"S": created_at},
-                    "execution_arn": {"S": sweep.execution_arn},
+                    "execution_arn": {"S": execution_arn},
                     # Sparse index key: the sweep is open until its summary closes it (or
                     # the reaper does, once its execution has ended some other way).
                     OPEN_ATTRIBUTE: {"S": "1"},
@@ -302,13 +328,13 @@ def reserve_budget(
             }
         },
     ]
-    for rig, boot in sweep_boots(sweep):
+    for rig, boot in boots:
         writes.append(
             {
                 "Put": {
                     "TableName": table,
                     "Item": {
-                        **ledger.boot(sweep.sweep_id, rig, boot),
+                        **ledger.boot(sweep_id, rig, boot),
                         "status": {"S": "reserved"},
                         "reserved": {"N": str(per_boot)},
                         "price": {"N": str(to_micro(price))},
@@ -318,18 +344,17 @@ def reserve_budget(
             }
         )
     try:
-        clients.dynamodb.transact_write_items(TransactItems=writes)
+        ddb.transact_write_items(TransactItems=writes)
     except ClientError as exc:
         if error_code(exc) != "TransactionCanceledException":
             raise
         reasons = exc.response.get("CancellationReasons", [])
         if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-            committed = month_committed(clients.dynamodb, table, month)
+            committed = month_committed(ddb, table, month)
             raise over_monthly_cap(settings, month, committed, total) from exc
-        if existing_reservation(clients.dynamodb, table, sweep.sweep_id):
-            return reservation  # a concurrent retry won the race
+        if existing_reservation(ddb, table, sweep_id):
+            return  # a concurrent retry won the race
         raise
-    return reservation
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ The thresholds, by the coarser dtype of the pair (a rig that does not say, such 
 server, which has no /provenance, gets the bfloat16 one): bfloat16 keeps 8 significant
 bits, so a logit of magnitude up to 30 (Gemma's final softcap) rounds by up to 0.06-0.12 at
 each step, and random-weight Gemma 4 e2b in bfloat16 shows top-2 gaps of 0.0-0.375 at its
-divergences (../shared/DESIGN.md): 0.5 nats. float16 keeps 11 bits (8x finer): 0.1. float32
+divergences (docs/design.md): 0.5 nats. float16 keeps 11 bits (8x finer): 0.1. float32
 keeps 24 (65,536x finer than bfloat16): rounding moves margins by about 1e-5, so 1e-3 keeps
 a factor of 100. Each pair's measured `margin_shift` says whether its rounding stayed
 within that.

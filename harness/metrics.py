@@ -1,4 +1,4 @@
-"""Figures derived from raw request records, after the run (definitions from DESIGN.md).
+"""Figures derived from raw request records, after the run (definitions: docs/design.md).
 
 - TTFT: send to the first content chunk.
 - E2E: send to the end of the stream.

@@ -10,13 +10,40 @@ from harness.backend import Messages, build_body
 from harness.dataset import DatasetEntry, take
 from harness.prompts import as_text, text_prompts, token_id_prompts, token_id_range
 from harness.schemas import BenchmarkConfig, DatasetProvenance
-from harness.workload import (
-    DatasetWorkload,
-    RandomWorkload,
-    SharedPrefixWorkload,
-    draw_lengths,
-    shared_prefix_token_ids,
-)
+from harness.workload import DatasetWorkload, Length, RandomWorkload, SharedPrefixWorkload
+
+
+def draw_lengths(length: Length, count: int, rng: np.random.Generator) -> list[int]:
+    """`count` lengths: the fixed one, or seeded draws of the distribution."""
+    if isinstance(length, int):
+        return [length] * count
+    drawn = np.rint(rng.normal(length.mean, length.stddev, size=count))
+    return [int(n) for n in np.clip(drawn, 1, length.longest)]
+
+
+def shared_prefix_token_ids(
+    workload: SharedPrefixWorkload,
+    count: int,
+    first: int,
+    seed: int,
+    suffix_seed: int,
+    id_range: tuple[int, int],
+) -> tuple[list[list[int]], list[int], list[int]]:
+    """Requests `first` .. `first + count - 1` of the run: prompts, their lengths and their
+    output lengths. The prefixes depend on `seed` alone (the same in every cell of a run, so a
+    cache can hold them); request i takes prefix i mod groups."""
+    low, high = id_range
+    prefixes = np.random.default_rng(seed).integers(
+        low, high, size=(workload.groups, workload.prefix_tokens)
+    )
+    rng = np.random.default_rng(suffix_seed)
+    suffixes = draw_lengths(workload.suffix_tokens, count, rng)
+    outputs = draw_lengths(workload.output_tokens, count, rng)
+    prompts = [
+        prefixes[(first + i) % workload.groups].tolist() + rng.integers(low, high, n).tolist()
+        for i, n in enumerate(suffixes)
+    ]
+    return prompts, [workload.prefix_tokens + n for n in suffixes], outputs
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # The Lambdas validate workloads with these models and never draw from them: numpy, which
 # drawing needs, is not in their package (tests/orchestrator/test_template.py).
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 MAX_TOKENS = 131_072
 
@@ -42,16 +42,6 @@ Length = Annotated[int, Field(ge=1, le=MAX_TOKENS)] | LengthDistribution
 
 def longest(length: Length) -> int:
     return length if isinstance(length, int) else length.longest
-
-
-def draw_lengths(length: Length, count: int, rng: np.random.Generator) -> list[int]:
-    """`count` lengths: the fixed one, or seeded draws of the distribution."""
-    if isinstance(length, int):
-        return [length] * count
-    import numpy as np
-
-    drawn = np.rint(rng.normal(length.mean, length.stddev, size=count))
-    return [int(n) for n in np.clip(drawn, 1, length.longest)]
 
 
 class RandomWorkload(_Model):
@@ -111,30 +101,3 @@ def describe(workload: RandomWorkload | SharedPrefixWorkload | DatasetWorkload) 
             f"{length(workload.suffix_tokens)} own, {length(workload.output_tokens)} out"
         )
     return f"dataset {workload.path}"
-
-
-def shared_prefix_token_ids(
-    workload: SharedPrefixWorkload,
-    count: int,
-    first: int,
-    seed: int,
-    suffix_seed: int,
-    id_range: tuple[int, int],
-) -> tuple[list[list[int]], list[int], list[int]]:
-    """Requests `first` .. `first + count - 1` of the run: prompts, their lengths and their
-    output lengths. The prefixes depend on `seed` alone (the same in every cell of a run, so a
-    cache can hold them); request i takes prefix i mod groups."""
-    low, high = id_range
-    import numpy as np
-
-    prefixes = np.random.default_rng(seed).integers(
-        low, high, size=(workload.groups, workload.prefix_tokens)
-    )
-    rng = np.random.default_rng(suffix_seed)
-    suffixes = draw_lengths(workload.suffix_tokens, count, rng)
-    outputs = draw_lengths(workload.output_tokens, count, rng)
-    prompts = [
-        prefixes[(first + i) % workload.groups].tolist() + rng.integers(low, high, n).tolist()
-        for i, n in enumerate(suffixes)
-    ]
-    return prompts, [workload.prefix_tokens + n for n in suffixes], outputs

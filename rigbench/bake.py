@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rigbench.cloud import DEFAULT_STACK, StackOption
+from rigbench.commands.stack_choice import DEFAULT_STACK, StackOption
 
 if TYPE_CHECKING:
     from functions.bake_steps import BakePlan
@@ -76,7 +76,7 @@ def bake_command(
             f"still running: {', '.join(run.builders_alive) or 'none'}"
         )
         raise typer.Exit(0 if run.status == "SUCCEEDED" and not run.builders_alive else 1)
-    from rigbench.cloud import fail, open_stack, require_aws_credentials
+    from rigbench.commands.stack_choice import fail, open_stack, require_aws_credentials
     from rigbench.stack import StackError
 
     require_aws_credentials("bake", "nothing started (--dry-run bakes on the local emulation)")

@@ -101,6 +101,7 @@ class BakeRun:
     error: str
     builders_alive: list[str]
     recorded: str | None
+    ledger: dict[tuple[str, str], dict[str, Any]]  # every ledger item by (pk, sk), at the end
 
 
 def _visited(sfn: Any, arn: str) -> tuple[list[str], str]:
@@ -159,4 +160,6 @@ def emulated_bake(body: dict[str, Any], fleet: BuildFleet, **emulation: Any) -> 
             Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
         )["Reservations"]
         alive = [i["InstanceId"] for r in running for i in r["Instances"]]
-        return BakeRun(described["status"], plan, states, output, error, alive, recorded)
+        items = emu.client("dynamodb").scan(TableName=emu.table("LedgerTable"))["Items"]
+        ledger = {(i["pk"]["S"], i["sk"]["S"]): i for i in items}
+        return BakeRun(described["status"], plan, states, output, error, alive, recorded, ledger)

@@ -82,7 +82,7 @@ app.command("deploy")(deploy_command)
 app.command("demo")(demo_command)
 app.command("regressions")(regressions_command)
 
-from rigbench.report.cli import compare_command, report_command  # noqa: E402
+from rigbench.commands.report import compare_command, report_command  # noqa: E402
 
 app.command("report")(report_command)
 app.command("compare")(compare_command)

@@ -11,10 +11,11 @@ requirements.txt installed for the Lambda runtime's Python and architecture with
 platform options, so no python3.12 is needed on this machine. Tests, benchmarks, rigs'
 server code, `.rigbench/` and anything else under the repository stay out.
 
-Every function shares one package, except those in `OWN_PACKAGES`: the ReportFunction's
-plotting and statistics (requirements-report.txt) fill most of Lambda's 250 MB, so only its
-package (and Summarize's and DecideRound's, which need the statistics) carries them, with
-only what its own handler imports.
+Every function shares one package, except those in `OWN_PACKAGES`, which get only what their
+own handler imports. The statistics (numpy, scipy: about 160 MB installed for arm64) are a
+layer of their own, `LAYERS`, built here the same way under `python/` (where Lambda puts a
+layer on the path) and attached in template.yaml to the functions whose handlers load them:
+so every function package but Report's stays under `LEAN_BOUND`, and scipy is installed once.
 """
 
 import hashlib
@@ -35,14 +36,21 @@ from rigs.sources import cache_root
 TEMPLATE = "template.yaml"
 REQUIREMENTS = "requirements.txt"
 # Functions whose package is their own: their handler's modules, requirements.txt and these.
-OWN_PACKAGES = {
-    "ReportFunction": "requirements-report.txt",
-    # Summarize's regression check runs harness.stats (numpy, scipy) on the sweep's results.
-    "SummarizeFunction": "requirements-report.txt",
-    # DecideRound's verdicts after each round of an adaptive sweep: harness.stats as well.
-    "DecideRoundFunction": "requirements-report.txt",
+OWN_PACKAGES: dict[str, tuple[str, ...]] = {
+    # the report's plots (plotly) and what harness.compare loads on the way (typer, rich)
+    "ReportFunction": ("requirements-report.txt",),
+    # Summarize's regression check runs harness.stats on the sweep's results: the layer's
+    "SummarizeFunction": (),
+    # DecideRound's verdicts after each round of an adaptive sweep: harness.stats as well
+    "DecideRoundFunction": (),
 }
+# Layers built here: their requirements alone, under python/.
+LAYERS = {"StatisticsLayer": "requirements-statistics.txt"}
 SHARED = "shared"
+# What a function package but Report's may weigh unzipped: the handlers' modules and jinja2
+# are about 1 MB; a library that slips in (scipy alone is 116 MB) fails the build.
+LEAN_BOUND = 50_000_000
+UNBOUNDED = {"ReportFunction"}  # bounded by what Lambda allows beside its layers
 # What Lambda allows unzipped, function and layers together, and what is kept for the
 # Powertools layer (about 13 MB installed for arm64 without the runtime's boto3, 2026-12).
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
@@ -65,8 +73,21 @@ def load_template(root: Path = REPO_ROOT) -> dict[str, Any]:
 
 
 def package_of(logical_id: str | None) -> str:
-    """The package a function gets: its own (its logical id) or the shared one."""
-    return logical_id if logical_id in OWN_PACKAGES else SHARED
+    """The package a function (or layer) gets: its own (its logical id) or the shared one."""
+    return logical_id if logical_id in OWN_PACKAGES or logical_id in LAYERS else SHARED
+
+
+def layers_of(template: dict[str, Any], logical_id: str) -> list[str]:
+    """The layers of `LAYERS` that template.yaml attaches to the function."""
+    layers = template["Resources"][logical_id]["Properties"].get("Layers", [])
+    return [ref["Ref"] for ref in layers if isinstance(ref, dict) and ref.get("Ref") in LAYERS]
+
+
+def bound_of(package: str) -> int:
+    """What the package may weigh unzipped (a layer: what a function beside it leaves)."""
+    if package in UNBOUNDED or package in LAYERS:
+        return LAMBDA_UNZIPPED_LIMIT - LAYER_ALLOWANCE
+    return LEAN_BOUND
 
 
 def handler_modules(template: dict[str, Any], package: str = SHARED) -> list[str]:
@@ -151,15 +172,22 @@ def runtime_target(template: dict[str, Any]) -> tuple[str, str]:
 
 
 def requirements(package: str) -> list[str]:
-    return [REQUIREMENTS] + ([OWN_PACKAGES[package]] if package in OWN_PACKAGES else [])
+    if package in LAYERS:
+        return [LAYERS[package]]
+    return [REQUIREMENTS, *OWN_PACKAGES.get(package, ())]
 
 
 def install_dependencies(
-    dest: Path, root: Path, template: dict[str, Any], package: str = SHARED
+    dest: Path,
+    root: Path,
+    template: dict[str, Any],
+    package: str = SHARED,
+    target: tuple[str, str] | None = None,
 ) -> None:
-    """The package's requirements for the runtime's Python and architecture. No bytecode:
-    this machine's Python would compile it for its own version, not the runtime's."""
-    version, platform = runtime_target(template)
+    """The package's requirements for the runtime's Python and architecture (or `target`:
+    python version, pip platform). No bytecode: this machine's Python would compile it for its
+    own version, not the runtime's."""
+    version, platform = target or runtime_target(template)
     files = requirements(package)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
@@ -180,7 +208,8 @@ def source_digest(root: Path = REPO_ROOT) -> str:
     """A digest of everything the package is made from, this packager included."""
     digest = hashlib.sha256()
     paths = [root / TEMPLATE, root / REQUIREMENTS, Path(__file__).resolve()]
-    paths += [root / name for name in OWN_PACKAGES.values()] + [root / "pyproject.toml"]
+    paths += [root / name for names in OWN_PACKAGES.values() for name in names]
+    paths += [root / name for name in LAYERS.values()] + [root / "pyproject.toml"]
     for name in SOURCES:
         paths += [
             p for p in (root / name).rglob("*") if p.is_file() and "__pycache__" not in p.parts
@@ -191,27 +220,36 @@ def source_digest(root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()[:16]
 
 
+def stage(staging: Path, root: Path, package: str, target: tuple[str, str] | None = None) -> None:
+    """The package's files in `staging`: a layer's requirements under python/; a function's
+    repository files and requirements at the top."""
+    template = load_template(root)
+    if package in LAYERS:
+        install_dependencies(staging / "python", root, template, package, target)
+        return
+    for relative in package_files(root, template, package):
+        copied = staging / relative
+        copied.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / relative, copied)
+    install_dependencies(staging, root, template, package, target)
+
+
 def build(dest: Path, root: Path = REPO_ROOT, logical_id: str | None = None) -> list[Path]:
-    """Write the function's package to `dest` (built once per source digest); returns its
-    files. A PackageError when it would not fit in Lambda."""
+    """Write the function's (or layer's) package to `dest` (built once per source digest);
+    returns its files. A PackageError when it weighs more than its bound."""
     package = package_of(logical_id)
     digest = source_digest(root)
     cached = cache_root() / CACHE / f"{digest}-{package}"
     if not cached.is_dir():
         staging = cached.with_name(f"{cached.name}.partial-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
-        template = load_template(root)
-        for relative in package_files(root, template, package):
-            target = staging / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(root / relative, target)
-        install_dependencies(staging, root, template, package)
+        stage(staging, root, package)
         size = package_bytes(staging)
-        if size + LAYER_ALLOWANCE > LAMBDA_UNZIPPED_LIMIT:
+        if size > bound_of(package):
             shutil.rmtree(staging, ignore_errors=True)
             raise PackageError(
-                f"the {package} package is {size / 1e6:.0f} MB unzipped: with the Powertools "
-                f"layer it would not fit in Lambda's {LAMBDA_UNZIPPED_LIMIT / 1e6:.0f} MB"
+                f"the {package} package is {size / 1e6:.1f} MB unzipped, above its bound of "
+                f"{bound_of(package) / 1e6:.1f} MB (rigbench/lambda_package.py bound_of)"
             )
         for old in cached.parent.iterdir():  # the current packages kept, nothing older
             if ".partial-" not in old.name and not old.name.startswith(f"{digest}-"):

@@ -26,6 +26,7 @@ ROOT_FILES = (
     "README.md",
     "requirements.txt",
     "requirements-report.txt",
+    "requirements-statistics.txt",
     "statemachine/sweep.asl.json",
     "statemachine/bake.asl.json",
     "statemachine/sweep-input.schema.json",

@@ -2,7 +2,7 @@
 
 A rig folder declares how to install its runtime (a bash template), how to serve (a
 command line templated with the model, port, dtype and the rig's settings), its
-environment, and how to tell it is ready. Every rig serves the API of DESIGN.md on
+environment, and how to tell it is ready. Every rig serves the API of docs/design.md on
 `port` (8000).
 
 Serve command placeholders: `{model}` (the spec as given, also the served name),

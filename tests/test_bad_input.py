@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rigbench import cloud
 from rigbench.cli import app
 from rigbench.commands import local as local_cli
+from rigbench.commands import stack_choice
 
 GOOD = {"rigs": ["torch"], "model": "random:tiny", "budget_usd": 1, "boots_per_rig": 1}
 runner = CliRunner()
@@ -22,7 +22,7 @@ def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("bad input reached a stack")
 
-    monkeypatch.setattr(cloud, "connect_aws", refuse)
+    monkeypatch.setattr(stack_choice, "connect_aws", refuse)
     monkeypatch.setattr(local_cli, "run_local", refuse)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 

@@ -12,9 +12,15 @@ PACKAGES = ("rigbench", "functions", "harness", "rigs", "hardware")
 # layer of the longest prefix naming it ("rigbench" alone: the package and any module not
 # placed yet, at the bottom of rigbench, so a new module that imports upward fails here).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # commands, and the views only they use
-    ("rigbench.__main__", "rigbench.cli", "rigbench.cloud", "rigbench.commands", "rigbench.bake",
-     "rigbench.mcp", "rigbench.report", "rigbench.comparison", "rigbench.progress"),
+    # the command line, assembling every command
+    ("rigbench.__main__", "rigbench.cli"),
+    # the cloud commands, the bake and the MCP server
+    ("rigbench.cloud", "rigbench.bake", "rigbench.mcp"),
+    # local mode's commands, the report commands, and which stack a command opens
+    ("rigbench.commands",),
+    # the views: report pages and the comparison every view shows, then the progress tables
+    ("rigbench.report",),
+    ("rigbench.progress",),
     # the stack client
     ("rigbench.stack",),
     # the emulation, local mode's infrastructure, what a stack is deployed from
@@ -162,3 +168,32 @@ def test_the_real_graph_fails_with_one_upward_import_added() -> None:
         ("rigbench.stack.local", "rigbench.commands.local"),
         ("hardware.instance_types", "rigs.kernels"),
     }
+
+
+def folders_of(edges: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The imports between the modules and subpackages directly inside `package`
+    (rigbench.commands.local -> rigbench.stack.boto: rigbench.commands -> rigbench.stack)."""
+    depth = package.count(".") + 2
+
+    def folder(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
+    found: dict[str, set[str]] = {}
+    for name, deps in edges.items():
+        if name.startswith(package + "."):
+            for dep in deps:
+                if dep.startswith(package + ".") and folder(dep) != folder(name):
+                    found.setdefault(folder(name), set()).add(folder(dep))
+    return found
+
+
+def test_rigbench_s_folders_import_one_way() -> None:
+    # 0 upward arrows inside rigbench/: no two of its modules or folders import each other,
+    # however indirectly (as cloud.py and commands/ did)
+    assert cycles(folders_of(graph(), "rigbench")) == []
+
+
+def test_the_folder_check_finds_two_folders_importing_each_other() -> None:
+    edges = {name: set(deps) for name, deps in graph().items()}
+    edges["rigbench.progress"].add("rigbench.report.data")  # the pages import the tables
+    assert cycles(folders_of(edges, "rigbench")) == [["rigbench.progress", "rigbench.report"]]

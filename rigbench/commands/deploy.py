@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rigbench.bundle import REPO_ROOT
-from rigbench.cloud import (
+from rigbench.commands.stack_choice import (
     DEFAULT_STACK,
     CloudError,
     StackOption,

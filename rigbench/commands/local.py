@@ -88,8 +88,8 @@ def run_local(
     from functions.errors import InvalidInput
     from functions.execution_input import SweepInput, read_input_file
     from rigbench.commands.local_sweep import demo_input, local_rigs, run_sweep
-    from rigbench.comparison import LOCAL_EMULATION
     from rigbench.local.session import interrupts_as_keyboard_interrupt
+    from rigbench.report.comparison import LOCAL_EMULATION
     from rigbench.stack import parse_sweep
 
     console = console or Console()

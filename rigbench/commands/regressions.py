@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from rigbench.cloud import DEFAULT_STACK, CloudError, StackOption, fail, open_stack, parse_since
 from rigbench.commands import local as local_cli
+from rigbench.commands.stack_choice import (
+    DEFAULT_STACK,
+    CloudError,
+    StackOption,
+    fail,
+    open_stack,
+    parse_since,
+)
 
 
 def regressions_command(

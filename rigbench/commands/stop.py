@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rigbench.cloud import DEFAULT_STACK, StackOption, fail, open_stack
 from rigbench.commands import local as local_cli
+from rigbench.commands.stack_choice import DEFAULT_STACK, StackOption, fail, open_stack
 from rigbench.stack import StackError
 
 STOP_SETTLE_S = 120.0  # how long `stop` waits for the status-change handler to end instances

@@ -139,6 +139,8 @@ def _translated(template_path: Path, region: str, code_bucket: str) -> str:
     sam["Globals"]["Function"]["CodeUri"] = f"s3://{code_bucket}/{CODE_KEY}"
     definitions: dict[str, str] = {}
     for logical_id, resource in sam["Resources"].items():
+        if resource["Type"] == "AWS::Serverless::LayerVersion":  # as `sam package` leaves it
+            resource["Properties"]["ContentUri"] = f"s3://{code_bucket}/{CODE_KEY}"
         if resource["Type"] == "AWS::Serverless::StateMachine":
             uri = resource["Properties"]["DefinitionUri"]
             definitions[logical_id] = (template_path.parent / uri).read_text()

@@ -20,7 +20,7 @@ def default_quota_vcpus() -> float:
     return INSTANCE_VCPUS * (gpus or max(1, (os.cpu_count() or 1) // 4))
 
 
-DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (DESIGN.md: $0.26-0.41)
+DEFAULT_SPOT_PRICE = 0.30  # USD/h, g5g.2xlarge spot in us-east-1 (docs/design.md: $0.26-0.41)
 # In a rehearsal, every launch is refused with the error the launch handler treats as "not
 # sold in this zone": it tries the next subnet, so the walk covers the whole subnet order, and
 # never tries again after a backoff; no instance is created because the seam raises before

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rigbench.cloud import DEFAULT_STACK, StackOption, connect_aws, use_local
 from rigbench.commands import local as local_cli
+from rigbench.commands.stack_choice import DEFAULT_STACK, StackOption, connect_aws, use_local
 from rigbench.stack import StackError
 
 if TYPE_CHECKING:

@@ -20,7 +20,6 @@ from harness.agreement import AgreementProbe, output_agreement, probes_from_repo
 from harness.agreement_view import agreement_line
 from harness.compare import Comparison
 from harness.stats import Verdict
-from rigbench.comparison import revision_refusal, setups_of, sweep_comparison
 from rigbench.mcp.models import (
     InstanceList,
     PlanReport,
@@ -37,6 +36,7 @@ from rigbench.mcp.models import (
     SweepStatus,
     Terminated,
 )
+from rigbench.report.comparison import revision_refusal, setups_of, sweep_comparison
 from rigbench.stack import ResultRow, ResultsQuery, StackClient, SweepProgress
 from rigbench.stack.models import SweepPlan
 

@@ -1,7 +1,7 @@
 """WriteReport (ReportFunction): when the boots are done, render the sweep's report page and
 put it in the bucket (`functions.settings.sweep_report_key`), where `rigbench run` and the MCP
-resource find it. It is its own function with its own package: plotly, numpy and scipy (about
-200 MB, most of what Lambda allows) stay out of every other function (rigbench/lambda_package).
+resource find it. It is its own function with its own package: plotly stays out of every other
+function, and numpy and scipy come from the StatisticsLayer (rigbench/lambda_package).
 
 The execution is still running here, so the page does not read it: what only the execution
 knows (the input, each boot's outcome and why it failed, how the sweep ends) comes from the

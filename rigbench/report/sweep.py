@@ -19,10 +19,10 @@ from harness.compare import (
     value_words,
 )
 from harness.stats import BootAggregate, Verdict
-from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.progress import decision_row, round_row
 from rigbench.report import analysis, figures
 from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
+from rigbench.report.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report.data import BootData, SweepData
 from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
 

@@ -120,7 +120,7 @@ class Config:
         head_dim = int(c["head_dim"])
         kv_heads = int(c["num_key_value_heads"])
         # config.json from save_pretrained has per_layer_config; the constructor kwargs
-        # (shared/data/gemma4-e2b-text-config.json) have global_head_dim.
+        # (rigs/configs/e2b.json) have global_head_dim.
         overrides: dict[int, dict[str, int]] = {
             int(k): v for k, v in (c.get("per_layer_config") or {}).items()
         }

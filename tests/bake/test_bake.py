@@ -4,13 +4,15 @@ it ends with the builder terminated on every path, and spends within its rules."
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from functions.bake_steps import STATUS_FILE, BakeInput
-from rigbench.bake_emulation import BuildFleet, emulated_bake
+from functions.bake_steps import BAKE_BOOT, STATUS_FILE, BakeInput
+from functions.tables import ledger
+from rigbench.bake_emulation import BakeRun, BuildFleet, emulated_bake
 from rigbench.emulation import Emulation, Faults
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
@@ -52,11 +54,34 @@ def test_dry_run_bakes_records_and_terminates(bundle_root: Path) -> None:
     assert run.output["finished"]["terminated"] == [builder.instance_id]
     assert fleet.alive == set()
     assert run.builders_alive == []
+    assert_settled_as_a_one_boot_sweep(run)
     # The builder's user data installs in bake mode and verifies the kernels for the target.
     assert "RIGBENCH_BAKE=1 bash" in builder.user_data
     assert "rig check vllm --instance-type g5g.2xlarge" in builder.user_data
     assert 'export TORCH_CUDA_ARCH_LIST="7.5"' in builder.user_data
     assert STATUS_FILE in builder.user_data
+
+
+def assert_settled_as_a_one_boot_sweep(run: BakeRun) -> None:
+    assert run.plan is not None
+    assert_settled(run.ledger, run.plan.bake_id, run.plan.rig)
+
+
+def assert_settled(items: dict[tuple[str, str], dict[str, Any]], bake_id: str, rig: str) -> None:
+    """The bake's ledger rows are a one-boot sweep's, settled by the sweep's own code: the
+    reservation replaced by the builder's bill in the boot, the bake and the month alike."""
+    bake = ledger.sweep_pk(bake_id)
+    boot = items[(bake, ledger.boot_sk(rig, BAKE_BOOT))]
+    total = items[(bake, ledger.TOTAL)]
+    assert boot["status"]["S"] == "reconciled"
+    spent = int(boot["spent"]["N"])
+    assert spent > 0
+    assert int(total["reserved"]["N"]) == 0
+    assert int(total["spent"]["N"]) == spent
+    assert "open" not in total  # closed: the reaper has nothing left to settle
+    month = items[(ledger.month_pk(boot["month"]["S"]), ledger.TOTAL)]
+    assert int(month["committed"]["N"]) == spent
+    assert items[(bake, "OWNER")]["execution_arn"] == total["execution_arn"]
 
 
 @pytest.mark.parametrize(
@@ -82,6 +107,7 @@ def test_every_failure_after_launch_terminates_the_builder(
     assert fleet.alive == set()
     assert run.builders_alive == []
     assert run.recorded is None  # the rig's image parameter was not written
+    assert_settled_as_a_one_boot_sweep(run)
 
 
 @pytest.mark.slow
@@ -96,6 +122,37 @@ def test_a_launch_whose_response_is_lost_still_ends_its_builder(bundle_root: Pat
     assert "Sandbox.Timedout" in run.error or "timed out" in run.error
     assert run.states[-2:] == ["TerminateAfterFailure", "BakeFailed"]
     assert run.builders_alive == []
+
+
+@pytest.mark.slow
+def test_a_stopped_bake_is_ended_and_billed_as_a_stopped_sweep(bundle_root: Path) -> None:
+    """Stop runs no Catch: the execution's status change reaches the sweep's own cleanup
+    (functions/sweep_end.py), which finds the bake through the id's owner, ends the builder by
+    its tags and settles the reservation; the reaper then finds nothing left."""
+    fleet = BuildFleet(build="never")
+    with Emulation(fleet=fleet, bundle_root=bundle_root, baked_images=False) as emu:
+        sfn = emu.client("stepfunctions")
+        arn = sfn.start_execution(
+            stateMachineArn=emu.physical["BakeStateMachine"],
+            input=json.dumps({**BODY, "waits": {"build_poll_s": 1, "image_poll_s": 0}}),
+            name="bake-vllm-stopped",
+        )["executionArn"]
+        for _ in range(1500):  # until the builder is up and its build polled
+            if fleet.checks:
+                break
+            time.sleep(0.2)
+        assert fleet.checks > 0
+        (builder,) = fleet.launched_instances
+        sfn.stop_execution(executionArn=arn, error="UserAborted")
+        (ended,) = emu.seams.status_changes.wait(arn)
+        assert ended == {
+            "sweep_id": "bake-vllm-stopped", "terminated": [builder.instance_id],
+            "boots_closed": ["vllm#1"],
+        }  # fmt: skip
+        assert fleet.alive == set()
+        items = emu.client("dynamodb").scan(TableName=emu.table("LedgerTable"))["Items"]
+        assert_settled({(i["pk"]["S"], i["sk"]["S"]): i for i in items}, ended["sweep_id"], "vllm")
+        assert emu.run_scheduled("ReaperFunction") == {"reaped": [], "released_sweeps": []}
 
 
 @pytest.mark.slow

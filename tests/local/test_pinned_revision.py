@@ -12,7 +12,7 @@ from rich.console import Console
 
 from harness.stats import Verdict
 from rigbench.commands.local import local_stack, run_local
-from rigbench.comparison import revision_refusal, sweep_comparison
+from rigbench.report.comparison import revision_refusal, sweep_comparison
 from rigbench.stack.models import ResultsQuery
 from rigs.sources import materialize_random
 from tests.fake_hub import FakeHub, serve_hub

@@ -16,6 +16,7 @@ from functions.tables import results as results_table
 from harness.version import harness_version
 from rigbench import cloud
 from rigbench.bundle import REPO_ROOT, build_bundle
+from rigbench.commands import stack_choice
 from rigbench.commands.deploy import deploy_command
 from rigbench.commands.logs import logs_command
 from rigbench.commands.stop import stop_command, who
@@ -44,7 +45,7 @@ def stack(emu: Emulation, monkeypatch: pytest.MonkeyPatch) -> Emulation:
         client.follow_poll_s = 0.2
         return client
 
-    monkeypatch.setattr(cloud, "connect_aws", connect)
+    monkeypatch.setattr(stack_choice, "connect_aws", connect)
     return emu
 
 
@@ -227,7 +228,7 @@ def test_deploy_uploads_the_bundle_named_by_its_hash(stack: Emulation) -> None:
 def test_since_far_in_the_past_is_refused_in_one_line() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from rigbench.cloud import CloudError, parse_since
+    from rigbench.commands.stack_choice import CloudError, parse_since
 
     with pytest.raises(CloudError, match="more than 3 years ago"):
         parse_since("1999-01-01")

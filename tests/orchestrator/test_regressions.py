@@ -26,7 +26,7 @@ from functions.regressions import (
 )
 from functions.summarize import MAX_OUTPUT_REGRESSIONS
 from harness.stats import Direction
-from rigbench import cloud
+from rigbench.commands import stack_choice
 from rigbench.commands.regression_table import check_lines
 from rigbench.commands.regressions import regressions_command
 from rigbench.emulation import Emulation
@@ -118,7 +118,9 @@ def test_a_rig_slower_than_its_history_raises_an_alert(
 
     # `rigbench regressions` lists them from the ledger, by Query
     monkeypatch.setattr(
-        cloud, "connect_aws", lambda name: BotoStack(boto3.session.Session(), emu.stack_refs())
+        stack_choice,
+        "connect_aws",
+        lambda name: BotoStack(boto3.session.Session(), emu.stack_refs()),
     )
     app = typer.Typer()
     app.command()(regressions_command)

@@ -19,12 +19,17 @@ from functions.execution_input import LoadCells
 from functions.instance_commands import bench_commands, report_uri_of
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, instance_arn
 from functions.settings import sweep_report_key
+from rigbench import lambda_package
 from rigbench.lambda_package import (
     LAMBDA_UNZIPPED_LIMIT,
     LAYER_ALLOWANCE,
+    LAYERS,
     OWN_PACKAGES,
     SHARED,
+    PackageError,
+    build,
     handler_modules,
+    layers_of,
     package_bytes,
     package_files,
     package_of,
@@ -75,8 +80,8 @@ def test_cfn_lint() -> None:
 def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> None:
     files = set(files_of(SHARED))
     assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs", "harness"}
-    # Store reads the harness report with the harness's schema, Validate the workload models,
-    # and nothing else of it.
+    # Store reads the harness report with the harness's schema (and its workload models: the
+    # input's too), and nothing else of it: not the numpy that draws the requests.
     assert {f for f in files if f.startswith("harness/")} == {
         "harness/__init__.py", "harness/schemas.py", "harness/agreement.py", "harness/workload.py"
     }  # fmt: skip
@@ -85,8 +90,7 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
         if package_of(logical_id) == SHARED:
             assert f"{module.replace('.', '/')}.py" in files, logical_id
     rig_files = {f for f in files if f.startswith("rigs/")}
-    # the rigs' definitions and settings' declarations (Validate checks values against them),
-    # and the model sources' hub lookup (Validate pins a hub model's revision): stdlib only
+    # the rig definitions with their settings, and the hub lookup that pins a model's revision
     allowed = {
         "rigs/__init__.py", "rigs/contract.py", "rigs/registry.py", "rigs/settings.py",
         "rigs/sources.py",
@@ -127,8 +131,54 @@ def test_the_shared_package_s_handlers_load_no_library_it_does_not_hold() -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("logical_id", ["SummarizeFunction", "DecideRoundFunction"])
+def test_the_statistics_functions_load_no_library_beyond_the_statistics_layer(
+    logical_id: str,
+) -> None:
+    assert layers_of(TEMPLATE, logical_id) == ["StatisticsLayer"]
+    module = FUNCTIONS[logical_id]["Properties"]["Handler"].rsplit(".", 1)[0]
+    assert libraries_loaded_by([module]) == {"numpy", "scipy"}  # the layer's, not plotly's
+
+
+LEAN_MB = 50  # issue 47: every function package but Report's
+
+
+@pytest.mark.slow
+def test_every_package_but_report_s_weighs_at_most_50_mb_and_fits_beside_its_layers(
+    tmp_path: Path,
+) -> None:
+    # Built as `sam build` builds them (the cached package of each), for the runtime (arm64).
+    sizes = {}
+    for name in sorted({package_of(f) for f in FUNCTIONS} | set(LAYERS)):
+        build(tmp_path / name, logical_id=None if name == SHARED else name)
+        sizes[name] = package_bytes(tmp_path / name)
+    assert set(os.listdir(tmp_path / "StatisticsLayer")) == {"python"}  # where Lambda looks
+    assert {"numpy", "scipy"} <= set(os.listdir(tmp_path / "StatisticsLayer" / "python"))
+    heavy = {n: s for n, s in sizes.items() if n not in LAYERS and s > LEAN_MB * 1_000_000}
+    assert set(heavy) <= {"ReportFunction"}, {n: f"{s / 1e6:.0f} MB" for n, s in heavy.items()}
+    for logical_id in FUNCTIONS:
+        layers = sum(sizes[name] for name in layers_of(TEMPLATE, logical_id))
+        total = sizes[package_of(logical_id)] + layers
+        assert total + LAYER_ALLOWANCE <= LAMBDA_UNZIPPED_LIMIT, logical_id
+
+
+@pytest.mark.slow
+def test_a_package_above_its_bound_fails_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))  # built here, not reused
+    monkeypatch.setattr(lambda_package, "LEAN_BOUND", 200_000)  # below jinja2 alone
+    bound = r"the DecideRoundFunction package is \d+\.\d MB unzipped, above its bound of 0\.2 MB"
+    with pytest.raises(PackageError, match=bound):
+        build(tmp_path / "package", logical_id="DecideRoundFunction")
+    assert not (tmp_path / "package").exists()
+    assert list((tmp_path / "cache" / "lambda-package").iterdir()) == []  # nothing half-built
+
+
+@pytest.mark.slow
 def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rigs() -> None:
     assert set(OWN_PACKAGES) == {"ReportFunction", "SummarizeFunction", "DecideRoundFunction"}
+    assert layers_of(TEMPLATE, "ReportFunction") == ["StatisticsLayer"]
     files = set(files_of("ReportFunction"))
     assert "rigbench/report/publish.py" in files
     assert {"rigbench/report/template.html.j2", "rigbench/report/table.html.j2"} <= files
@@ -194,11 +244,15 @@ def test_sam_build_after_a_local_sweep(tmp_path: Path) -> None:
         if name == SHARED:  # requirements.txt, resolved for the runtime (arm64), and nothing else
             assert {"jinja2", "markupsafe"} <= others, others
             assert all(o.startswith(("jinja2", "markupsafe")) for o in others), others
-        else:  # and the report's plots and statistics, for aarch64
-            assert {"jinja2", "plotly", "numpy", "scipy", "httpx"} <= others, others
-            assert any(f.endswith("aarch64-linux-gnu.so") for f in found if f.startswith("scipy/"))
+        elif name == "ReportFunction":  # and the report's plots; the statistics in the layer
+            assert {"jinja2", "plotly", "httpx"} <= others, others
+            assert not others & {"numpy", "scipy"}, others
+        else:  # the statistics functions: only their modules and requirements.txt
+            assert all(o.startswith(("jinja2", "markupsafe")) for o in others), others
+    layer = build / "StatisticsLayer" / "python"
+    assert any(p.name.endswith("aarch64-linux-gnu.so") for p in (layer / "scipy").rglob("*.so"))
     assert (build / "template.yaml").is_file()
-    # 700 MB (three packages carry numpy and scipy): removed here, beside the other tests,
+    # 400 MB (the report and the layer): removed here, beside the other tests,
     # not by the pytest run that would otherwise delete it at its end, alone.
     shutil.rmtree(build)
 
@@ -477,7 +531,9 @@ def test_execution_end_without_finish_reaches_the_cleanup_handler() -> None:
     assert pattern["source"] == ["aws.states"]
     assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
     assert set(pattern["detail"]["status"]) == {"ABORTED", "TIMED_OUT", "FAILED"}
-    assert pattern["detail"]["stateMachineArn"] == [{"Ref": "SweepStateMachine"}]
+    assert pattern["detail"]["stateMachineArn"] == [
+        {"Ref": "SweepStateMachine"}, {"Ref": "BakeStateMachine"}
+    ]  # fmt: skip
 
 
 def test_finish_has_reserved_concurrency() -> None:

@@ -16,8 +16,8 @@ from harness.agreement_view import agreement_line, counts_words
 from harness.compare import Comparison, footnotes, render_text
 from rigbench.cli import app
 from rigbench.commands.local import local_stack
-from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report.agreement import agreement_of
+from rigbench.report.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page

@@ -33,7 +33,7 @@ LocalHomeDir = Annotated[
 
 @contextlib.contextmanager
 def _store(local: bool, home: Path | None, stack: str) -> Iterator["Store"]:
-    from rigbench.cloud import open_stack
+    from rigbench.commands.stack_choice import open_stack
 
     with open_stack(local, stack, home) as client:
         yield store_from(client.client, client.refs)  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ def report_command(
 ) -> None:
     """Write a sweep's report (comparison, plots, cost per token, provenance) as one HTML file
     that opens offline; --trend: a rig's figures across sweeps over time."""
-    from rigbench.cloud import CloudError, parse_since
+    from rigbench.commands.stack_choice import CloudError, parse_since
 
     err = Console(stderr=True, soft_wrap=True)
     try:
@@ -123,8 +123,8 @@ def compare_command(
     returns (JSON: per cell, metric and rig its value, interval, n and verdict, the rigs'
     setups and the sweep-level ranking)."""
     from harness.compare import print_comparison
-    from rigbench.cloud import CloudError
-    from rigbench.comparison import comparison_of
+    from rigbench.commands.stack_choice import CloudError
+    from rigbench.report.comparison import comparison_of
     from rigbench.report.data import gather
 
     err = Console(stderr=True, soft_wrap=True)
