@@ -224,6 +224,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             ready_deadline_at=launched_at + sweep.deadlines.ready_s,
             deadline_at=deadline_at,
             refused=refused,
+            requested_at=now,
         )
     raise CapacityUnavailable(
         f"no {sweep.market} capacity for {sweep.instance_type} in any subnet: " + "; ".join(refused)

@@ -43,6 +43,9 @@ class ScriptedFleet:
         default_factory=lambda: {SPOT_G_VT_QUOTA: 64.0, ON_DEMAND_G_VT_QUOTA: 64.0}
     )
     price_usd_per_hour: float = 0.30
+    # The spot price history the emulation answers (when each price took effect, USD per hour);
+    # None: price_usd_per_hour, taking effect now.
+    price_history: list[tuple[datetime, float]] | None = None
     refuse: dict[str, str] = field(default_factory=dict)  # availability zone -> error code
     refuse_markets: dict[str, str] = field(default_factory=dict)  # market -> error code
     agent_after: int | None = 0
@@ -98,8 +101,12 @@ class ScriptedFleet:
     def quota_vcpus(self, quota_code: str) -> float:
         return self.quotas.get(quota_code, 0.0)
 
-    def spot_price(self, instance_type: str, availability_zone: str) -> float:
-        return self.price_usd_per_hour
+    def spot_price_history(
+        self, instance_type: str, availability_zone: str
+    ) -> list[tuple[datetime, float]]:
+        if self.price_history is not None:
+            return list(self.price_history)
+        return [(datetime.now(UTC), self.price_usd_per_hour)]
 
     def capacity_error(self, request: LaunchRequest) -> str | None:
         with self._lock:
