@@ -18,6 +18,7 @@ from functions.execution_input import SweepInput
 from functions.regressions import METHOD
 from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
 from harness.agreement_view import agreement_line
+from harness.boot_phases import BootTiming
 from harness.compare import Comparison
 from harness.stats import Verdict
 from rigbench.comparison import revision_refusal, setups_of, sweep_comparison
@@ -81,6 +82,17 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
         rig: [{"cells": by_boot[boot], **boot_wide[(rig, boot)]} for boot in sorted(by_boot)]
         for rig, by_boot in sorted(cells.items())
     }
+
+
+def timings_from_rows(rows: list[ResultRow]) -> dict[str, list[BootTiming | None]]:
+    """Per rig, each stored boot's phases and start (every row of a boot carries them), in the
+    boot order of `reports_from_rows`."""
+    boots: dict[str, dict[int, BootTiming | None]] = defaultdict(dict)
+    for row in rows:
+        extra = row.model_extra or {}
+        found = BootTiming.of_row(extra) if extra.get("phases") else None
+        boots[row.rig].setdefault(row.boot, found)
+    return {rig: [by_boot[b] for b in sorted(by_boot)] for rig, by_boot in sorted(boots.items())}
 
 
 def probes_from_rows(rows: list[ResultRow]) -> dict[str, list[tuple[int, AgreementProbe | None]]]:
@@ -247,6 +259,7 @@ class SweepTools:
                 reports_from_rows(rows), setups, local=local, baseline=baseline,
                 agreement=agreement,
                 refused=revision_refusal((row.rig, row.provenance) for row in rows),
+                timings=timings_from_rows(rows),
             )  # fmt: skip
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
