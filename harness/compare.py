@@ -33,7 +33,7 @@ from harness.agreement import PairAgreement
 from harness.agreement_view import render_agreement
 from harness.boot_phases import BootTiming
 from harness.capacity_view import RigCapacity
-from harness.schemas import cell_label
+from harness.schemas import cell_label, metric_value
 from harness.stats import (
     ALPHA,
     DEFAULT_CONFIDENCE,
@@ -121,6 +121,13 @@ def _metric_table() -> dict[str, MetricSpec]:
             lower="sooner",
             noun_first=True,
         )
+    specs["gpu.j_per_output_token"] = MetricSpec(
+        key="gpu.j_per_output_token",
+        label="GPU energy",
+        unit="J/token",
+        direction=Direction.LOWER_IS_BETTER,
+        noun="energy per token",
+    )
     specs["startup_usd"] = MetricSpec(
         key="startup_usd",
         label="start-up cost",
@@ -141,8 +148,9 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
     "output_tok_s",
 )  # fmt: skip
-# Figures only a run with an SLO records: compared where some boot has them, else left out.
-SLO_METRICS: tuple[str, ...] = ("goodput_req_s",)
+# Figures only some runs record (an SLO's goodput; a GPU's energy, where NVML was there):
+# compared where some boot has them, else left out.
+OPTIONAL_METRICS: tuple[str, ...] = ("goodput_req_s", "gpu.j_per_output_token")
 # The cell that holds each boot's capacity (BenchmarkReport.capacity), beside the load cells.
 CAPACITY_CELL = "capacity"
 # The cell that holds each boot's start: launch to ready, its cost, the warm restarts' ready.
@@ -318,19 +326,20 @@ def values_from_reports(
     A cell with no successful request (`requests_ok` 0) contributes None for its boot, and so
     does a cell that a boot's report lacks. Capacity probes are not load cells (their loads
     are each boot's own) and are left out; a boot's capacity (`capacity.value`) is the metric
-    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput is compared
-    where the reports recorded it.
+    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput and the GPU's
+    energy per token are compared where the reports recorded them.
     """
     for key in metrics:
         metric_spec(key)
-    recorded = any(
-        cell.get(key) is not None
+    recorded = {
+        key
         for boot_reports in reports.values()
         for report in boot_reports
         for cell in report.get("cells", [])
-        for key in SLO_METRICS
-    )
-    keys = [*metrics, *(k for k in SLO_METRICS if recorded and k not in metrics)]
+        for key in OPTIONAL_METRICS
+        if metric_value(cell, key) is not None
+    }
+    keys = [*metrics, *(k for k in OPTIONAL_METRICS if k in recorded and k not in metrics)]
     values: dict[str, dict[str, dict[str, list[float | None]]]] = {}
     for rig, boot_reports in reports.items():
         by_cell: dict[str, dict[str, list[float | None]]] = {}
@@ -345,8 +354,12 @@ def values_from_reports(
                 for key in keys:
                     series = row[key]
                     series.extend([None] * (boot - len(series)))  # boots lacking this cell
-                    absent = key in SLO_METRICS and key not in cell  # an older report
-                    series.append(_read_metric(cell, key) if ok and not absent else None)
+                    if not ok:
+                        series.append(None)
+                    elif key in OPTIONAL_METRICS:  # None where this boot did not record it
+                        series.append(metric_value(cell, key))
+                    else:
+                        series.append(_read_metric(cell, key))
             capacity = report.get("capacity")
             if isinstance(capacity, Mapping) and capacity.get("value") is not None:
                 key = f"capacity.{capacity['by']}"

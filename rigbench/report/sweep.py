@@ -20,6 +20,7 @@ from harness.compare import (
     rig_heading,
     value_words,
 )
+from harness.schemas import cell_label
 from harness.stats import BootAggregate, Verdict
 from rigbench.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.progress import decision_row, round_row
@@ -519,6 +520,55 @@ def start_section(data: SweepData, comparison: Comparison | None, local: bool) -
     )
 
 
+def gpu_section(data: SweepData) -> Section | None:
+    """What the GPU burned in each boot's cells (harness.gpu_sampler), or why it was not
+    sampled."""
+    rows, reasons = [], set()
+    for b in data.boots:
+        for cell in (b.report or {}).get("cells", []):
+            gpu = cell.get("gpu")
+            if not isinstance(gpu, dict) or cell.get("capacity_probe"):
+                continue
+            if not gpu.get("available"):
+                reasons.add(str(gpu.get("reason") or "not sampled"))
+                continue
+            rows.append(
+                [b.rig, str(b.boot), cell_label(cell)]
+                + [_number(gpu.get(k)) for k in ("mean_power_w", "energy_j", "j_per_output_token",
+                                                  "max_memory_used_mib", "mean_utilization_pct")]
+                + [str(gpu.get("energy_source") or "")]
+            )  # fmt: skip
+    if not rows and not reasons:
+        return None
+    blocks = []
+    if rows:
+        blocks.append(
+            render_table(
+                [
+                    "rig",
+                    "boot",
+                    "cell",
+                    "mean power (W)",
+                    "energy (J)",
+                    "J per output token",
+                    "memory used, most (MiB)",
+                    "utilisation (%)",
+                    "energy from",
+                ],
+                rows,
+                caption="sampled from NVML every 0.1 s while the cell ran (its warm-up left "
+                "out); J per output token = the cell's energy / its output tokens; the "
+                "comparison's 'GPU energy' rows give the verdicts",
+            )
+        )
+    intro = "; ".join(f"not sampled: {r}" for r in sorted(reasons))
+    return Section("What the GPU burned", "gpu", intro=intro, blocks=blocks)
+
+
+def _number(value: Any) -> str:
+    return f"{value:,.4g}" if isinstance(value, int | float) else ""
+
+
 def _seconds(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -558,6 +608,8 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
         )
     if start := start_section(data, comparison, local):
         sections.append(start)
+    if gpu := gpu_section(data):
+        sections.append(gpu)
     if data.rounds:
         sections.append(rounds_section(data))
     if pairs := agreement_of(data):
