@@ -127,9 +127,11 @@ RIG_PGID = "rig.pgid"  # the rig's process group, in its workspace
 RESTART_REQUEST = "restart.request"  # present while a restart is asked for and not yet done
 # What `systemctl restart rigbench-rig.service` is on a local instance (harness.restart): ask,
 # end the rig's group, and return once the fleet has started it again.
+# (POSIX sh: dash's kill takes no "--"; a negative pid is the group.)
 RESTART_COMMAND = (
     f'touch "$RIGBENCH_HOME/{RESTART_REQUEST}" && '
-    f'kill -TERM -- "-$(cat "$RIGBENCH_HOME/{RIG_PGID}")" && '
+    f'{{ kill -TERM "-$(cat "$RIGBENCH_HOME/{RIG_PGID}")" || '
+    f'{{ rm -f "$RIGBENCH_HOME/{RESTART_REQUEST}"; exit 1; }}; }} && '
     f'while [ -e "$RIGBENCH_HOME/{RESTART_REQUEST}" ]; do sleep 0.1; done'
 )
 

@@ -254,12 +254,17 @@ class SweepTools:
         setups = setups_of((row.rig, row.provenance) for row in rows)
         local = getattr(self.stack, "kind", "") == "local"
         agreement = output_agreement(probes_from_rows(rows))
+        timings = timings_from_rows(rows)
+        prices = {
+            rig: [t.price_usd_per_hour if t else None for t in boots]
+            for rig, boots in timings.items()
+        }  # what each instance paid (rows since timed boots carry it)
         try:
             comparison = sweep_comparison(
                 reports_from_rows(rows), setups, local=local, baseline=baseline,
                 agreement=agreement,
                 refused=revision_refusal((row.rig, row.provenance) for row in rows),
-                timings=timings_from_rows(rows),
+                timings=timings, prices=prices,
             )  # fmt: skip
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc
