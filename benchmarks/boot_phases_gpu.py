@@ -109,9 +109,11 @@ def verdict_lines(comparison: dict[str, Any]) -> list[str]:
                 continue
             for result in metric["results"]:
                 agg = result.get("aggregate") or {}
+                value = agg.get("value")
+                shown = "no data" if value is None else f"{value:.4g} {metric['metric']['unit']}"
+                boots = ", ".join("-" if b is None else f"{b:.4g}" for b in result["boots"])
                 lines.append(
-                    f"{cell['cell']} {metric['metric']['label']}: {result['rig']} "
-                    f"{agg.get('value')} {metric['metric']['unit']} (boots {result['boots']}) "
+                    f"{metric['metric']['label']}: {result['rig']} {shown} (boots {boots}) "
                     f"{result.get('words') or 'baseline'}"
                 )
     return lines
