@@ -23,12 +23,19 @@ from harness.schemas import GpuUsage
 INTERVAL_S = 0.1
 
 
-def _visible(count: int) -> list[int]:
+def _handles(nvml: ModuleType, count: int) -> list[Any]:
+    """The GPUs CUDA_VISIBLE_DEVICES names, by index or UUID (NVML numbers GPUs in PCI bus
+    order, as CUDA does on a host of one GPU model), else every GPU NVML sees."""
     named = os.environ.get("CUDA_VISIBLE_DEVICES")
     if named is None:
-        return list(range(count))
-    picked = [int(part) for part in named.split(",") if part.strip().isdigit()]
-    return [i for i in picked if i < count]
+        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    handles = []
+    for part in (p.strip() for p in named.split(",")):
+        if part.isdigit() and int(part) < count:
+            handles.append(nvml.nvmlDeviceGetHandleByIndex(int(part)))
+        elif part.startswith(("GPU-", "MIG-")):
+            handles.append(nvml.nvmlDeviceGetHandleByUUID(part))
+    return handles
 
 
 def _open() -> tuple[ModuleType, list[Any]] | str:
@@ -42,11 +49,16 @@ def _open() -> tuple[ModuleType, list[Any]] | str:
         count = pynvml.nvmlDeviceGetCount()
     except pynvml.NVMLError as exc:
         return f"no NVIDIA driver or GPU ({exc})"
-    indices = _visible(count)
-    if not indices:
+    try:
+        handles = _handles(pynvml, count)
+    except pynvml.NVMLError as exc:
+        handles, why = [], f" ({exc})"
+    else:
+        why = ""
+    if not handles:
         pynvml.nvmlShutdown()
-        return "no GPU visible to NVML"
-    return pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        return f"no GPU visible to NVML (CUDA_VISIBLE_DEVICES, {count} GPUs){why}"
+    return pynvml, handles
 
 
 @dataclass
