@@ -44,7 +44,7 @@ def sweep_input(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "boots_per_rig": args.boots,
         "restarts_per_boot": args.restarts,
-        "budget_usd": 20,
+        "budget_usd": 10,  # the stack's per-sweep cap
         "cells": {"concurrency": [int(c) for c in args.concurrency.split(",")]},
         "deadlines": {"ready_s": 1200, "bench_s": 2400, "instance_s": 5400},
     }

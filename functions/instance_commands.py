@@ -59,9 +59,11 @@ print(doc["served_model"])
 _UPLOAD_PY = r"""
 import os, sys, boto3
 bucket, prefix = sys.argv[1], sys.argv[2]
+paths = sys.argv[3:]
+optional = paths.index("--") if "--" in paths else len(paths)  # after "--": where they exist
 s3 = boto3.client("s3")
-for path in sys.argv[3:]:
-    if os.path.exists(path):  # a warm start's cell is absent when its restart failed
+for i, path in enumerate(p for p in paths if p != "--"):
+    if i < optional or os.path.exists(path):  # a warm cell is absent when its restart failed
         s3.upload_file(path, bucket, prefix + path.rsplit("/", 1)[1])
 """
 
@@ -196,14 +198,15 @@ def bench_commands(
     for n in range(1, restarts + 1):
         start, report = f'"$OUT/{warm_start_name(n)}"', f'"$OUT/{warm_report_name(n)}"'
         warm += [
-            # a restart that gives no ready time is recorded as such; the cell needs the rig up
-            f'"$PY" -m rigbench restart-rig --url "$URL" --out {start} '
-            f"--timeout-s {restart_timeout_s} && "
+            # A restart with no ready time says why in its file, and its cell is not run (the
+            # rig may be down); a warm cell that fails leaves no report, the cold rows stand.
+            f'if "$PY" -m rigbench restart-rig --url "$URL" --out {start} '
+            f"--timeout-s {restart_timeout_s}; then "
             '"$PY" -m rigbench bench '
             + " ".join([*common, *first, *(warm_options or []), "--out", report])
-            + f" || {{ [ -s {start} ] || exit 1; }}",
+            + f" || true; elif [ ! -s {start} ]; then exit 1; fi",
         ]
-        uploads += [start, report]
+        uploads += ["--", start, report] if n == 1 else [start, report]
     return [
         f"export RIGBENCH_STEP={BENCH_STEP}",
         f"export RIGBENCH_REPORT_S3=s3://{bucket}/{prefix}{REPORT}",
