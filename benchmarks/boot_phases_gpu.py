@@ -1,7 +1,8 @@
 """Timed boots on a GPU: both rigs' phases, cold and warm ready, power and J/token, in one run.
 
-    python3 benchmarks/boot_phases_gpu.py OUT.json [--boots 2] [--restarts 1] \
-        [--model random:e2b] [--home DIR] [--concurrency 1,8] [--set RIG:KEY=VALUE ...]
+    python3 benchmarks/boot_phases_gpu.py OUT.json [--boots 1] [--restarts 1] \
+        [--model random:e2b] [--home DIR] [--concurrency 1,8] [--requests N] \
+        [--set RIG:KEY=VALUE ...]
 
 Runs `rigbench run --local` as a user would (a fresh process, its own state directory), a
 torch-vs-JAX sweep with `restarts_per_boot`, then reads what the sweep stored (`rigbench results`
@@ -10,6 +11,8 @@ and `rigbench compare`, JSON) and prints, per boot: each phase in seconds since 
 and per cell the GPU's mean power and J per output token (NVML, nvidia-ml-py: install it where
 the rigs run, or the cells say why nothing was sampled); then the sweep's verdicts on time to
 ready, warm ready and energy per token. OUT.json keeps the rows, the comparison and the log.
+One boot per rig gives every figure but no verdict (2 boots: verdicts, about twice the time;
+measured on one H100, a cold boot of either rig took about 3 minutes).
 
 On one host, boots run one at a time (one GPU per instance) and a boot after the first finds
 the caches the earlier ones left (torch's inductor cache, the JAX rig's kept programs): only
@@ -48,6 +51,8 @@ def sweep_input(args: argparse.Namespace) -> dict[str, Any]:
         "cells": {"concurrency": [int(c) for c in args.concurrency.split(",")]},
         "deadlines": {"ready_s": 1200, "bench_s": 2400, "instance_s": 5400},
     }
+    if args.requests is not None:
+        body["cells"]["requests_per_cell"] = args.requests
     if settings:
         body["rig_settings"] = settings
     return body
@@ -122,10 +127,13 @@ def verdict_lines(comparison: dict[str, Any]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="where the rows, comparison and log go (JSON)")
-    parser.add_argument("--boots", type=int, default=2)
+    parser.add_argument("--boots", type=int, default=1)
     parser.add_argument("--restarts", type=int, default=1)
     parser.add_argument("--model", default="random:e2b")
     parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="per cell (default: the input's, 4 per slot)"
+    )
     parser.add_argument("--home", type=Path, default=None, help="state dir (default: a temp dir)")
     parser.add_argument("--set", action="append", default=[], help="RIG:KEY=VALUE rig setting")
     args = parser.parse_args()
