@@ -99,12 +99,6 @@ def warm_ready_s(marks: Mapping[str, float], requested_at: float) -> float | Non
     return None if ready is None or ready < requested_at else round(ready - requested_at, 3)
 
 
-def current_phase(phases: Mapping[str, float]) -> str | None:
-    """The latest phase reached (PHASES order); None when none was."""
-    reached = [name for name in PHASES if name in phases]
-    return reached[-1] if reached else None
-
-
 class BootTiming(BaseModel):
     """A boot's phases and what its start cost, as its results rows keep them (`phases` on
     the row, the rest under `timing`); every field optional, so older rows read as empty."""

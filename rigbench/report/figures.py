@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from harness.boot_phases import PHASES
 from rigbench.report.analysis import Latencies, ParetoPoint, Point, pareto_frontier
 
 PALETTE = qualitative.Safe
@@ -461,8 +462,6 @@ def timeline_figure(
 ) -> go.Figure:
     """Each boot's phases (rig, boot, phase -> seconds since launch) as one row of segments:
     a segment per phase, from the phase reached before it, in PHASES order."""
-    from harness.boot_phases import PHASES
-
     fig = go.Figure()
     rows = [f"{rig} boot {boot}" for rig, boot, _ in boots]
     shown: set[str] = set()

@@ -8,7 +8,6 @@ from harness.boot_phases import (
     PHASES,
     BootTiming,
     WarmStart,
-    current_phase,
     mean_warm_ready_s,
     phases_since_launch,
     startup_usd,
@@ -41,8 +40,6 @@ def test_phases_are_seconds_since_launch_in_order_and_absent_when_unrecorded() -
         "bench_started": 101.0,
     }
     assert list(phases) == [p for p in PHASES if p in phases]
-    assert current_phase(phases) == "bench_started"
-    assert current_phase({}) is None
     assert phases_since_launch(LAUNCH) == {}
 
 
