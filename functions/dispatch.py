@@ -75,6 +75,9 @@ def _dispatch_bench(
         bucket=settings.bucket,
         instance_arn=arn,
         options=measure_options(sweep),
+        restarts=sweep.restarts_per_boot,
+        warm_options=measure_options(sweep, capacity=False),
+        restart_timeout_s=sweep.deadlines.ready_s,
     )
     response = clients.ssm.send_command(
         InstanceIds=[instance.instance_id],

@@ -81,6 +81,7 @@ class SweepConfig(BootRounds, _Model):
     endpoint: Literal["completions", "chat"] = "completions"
     slo: dict[str, Any] | None = None
     capacity: dict[str, Any] | None = None
+    restarts_per_boot: int = 0
     budget_usd: float
     market: Literal["spot", "on-demand", "spot-or-on-demand"]
     subnets: list[str]
@@ -236,11 +237,13 @@ class Instance(_Model):
     ready_deadline_at: float
     deadline_at: float
     refused: list[str] = []  # "subnet (az): error code" for every subnet that refused first
+    requested_at: float | None = None  # when Launch called RunInstances (absent before phases)
 
 
 class AgentCheck(_Model):
     online: bool
     checks: int = 0
+    online_at: float | None = None  # when a check first saw it online (late by up to a wait)
     wait_s: int = 0  # before the next check (functions/poll_schedule.py)
 
 

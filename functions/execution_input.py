@@ -321,6 +321,14 @@ class SweepInput(BootRounds, _Strict):
         "cells, search the highest load that meets the slo (grow, then bisect; each probe a "
         "cell); the boot's capacity is compared across boots and rigs",
     )
+    restarts_per_boot: int = Field(
+        default=0,
+        ge=0,
+        le=5,
+        description="after the cells (and any capacity search), restart the rig on the same "
+        "instance this many times, each time timing its warm start (warm_ready_s: restart to "
+        "its first real completion) and measuring the first cell again, within deadlines.bench_s",
+    )
     budget_usd: float = Field(
         gt=0, le=10_000, description="the most this sweep may spend, USD (reserved up front)"
     )

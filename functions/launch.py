@@ -227,7 +227,7 @@ def launch_instance(state: BootState, clients: Clients, settings: Settings, now:
             launched = response["Instances"][0]
             return launched_instance(
                 state, clients, settings, launched, (subnet, zones), image, market, deadline_at,
-                refused,
+                refused, now,
             )  # fmt: skip
     what = f"no {sweep.market} capacity for {sweep.instance_type} in any subnet"
     ready_by = anchor + sweep.deadlines.ready_s
@@ -254,6 +254,7 @@ def launched_instance(
     market: Market,
     deadline_at: float,
     refused: list[str],
+    requested_at: float,
 ) -> Instance:
     """Record what RunInstances launched (a fallback to on-demand billed at its price), end it
     if the boot was closed meanwhile, and arm its deadline."""
@@ -296,6 +297,7 @@ def launched_instance(
         ready_deadline_at=launched_at + sweep.deadlines.ready_s,
         deadline_at=deadline_at,
         refused=refused,
+        requested_at=requested_at,
     )
 
 

@@ -52,7 +52,7 @@ def check_agent(state: BootState, clients: Clients, settings: Settings, now: flo
     waits = state.sweep.waits
     wait_s = next_wait_s(waits.agent_poll_s, waits.first_poll_s, now - instance.launched_at)
     if agent_online(clients.ssm, instance.instance_id):
-        return AgentCheck(online=True, checks=checks, wait_s=wait_s)
+        return AgentCheck(online=True, checks=checks, wait_s=wait_s, online_at=now)
     if now > instance.ready_deadline_at:
         raise AgentNeverOnline(
             f"the SSM agent on {instance.instance_id} never came online within "

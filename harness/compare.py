@@ -31,8 +31,9 @@ from rich.text import Text
 
 from harness.agreement import PairAgreement
 from harness.agreement_view import render_agreement
+from harness.boot_phases import BootTiming
 from harness.capacity_view import RigCapacity
-from harness.schemas import cell_label
+from harness.schemas import cell_label, metric_value
 from harness.stats import (
     ALPHA,
     DEFAULT_CONFIDENCE,
@@ -60,6 +61,11 @@ class MetricSpec(BaseModel):
     unit: str
     direction: Direction
     noun: str = ""  # what a verdict calls it ("throughput"); the label when empty
+    # How a verdict says a ratio: "2.3x higher TTFT"; or, noun first with its own words, "ready
+    # 1.9x later".
+    higher: str = "higher"
+    lower: str = "lower"
+    noun_first: bool = False
 
     @property
     def name(self) -> str:
@@ -101,6 +107,34 @@ def _metric_table() -> dict[str, MetricSpec]:
             direction=Direction.HIGHER_IS_BETTER,
             noun="capacity within the SLO",
         )
+    for key, label, noun in (
+        ("ready_s", "time to ready", "ready"),
+        ("warm_ready_s", "warm restart to ready", "warm ready"),
+    ):
+        specs[key] = MetricSpec(
+            key=key,
+            label=label,
+            unit="s",
+            direction=Direction.LOWER_IS_BETTER,
+            noun=noun,
+            higher="later",
+            lower="sooner",
+            noun_first=True,
+        )
+    specs["gpu.j_per_output_token"] = MetricSpec(
+        key="gpu.j_per_output_token",
+        label="GPU energy",
+        unit="J/token",
+        direction=Direction.LOWER_IS_BETTER,
+        noun="energy per token",
+    )
+    specs["startup_usd"] = MetricSpec(
+        key="startup_usd",
+        label="start-up cost",
+        unit="$",
+        direction=Direction.LOWER_IS_BETTER,
+        noun="start-up cost",
+    )
     return specs
 
 
@@ -114,10 +148,14 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
     "output_tok_s",
 )  # fmt: skip
-# Figures only a run with an SLO records: compared where some boot has them, else left out.
-SLO_METRICS: tuple[str, ...] = ("goodput_req_s",)
+# Figures only some runs record (an SLO's goodput; a GPU's energy, where NVML was there):
+# compared where some boot has them, else left out.
+OPTIONAL_METRICS: tuple[str, ...] = ("goodput_req_s", "gpu.j_per_output_token")
 # The cell that holds each boot's capacity (BenchmarkReport.capacity), beside the load cells.
 CAPACITY_CELL = "capacity"
+# The cell that holds each boot's start: launch to ready, its cost, the warm restarts' ready.
+START_CELL = "start-up"
+START_METRICS: tuple[str, ...] = ("ready_s", "startup_usd", "warm_ready_s")
 
 
 def metric_spec(key: str) -> MetricSpec:
@@ -288,19 +326,20 @@ def values_from_reports(
     A cell with no successful request (`requests_ok` 0) contributes None for its boot, and so
     does a cell that a boot's report lacks. Capacity probes are not load cells (their loads
     are each boot's own) and are left out; a boot's capacity (`capacity.value`) is the metric
-    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput is compared
-    where the reports recorded it.
+    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput and the GPU's
+    energy per token are compared where the reports recorded them.
     """
     for key in metrics:
         metric_spec(key)
-    recorded = any(
-        cell.get(key) is not None
+    recorded = {
+        key
         for boot_reports in reports.values()
         for report in boot_reports
         for cell in report.get("cells", [])
-        for key in SLO_METRICS
-    )
-    keys = [*metrics, *(k for k in SLO_METRICS if recorded and k not in metrics)]
+        for key in OPTIONAL_METRICS
+        if metric_value(cell, key) is not None
+    }
+    keys = [*metrics, *(k for k in OPTIONAL_METRICS if k in recorded and k not in metrics)]
     values: dict[str, dict[str, dict[str, list[float | None]]]] = {}
     for rig, boot_reports in reports.items():
         by_cell: dict[str, dict[str, list[float | None]]] = {}
@@ -315,8 +354,12 @@ def values_from_reports(
                 for key in keys:
                     series = row[key]
                     series.extend([None] * (boot - len(series)))  # boots lacking this cell
-                    absent = key in SLO_METRICS and key not in cell  # an older report
-                    series.append(_read_metric(cell, key) if ok and not absent else None)
+                    if not ok:
+                        series.append(None)
+                    elif key in OPTIONAL_METRICS:  # None where this boot did not record it
+                        series.append(metric_value(cell, key))
+                    else:
+                        series.append(_read_metric(cell, key))
             capacity = report.get("capacity")
             if isinstance(capacity, Mapping) and capacity.get("value") is not None:
                 key = f"capacity.{capacity['by']}"
@@ -329,6 +372,35 @@ def values_from_reports(
                 series.extend([None] * (len(boot_reports) - len(series)))
         values[rig] = by_cell
     return values
+
+
+def values_from_timings(
+    timings: Mapping[str, Sequence[BootTiming | None]],
+) -> dict[str, dict[str, dict[str, list[float | None]]]]:
+    """Each boot's start (harness.boot_phases: ready_s, startup_usd, warm_ready_s) as the
+    metrics of the cell START_CELL, in the boot order given; a metric no boot of any rig
+    recorded is left out (a sweep without restarts has no warm_ready_s)."""
+    keys = [
+        key
+        for key in START_METRICS
+        if any(getattr(t, key) is not None for boots in timings.values() for t in boots if t)
+    ]
+    return {
+        rig: {START_CELL: {key: [getattr(t, key) if t else None for t in boots] for key in keys}}
+        for rig, boots in timings.items()
+        if keys
+    }
+
+
+def merge_values(*sources: BootValues) -> dict[str, dict[str, dict[str, list[float | None]]]]:
+    """Several `values[rig][cell][metric]` into one (cells of later sources added)."""
+    merged: dict[str, dict[str, dict[str, list[float | None]]]] = {}
+    for source in sources:
+        for rig, by_cell in source.items():
+            for cell, by_metric in by_cell.items():
+                target = merged.setdefault(rig, {}).setdefault(cell, {})
+                target.update({k: list(v) for k, v in by_metric.items()})
+    return merged
 
 
 DECLARED = "declares burst delivery"
@@ -365,22 +437,24 @@ def bursts_from_reports(
     return found
 
 
-def ratio_words(ratio: float, noun: str) -> str:
+def ratio_words(ratio: float, noun: str, spec: MetricSpec | None = None) -> str:
     """A ratio of medians as people say it: "2.3x higher TTFT", "41% lower throughput",
-    "6.9x lower throughput" (a ratio of 0.144: "86% lower" would hide how far apart)."""
+    "6.9x lower throughput" (a ratio of 0.144: "86% lower" would hide how far apart); in the
+    metric's own words where it has them ("ready 1.9x later")."""
     if not math.isfinite(ratio) or ratio < 0:
         raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
-    if ratio >= 2:
-        return f"{ratio:.1f}x higher {noun}" if ratio < 10 else f"{ratio:.0f}x higher {noun}"
-    if ratio > 1:
-        return f"{ratio - 1:.0%} higher {noun}"
+    higher, lower = (spec.higher, spec.lower) if spec else ("higher", "lower")
     if ratio == 0:
         return f"no {noun}"
-    if ratio <= 0.5:
-        return ratio_words(1 / ratio, noun).replace("higher", "lower")
-    if ratio < 1:
-        return f"{1 - ratio:.0%} lower {noun}"
-    return f"same {noun}"
+    if ratio == 1:
+        return f"same {noun}"
+    word = higher if ratio > 1 else lower
+    far = ratio if ratio > 1 else 1 / ratio
+    if far >= 2:
+        size = f"{far:.1f}x" if far < 10 else f"{far:.0f}x"
+    else:
+        size = f"{ratio - 1:.0%}" if ratio > 1 else f"{1 - ratio:.0%}"
+    return f"{noun} {size} {word}" if spec and spec.noun_first else f"{size} {word} {noun}"
 
 
 MOST_DETECTABLE = 100.0  # above this a detectable ratio is printed as "not even 100x"
@@ -398,6 +472,7 @@ def verdict_words(
     noun: str,
     found: Difference | None = None,
     detectable: float | None = None,
+    spec: MetricSpec | None = None,
 ) -> str:
     """A rig's result against the baseline's, in the words every view of a comparison shares."""
     if agg is None:
@@ -408,7 +483,7 @@ def verdict_words(
         return ""
     if base.value == 0:
         return f"baseline {noun} is 0: no ratio"
-    words = ratio_words(agg.value / base.value, noun) if agg.value >= 0 else f"{noun} below 0"
+    words = ratio_words(agg.value / base.value, noun, spec) if agg.value >= 0 else f"{noun} below 0"
     if judged is Verdict.FASTER:
         return f"{words} (better)"
     if judged is Verdict.SLOWER:
@@ -719,7 +794,7 @@ class _Draft:
             words = (
                 ""
                 if rig == baseline or self.withheld
-                else verdict_words(agg, base, judged, spec.name, found, detectable)
+                else verdict_words(agg, base, judged, spec.name, found, detectable, spec)
             )
             results.append(
                 RigResult(

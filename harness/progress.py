@@ -31,6 +31,12 @@ def cell_line(index: int, cells: int, cell: CellReport) -> str:
     if cell.meets_slo is not None:
         share = 100 * (cell.slo_attainment or 0)
         line += f", {share:.0f}% within the SLO ({'met' if cell.meets_slo else 'missed'})"
+    gpu = cell.gpu
+    if gpu is not None and gpu.available and gpu.mean_power_w is not None:
+        per_token = gpu.j_per_output_token
+        line += f", GPU {gpu.mean_power_w:.0f} W" + (
+            f", {per_token:.3g} J/token" if per_token is not None else ""
+        )
     if cell.first_failure:
         line += f"; first failure: {cell.first_failure}"
     return line

@@ -16,6 +16,7 @@ from harness.agreement_probe import run_probe
 from harness.backend import OpenAIBackend, ServerInfo
 from harness.capacity import search_capacity
 from harness.dataset import DatasetEntry
+from harness.gpu_sampler import GpuSampler
 from harness.load import LoopLagMonitor, arrivals, cancel_on, run_concurrency, run_rate
 from harness.metrics import Stall, cell_report
 from harness.planning import Planned, Prompts
@@ -220,6 +221,8 @@ async def run_benchmark(
                     prompts.plan(config.warmup, config.seed + 10_000 + index),
                     min(config.warmup, streams),
                 )
+            sampler = GpuSampler()
+            sampler.start()
             if pool is not None:
                 shares = _shares(
                     config, index, concurrency, rate, planned, origin, next_id + 1, headers
@@ -233,6 +236,7 @@ async def run_benchmark(
                 )  # fmt: skip
                 report.interrupted = stop.is_set()
             records.extend(cell_records)
+            gpu = sampler.stop()
             cell = cell_report(
                 cell_records,
                 concurrency=concurrency,
@@ -244,6 +248,7 @@ async def run_benchmark(
                 percentiles=config.percentiles,
                 capacity_probe=probe,
             )
+            cell = cell.model_copy(update={"gpu": gpu.per_token(cell.output_tokens)})
             report.cells.append(cell)
             report.dataset = prompts.provenance
             report.harness_ceiling_note = ceiling_note(report.cells)

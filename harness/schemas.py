@@ -357,6 +357,33 @@ class MetricValidity(_Model):
         return bool(getattr(self, figure, True))
 
 
+class GpuUsage(_Model):
+    """What the GPU burned during one cell (harness.gpu_sampler), or why nothing was sampled."""
+
+    available: bool = Field(description="False: no GPU was sampled; `reason` says why.")
+    reason: str = ""
+    devices: list[str] = []
+    samples: int = 0
+    mean_power_w: float | None = Field(default=None, description="Energy / the cell's time.")
+    energy_j: float | None = None
+    energy_source: str = Field(
+        default="", description="'energy counter' (the driver's) or 'power samples' (integrated)."
+    )
+    j_per_output_token: float | None = Field(
+        default=None, description="energy_j / the cell's output tokens (successful requests)."
+    )
+    max_memory_used_mib: float | None = None
+    mean_utilization_pct: float | None = None
+
+    def per_token(self, output_tokens: int) -> GpuUsage:
+        """With `j_per_output_token` for the cell's output tokens."""
+        if self.energy_j is None or output_tokens <= 0:
+            return self
+        return self.model_copy(
+            update={"j_per_output_token": round(self.energy_j / output_tokens, 4)}
+        )
+
+
 class CellReport(_Model):
     """One load cell: a fixed concurrency or a Poisson rate, `requests` measured requests."""
 
@@ -408,6 +435,12 @@ class CellReport(_Model):
         default=False,
         description="A probe of the capacity search (BenchmarkReport.capacity), not a cell "
         "the config asked for: its load differs between runs, so it is not compared by cell.",
+    )
+    # since the timed boots (issue 49)
+    gpu: GpuUsage | None = Field(
+        default=None,
+        description="What the GPU burned while the cell ran (power, energy per output token), "
+        "or why nothing was sampled; None from a harness before it sampled.",
     )
     length_mismatches: int = Field(
         default=0, description="Successful requests whose output token count != output_len."

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from functions.bake_steps import BakePlan, status_command
@@ -49,8 +50,10 @@ class BuildFleet:
     def quota_vcpus(self, quota_code: str) -> float:
         return self.quota_vcpus_value
 
-    def spot_price(self, instance_type: str, availability_zone: str) -> float:
-        return 0.0  # a builder is on-demand: its price is the catalog's
+    def spot_price_history(
+        self, instance_type: str, availability_zone: str
+    ) -> list[tuple[datetime, float]]:
+        return [(datetime.now(UTC), 0.0)]  # a builder is on-demand: its price is the catalog's
 
     def capacity_error(self, request: LaunchRequest) -> str | None:
         return self.refuse_launch

@@ -63,8 +63,11 @@ def aws_profile_problem(profile: str | None) -> str | None:
 
 from harness.cli import BenchCommand, bench  # noqa: E402
 from harness.demo import demo  # noqa: E402
+from harness.restart import restart_command  # noqa: E402
 
 app.command("bench", cls=BenchCommand)(bench)
+# On an instance, after the cells: a warm start of the rig, timed (restarts_per_boot).
+app.command("restart-rig")(restart_command)
 # The harness alone against its reference server; `demo` is the local sweep (make sweep).
 app.command("bench-demo")(demo)
 

@@ -231,7 +231,10 @@ def executions_table(client: StackClient, limit: int = 20) -> Table:
 
 Format = Literal["table", "json", "csv"]
 RESULT_COLUMNS = ("sweep_id", "rig", "boot", "model", "instance_type", "cell", "started_at")
-METRIC_COLUMNS = ("output_tok_s", "ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50")
+METRIC_COLUMNS = (
+    "output_tok_s", "ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50",
+    "gpu.mean_power_w", "gpu.j_per_output_token",
+)  # fmt: skip
 # The terminal table: the comparison's words and cell labels (c=1), units in the headers.
 TABLE_COLUMNS = (
     ("sweep", "sweep_id"), ("rig", "rig"), ("boot", "boot"), ("cell", "load"),
@@ -256,6 +259,13 @@ def flat_row(row: dict[str, Any]) -> dict[str, Any]:
         bundle_sha256=provenance.get("bundle_sha256"),
         availability_zone=provenance.get("availability_zone"),
         gpu=provenance.get("gpu"),
+    )
+    timing = row.get("timing") or {}  # the boot's start (harness.boot_phases), on every row
+    flat.update(
+        ready_s=timing.get("ready_s"),
+        warm_ready_s=timing.get("warm_ready_s"),
+        startup_usd=timing.get("startup_usd"),
+        price_paid_usd_per_hour=timing.get("price_usd_per_hour"),
     )
     return flat
 

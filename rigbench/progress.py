@@ -26,15 +26,26 @@ def _order(boot: BootProgress) -> tuple[str, int, int]:
     return (boot.rig, boot.boot or 0, boot.index)
 
 
-def status_table(progress: SweepProgress) -> Table:
-    """One row per rig and boot: phase, state, instance, outcome, cost, error."""
+def phase_age(boot: BootProgress, now: datetime) -> str:
+    """How long a boot has been in its phase ("" once it finished, or when unknown)."""
+    if boot.finished or boot.phase_since is None:
+        return ""
+    return f"{(now - boot.phase_since).total_seconds():4.0f} s"
+
+
+def status_table(progress: SweepProgress, now: datetime | None = None) -> Table:
+    """One row per rig and boot: phase and how long it has been in it, state, instance,
+    outcome, cost, error."""
+    now = now or datetime.now(UTC)
     table = Table(title=f"{progress.sweep_id}  {progress.status}")
-    for column in ("rig", "boot", "phase", "state", "instance", "outcome", "cost $", "error"):
+    columns = ("rig", "boot", "phase", "for", "state", "instance", "outcome", "cost $", "error")
+    for column in columns:
         table.add_column(column)
     for row in sorted(progress.boots, key=_order):
         colour = {"succeeded": "green", "failed": "red"}.get(row.outcome, "")
         table.add_row(
-            row.rig, "" if row.boot is None else str(row.boot), str(row.phase), row.state,
+            row.rig, "" if row.boot is None else str(row.boot), str(row.phase),
+            phase_age(row, now), row.state,
             row.instance_id, f"[{colour}]{row.outcome}[/]" if colour else row.outcome,
             f"{row.cost_usd:.4f}" if row.cost_usd is not None else "",
             failure_line(row.error, row.cause)[:200] if row.error else "",
@@ -77,9 +88,7 @@ def sweep_table(
         table.add_column(column)
     for boot in sorted(progress.boots, key=_order):
         style = {Phase.TERMINATED: "green", Phase.FAILED: "red"}.get(boot.phase, "")
-        since = "" if boot.finished or boot.phase_since is None else (
-            f"{(now - boot.phase_since).total_seconds():4.0f} s"
-        )  # fmt: skip
+        since = phase_age(boot, now)
         detail = failure_line(boot.error, boot.cause) if boot.error else boot.state
         table.add_row(
             boot.rig,

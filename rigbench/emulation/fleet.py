@@ -8,6 +8,7 @@ a fleet whose every answer the test scripts (tests/orchestrator/scripted_fleet.p
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol
 
 
@@ -49,7 +50,10 @@ class Fleet(Protocol):
 
     def quota_vcpus(self, quota_code: str) -> float: ...
 
-    def spot_price(self, instance_type: str, availability_zone: str) -> float: ...
+    def spot_price_history(
+        self, instance_type: str, availability_zone: str
+    ) -> list[tuple[datetime, float]]:
+        """The type's spot prices in the zone: (when each took effect, USD per hour)."""
 
     def capacity_error(self, request: LaunchRequest) -> str | None:
         """An EC2 error code to refuse this launch with (InsufficientInstanceCapacity, ...)."""

@@ -353,16 +353,16 @@ class Seams:
             types = response._get_param("InstanceTypes", [])
             filters = response._filters_from_querystring()
             offerings = response.ec2_backend.describe_spot_price_history(types, filters)
-            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
             history = [
                 {
                     "InstanceType": o["InstanceType"],
                     "ProductDescription": "Linux/UNIX",
-                    "SpotPrice": f"{seams.fleet.spot_price(o['InstanceType'], o['Location']):.6f}",
+                    "SpotPrice": f"{price:.6f}",
                     "AvailabilityZone": o["Location"],
-                    "Timestamp": now,
+                    "Timestamp": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
                 }
                 for o in offerings
+                for at, price in seams.fleet.spot_price_history(o["InstanceType"], o["Location"])
             ]
             return ActionResult({"SpotPriceHistory": history})
 

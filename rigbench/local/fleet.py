@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -118,7 +119,21 @@ class LocalInstance:
     launched_at: float
     gpu: int | None = None  # the GPU it holds alone (CUDA_VISIBLE_DEVICES), None on a CPU
     terminated: bool = False
+    argv: list[str] = field(default_factory=list)  # how its rig was started (and restarts)
     commands: dict[str, _Command] = field(default_factory=dict)
+
+
+RIG_PGID = "rig.pgid"  # the rig's process group, in its workspace
+RESTART_REQUEST = "restart.request"  # present while a restart is asked for and not yet done
+# What `systemctl restart rigbench-rig.service` is on a local instance (harness.restart): ask,
+# end the rig's group, and return once the fleet has started it again.
+# (POSIX sh: dash's kill takes no "--"; a negative pid is the group.)
+RESTART_COMMAND = (
+    f'touch "$RIGBENCH_HOME/{RESTART_REQUEST}" && '
+    f'{{ kill -TERM "-$(cat "$RIGBENCH_HOME/{RIG_PGID}")" || '
+    f'{{ rm -f "$RIGBENCH_HOME/{RESTART_REQUEST}"; exit 1; }}; }} && '
+    f'while [ -e "$RIGBENCH_HOME/{RESTART_REQUEST}" ]; do sleep 0.1; done'
+)
 
 
 def _iso(ts: float) -> str:
@@ -129,7 +144,13 @@ def write_status(
     workspace: Path, phase: str, *, step: str | None = None, error: str | None = None
 ) -> None:
     """The instance's install status file (rigs.bootstrap.status), written atomically."""
-    body = {"phase": phase, "step": step, "error": error, "updated": time.time()}
+    now, path = time.time(), workspace / "status.json"
+    try:
+        since = dict(json.loads(path.read_text()).get("since") or {})
+    except (OSError, ValueError, AttributeError):
+        since = {}
+    since.setdefault(phase, now)
+    body = {"phase": phase, "step": step, "error": error, "updated": now, "since": since}
     tmp = workspace / ".status.json.tmp"
     tmp.write_text(json.dumps(body))
     os.replace(tmp, workspace / "status.json")
@@ -177,8 +198,10 @@ class LocalFleet:
     def quota_vcpus(self, quota_code: str) -> float:
         return self.account.quota_vcpus
 
-    def spot_price(self, instance_type: str, availability_zone: str) -> float:
-        return self.account.spot_price_usd_per_hour
+    def spot_price_history(
+        self, instance_type: str, availability_zone: str
+    ) -> list[tuple[datetime, float]]:
+        return [(datetime.now(UTC), self.account.spot_price_usd_per_hour)]
 
     def rehearse(self, on: bool = True) -> list[LaunchRequest]:
         """While on, every launch is recorded (in the list returned) and refused."""
@@ -250,20 +273,12 @@ class LocalFleet:
                 gpu=gpu,
             )
             self._instances[instance_id] = instance  # holds its GPU from here
+        instance.argv = argv
         try:
-            proc = self._groups.spawn(
-                argv,
-                label=f"rig {spec.rig} on {instance_id}",
-                cwd=workspace,
-                log_path=workspace / "rig.log",
-                env=self._instance_env(instance),
-            )
+            proc = self._spawn_rig(instance)
         except BaseException:
             instance.terminated = True
             raise
-        instance.rig_pgid = proc.pid
-        if instance.terminated:  # terminated while its rig was being spawned
-            self._groups.stop(proc.pid)
         (workspace / "instance.json").write_text(
             RigLaunch(argv=argv, port=port).model_dump_json(indent=2)
         )
@@ -273,9 +288,34 @@ class LocalFleet:
         ).start()
         return instance
 
+    def _spawn_rig(self, instance: LocalInstance) -> subprocess.Popen[bytes]:
+        proc = self._groups.spawn(
+            instance.argv,
+            label=f"rig {instance.rig} on {instance.instance_id}",
+            cwd=instance.workspace,
+            log_path=instance.workspace / "rig.log",
+            env=self._instance_env(instance),
+        )
+        instance.rig_pgid = proc.pid
+        (instance.workspace / RIG_PGID).write_text(str(proc.pid))
+        if instance.terminated:  # terminated while its rig was being spawned
+            self._groups.stop(proc.pid)
+        return proc
+
     def _watch_rig(self, instance: LocalInstance, proc: subprocess.Popen[bytes]) -> None:
-        """A rig that exits on its own is a failed install/start, as status.json tells it."""
+        """A rig that exits on its own is a failed install/start, as status.json tells it; one
+        ended by the instance's restart command (RESTART_COMMAND) is started again, as systemd
+        restarts the rig's unit on an instance."""
         code = proc.wait()
+        request = instance.workspace / RESTART_REQUEST
+        while request.exists() and not instance.terminated:
+            self._groups.stop(proc.pid, grace_s=1.0)  # whatever it left in its group
+            with self._lock:
+                if instance.terminated:
+                    break
+                proc = self._spawn_rig(instance)
+            request.unlink(missing_ok=True)
+            code = proc.wait()
         if instance.terminated:
             return
         log = file_tail(instance.workspace / "rig.log")
@@ -464,6 +504,7 @@ class LocalFleet:
             RIGBENCH_URL=f"http://127.0.0.1:{port}",
             RIGBENCH_PYTHON=sys.executable,
             RIG_PORT=str(port),
+            RIGBENCH_RESTART_COMMAND=RESTART_COMMAND,
         )
         # A local instance shares this machine's cores with the other boots, the harness and
         # whatever else runs. torch's OpenMP pool (a thread per core) spins at each of its many

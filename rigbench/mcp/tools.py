@@ -18,6 +18,7 @@ from functions.execution_input import SweepInput
 from functions.regressions import METHOD
 from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
 from harness.agreement_view import agreement_line
+from harness.boot_phases import BootTiming
 from harness.compare import Comparison
 from harness.stats import Verdict
 from rigbench.mcp.models import (
@@ -82,6 +83,17 @@ def reports_from_rows(rows: list[ResultRow]) -> dict[str, list[dict[str, Any]]]:
         rig: [{"cells": by_boot[boot], **boot_wide[(rig, boot)]} for boot in sorted(by_boot)]
         for rig, by_boot in sorted(cells.items())
     }
+
+
+def timings_from_rows(rows: list[ResultRow]) -> dict[str, list[BootTiming | None]]:
+    """Per rig, each stored boot's phases and start (every row of a boot carries them), in the
+    boot order of `reports_from_rows`."""
+    boots: dict[str, dict[int, BootTiming | None]] = defaultdict(dict)
+    for row in rows:
+        extra = row.model_extra or {}
+        found = BootTiming.of_row(extra) if extra.get("phases") else None
+        boots[row.rig].setdefault(row.boot, found)
+    return {rig: [by_boot[b] for b in sorted(by_boot)] for rig, by_boot in sorted(boots.items())}
 
 
 def probes_from_rows(rows: list[ResultRow]) -> dict[str, list[tuple[int, AgreementProbe | None]]]:
@@ -247,11 +259,17 @@ class SweepTools:
         setups = setups_of((row.rig, row.provenance) for row in rows)
         local = getattr(self.stack, "kind", "") == "local"
         agreement = output_agreement(probes_from_rows(rows))
+        timings = timings_from_rows(rows)
+        prices = {
+            rig: [t.price_usd_per_hour if t else None for t in boots]
+            for rig, boots in timings.items()
+        }  # what each instance paid (rows since timed boots carry it)
         try:
             comparison = sweep_comparison(
                 reports_from_rows(rows), setups, local=local, baseline=baseline,
                 agreement=agreement,
                 refused=revision_refusal((row.rig, row.provenance) for row in rows),
+                timings=timings, prices=prices,
             )  # fmt: skip
         except ValueError as exc:
             raise Refused(f"cannot compare sweep {sweep_id!r}: {exc}") from exc

@@ -130,9 +130,9 @@ def cost_series(data: SweepData) -> dict[str, list[Point]]:
 
     def value(boot: BootData, cell: dict[str, Any]) -> float | None:
         tok_s = metric_value(cell, "output_tok_s")
-        if boot.price_usd_per_hour is None or tok_s is None:
+        if boot.price_paid is None or tok_s is None:
             return None
-        return usd_per_million_tokens(boot.price_usd_per_hour, tok_s)
+        return usd_per_million_tokens(boot.price_paid, tok_s)
 
     return series(data, value)
 

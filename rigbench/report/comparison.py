@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.agreement import PairAgreement, output_agreement, probes_from_reports
+from harness.boot_phases import BootTiming
 from harness.capacity_view import capacity_lines
 from harness.compare import (
     NO_VERDICTS,
@@ -13,9 +14,11 @@ from harness.compare import (
     RigSetup,
     bursts_from_reports,
     compare,
+    merge_values,
     rig_setup,
     shortfalls_from_reports,
     values_from_reports,
+    values_from_timings,
 )
 from harness.schemas import BenchmarkConfig
 from harness.stats import ALPHA
@@ -90,15 +93,17 @@ def sweep_comparison(
     alpha: float = ALPHA,
     refused: str = "",
     prices: Mapping[str, Sequence[float | None]] | None = None,
+    timings: Mapping[str, Sequence[BootTiming | None]] | None = None,
 ) -> Comparison:
     """`reports[rig]`: the rig's harness reports in boot order (the baseline, unless given, is
     the first rig); `local`: the sweep ran on the local emulation, and the comparison says so;
     `agreement`: the rig pairs' output agreement, else taken from the reports' probes;
     `alpha`: the family-wise level (an adaptive sweep's: its last look's); `refused`: why no
     verdict may be given (`revision_refusal`); `prices[rig]`: each boot's price in USD per hour,
-    where known (the capacity lines' cost)."""
+    where known (the capacity lines' cost); `timings[rig]`: each boot's phases and start
+    (compared in the cell START_CELL), in the order of `reports`."""
     comparison = compare(
-        values_from_reports(reports),
+        merge_values(values_from_reports(reports), values_from_timings(timings or {})),
         baseline=baseline,
         setups=setups,
         emulated=LOCAL_EMULATION if local else "",
@@ -128,9 +133,17 @@ def comparison_of(data: "SweepData", *, local: bool = False) -> Comparison | Non
     alpha = data.rounds[-1].level if data.rounds else ALPHA
     refused = revision_refusal((b.rig, b.provenance) for b in data.boots)
     prices: dict[str, list[float | None]] = {}
+    timings: dict[str, list[BootTiming | None]] = {}
     for boot in sorted(data.boots, key=lambda b: (b.rig, b.boot)):
         if boot.report is not None:  # in the order of reports_by_rig
-            prices.setdefault(boot.rig, []).append(boot.price_usd_per_hour)
+            prices.setdefault(boot.rig, []).append(boot.price_paid)
+            timings.setdefault(boot.rig, []).append(boot.timing)
     return sweep_comparison(
-        reports, setups, local=local, alpha=alpha, refused=refused, prices=prices
+        reports,
+        setups,
+        local=local,
+        alpha=alpha,
+        refused=refused,
+        prices=prices,
+        timings=timings,
     )

@@ -23,6 +23,7 @@ from functions.errors import error_code
 from functions.events import HeadlineComparison, Round
 from functions.report_keys import LOG_NAMES, PROVENANCE, RECORDS, REPORT, REPORTS_PREFIX, parse_key
 from functions.tables import ledger
+from harness.boot_phases import BootTiming
 from rigbench.report.errors import ReportError
 from rigbench.stack.history import fold
 
@@ -55,6 +56,14 @@ class BootData(BaseModel):
     outcome: str | None = None  # "succeeded" / "failed" from the execution; None: unknown
     error: str = ""
     logs: list[str] = []  # links to the logs its instances uploaded (bootstrap.log, rig.log)
+    timing: BootTiming | None = None  # its phases and start (results rows); None: none stored
+
+    @property
+    def price_paid(self) -> float | None:
+        """What the instance was charged per hour (its spot price history, stored with its
+        rows), else the ledger's price (the reservation's bound)."""
+        paid = self.timing.price_usd_per_hour if self.timing else None
+        return paid if paid is not None else self.price_usd_per_hour
 
 
 class SweepData(BaseModel):
@@ -247,6 +256,7 @@ def gather(store: Store, sweep_id: str) -> SweepData:
     keys = set(ledger_boots) | set(objects) | set(progress)
     keys |= {(r["rig"], int(r["boot"])) for r in rows}
     provenance = {(r["rig"], int(r["boot"])): r.get("provenance", {}) for r in rows}
+    timings = {(r["rig"], int(r["boot"])): BootTiming.of_row(r) for r in rows if r.get("phases")}
     boots = []
     for rig, boot in sorted(keys):
         files = objects.get((rig, boot), {})
@@ -268,6 +278,11 @@ def gather(store: Store, sweep_id: str) -> SweepData:
                 outcome=(found.outcome or None) if found else None,
                 error=(f"{found.error}: {found.cause}" if found.error else "") if found else "",
                 logs=[log_link(store, k) for k in log_keys.get((rig, boot), [])],
+                timing=_terminated(
+                    timings.get((rig, boot)),
+                    None if seconds is None else float(seconds),
+                    provenance.get((rig, boot), {}),
+                ),
             )
         )
 
@@ -297,6 +312,16 @@ def gather(store: Store, sweep_id: str) -> SweepData:
         rounds=rounds,
         headline=headline,
     )
+
+
+def _terminated(
+    timing: BootTiming | None, seconds: float | None, provenance: dict[str, Any]
+) -> BootTiming | None:
+    """The boot's phases with `terminated`: its instance's billed seconds from launch, where
+    one instance ran it (a relaunched boot's seconds are several instances')."""
+    if timing is None or seconds is None or provenance.get("interruptions"):
+        return timing
+    return timing.model_copy(update={"phases": {**timing.phases, "terminated": seconds}})
 
 
 def _records(body: bytes | None) -> list[dict[str, Any]] | None:

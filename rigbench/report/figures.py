@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from harness.boot_phases import PHASES
 from rigbench.report.analysis import Latencies, ParetoPoint, Point, pareto_frontier
 
 PALETTE = qualitative.Safe
@@ -454,3 +455,43 @@ def mark_regressions(
             row=row, col=1,
         )  # fmt: skip
     return fig
+
+
+def timeline_figure(
+    boots: Sequence[tuple[str, int, Mapping[str, float]]], colours: Mapping[str, str]
+) -> go.Figure:
+    """Each boot's phases (rig, boot, phase -> seconds since launch) as one row of segments:
+    a segment per phase, from the phase reached before it, in PHASES order."""
+    fig = go.Figure()
+    rows = [f"{rig} boot {boot}" for rig, boot, _ in boots]
+    shown: set[str] = set()
+    for (rig, _, phases), row in zip(boots, rows, strict=True):
+        previous = 0.0
+        reached = [(name, phases[name]) for name in PHASES if name in phases]
+        for index, (name, at) in enumerate(sorted(reached, key=lambda item: item[1])):
+            fig.add_trace(
+                go.Bar(
+                    y=[row],
+                    x=[max(at - previous, 0.0)],
+                    base=[previous],
+                    orientation="h",
+                    marker={
+                        "color": _rgba(colours[rig], 0.35 + 0.6 * (index % 2)),
+                        "line": {"color": colours[rig], "width": 1},
+                    },
+                    name=rig,
+                    legendgroup=rig,
+                    showlegend=rig not in shown,
+                    text=[name],
+                    textposition="inside",
+                    insidetextanchor="middle",
+                    hovertemplate=f"{row}: {name} at {at:.1f} s (+{at - previous:.1f} s)"
+                    "<extra></extra>",
+                )
+            )
+            shown.add(rig)
+            previous = max(previous, at)
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title="seconds since launch", rangemode="tozero")
+    fig.update_yaxes(type="category", autorange="reversed")
+    return _style(fig, "Each boot's phases, from launch", height=max(260, 60 + 40 * len(rows)))

@@ -9,7 +9,9 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from harness.boot_phases import PHASES
 from harness.compare import (
+    START_CELL,
     Comparison,
     MetricComparison,
     RigResult,
@@ -18,6 +20,7 @@ from harness.compare import (
     rig_heading,
     value_words,
 )
+from harness.schemas import cell_label
 from harness.stats import BootAggregate, Verdict
 from rigbench.progress import decision_row, round_row
 from rigbench.report import analysis, figures
@@ -176,7 +179,7 @@ def notes(data: SweepData) -> list[str]:
             + ", ".join(f"{b.rig} boot {b.boot}" for b in no_records)
             + ": the latency distribution leaves them out."
         )
-    unpriced = [b for b in reported if b.price_usd_per_hour is None]
+    unpriced = [b for b in reported if b.price_paid is None]
     if unpriced:
         out.append(
             "No price in the spend ledger for "
@@ -356,7 +359,7 @@ def provenance_blocks(data: SweepData, local: bool) -> list[str]:
                 (p.get("bundle_sha256") or "")[:12],
                 p.get("served_model", ""),
                 p.get("model_revision", ""),
-                _usd(b.price_usd_per_hour) + "/h",
+                _usd(b.price_paid) + "/h",
                 _kv({k: v for k, v in (p.get("rig") or {}).items() if _VERSION.match(str(v))}),
             ]
         )
@@ -477,6 +480,117 @@ def answer_section(data: SweepData, comparison: Comparison | None, local: bool) 
     )
 
 
+def start_section(data: SweepData, comparison: Comparison | None, local: bool) -> Section | None:
+    """Time to ready: each boot's phases as a table and a timeline, and the rigs' ready times
+    compared (the comparison's start-up cell, in its words)."""
+    timed = [b for b in data.boots if b.timing is not None and b.timing.phases]
+    if not timed:
+        return None
+    blocks: list[str] = []
+    cells = comparison.cells if comparison is not None else []
+    start = next((c for c in cells if c.cell == START_CELL), None)
+    if comparison is not None and start is not None:
+        rows = []
+        for metric in start.metrics:
+            for result in metric.results:
+                agg = result.aggregate
+                shown = "no data" if agg is None else value_words(agg)
+                words = "baseline" if result.rig == comparison.baseline else result.words
+                rows.append([f"{metric.metric.label} ({metric.metric.unit})", result.rig,
+                             shown, words])  # fmt: skip
+        blocks.append(
+            render_table(
+                ["metric", "rig", "geometric mean of boots", "against the baseline"],
+                rows,
+                caption="time to ready: launch to the rig's own first real completion; start-up "
+                "cost: those seconds at the price each instance paid; warm: a restart on the same "
+                "instance to its first completion. Verdicts as in the comparison."
+                + (f" {LOCAL_EMULATION}: no real instance booted." if local else ""),
+            )
+        )
+    phases = [name for name in PHASES if any(name in b.timing.phases for b in timed if b.timing)]
+    rows = []
+    for b in timed:
+        assert b.timing is not None
+        rows.append(
+            [b.rig, str(b.boot)]
+            + [_seconds(b.timing.phases.get(name)) for name in phases]
+            + [_usd(b.timing.startup_usd), _seconds(b.timing.warm_ready_s)]
+        )
+    blocks.append(
+        render_table(
+            ["rig", "boot", *(p.replace("_", " ") for p in phases), "start-up cost", "warm ready"],
+            rows,
+            caption="seconds since launch (EC2's launch time); agent online is when a poll saw "
+            "it; ready and the steps before it are the rig's own record; terminated is the "
+            "instance's billed run time",
+        )
+    )
+    colours = figures.rig_colours(data.rigs)
+    boots = [(b.rig, b.boot, b.timing.phases) for b in timed if b.timing]
+    blocks.append(figure_html(figures.timeline_figure(boots, colours), "plot-timeline"))
+    return Section(
+        "Time to ready",
+        "start",
+        intro="What a boot costs before its first token: instances are paid from launch, and "
+        "every spot reclaim is a cold start.",
+        blocks=blocks,
+    )
+
+
+def gpu_section(data: SweepData) -> Section | None:
+    """What the GPU burned in each boot's cells (harness.gpu_sampler), or why it was not
+    sampled."""
+    rows, reasons = [], set()
+    for b in data.boots:
+        for cell in (b.report or {}).get("cells", []):
+            gpu = cell.get("gpu")
+            if not isinstance(gpu, dict) or cell.get("capacity_probe"):
+                continue
+            if not gpu.get("available"):
+                reasons.add(str(gpu.get("reason") or "not sampled"))
+                continue
+            rows.append(
+                [b.rig, str(b.boot), cell_label(cell)]
+                + [_number(gpu.get(k)) for k in ("mean_power_w", "energy_j", "j_per_output_token",
+                                                  "max_memory_used_mib", "mean_utilization_pct")]
+                + [str(gpu.get("energy_source") or "")]
+            )  # fmt: skip
+    if not rows and not reasons:
+        return None
+    blocks = []
+    if rows:
+        blocks.append(
+            render_table(
+                [
+                    "rig",
+                    "boot",
+                    "cell",
+                    "mean power (W)",
+                    "energy (J)",
+                    "J per output token",
+                    "memory used, most (MiB)",
+                    "utilisation (%)",
+                    "energy from",
+                ],
+                rows,
+                caption="sampled from NVML every 0.1 s while the cell ran (its warm-up left "
+                "out); J per output token = the cell's energy / its output tokens; the "
+                "comparison's 'GPU energy' rows give the verdicts",
+            )
+        )
+    intro = "; ".join(f"not sampled: {r}" for r in sorted(reasons))
+    return Section("What the GPU burned", "gpu", intro=intro, blocks=blocks)
+
+
+def _number(value: Any) -> str:
+    return f"{value:,.4g}" if isinstance(value, int | float) else ""
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
 def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False) -> Page:
     comparison = comparison_of(data, local=local)
     found_notes = ([f"What ran: {LOCAL_EMULATION}."] if local else []) + notes(data)
@@ -510,6 +624,10 @@ def sweep_page(data: SweepData, *, cell: str | None = None, local: bool = False)
                 blocks=[comparison_table(comparison)],
             )
         )
+    if start := start_section(data, comparison, local):
+        sections.append(start)
+    if gpu := gpu_section(data):
+        sections.append(gpu)
     if data.rounds:
         sections.append(rounds_section(data))
     if pairs := agreement_of(data):

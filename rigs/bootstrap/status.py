@@ -1,7 +1,8 @@
 """The instance's install status file, written by the user data and read by readiness checks.
 
-The bootstrap writes `{"phase": ..., "step": ..., "error": ..., "updated": <epoch>}` at each
-phase, so a failed install is seen at once instead of waiting out the readiness deadline.
+The bootstrap writes `{"phase": ..., "step": ..., "error": ..., "updated": <epoch>, "since":
+{phase: <epoch it was first entered>}}` at each phase, so a failed install is seen at once
+instead of waiting out the readiness deadline, and the boot's phases can be timed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class InstallStatus(BaseModel):
     step: str | None = None
     error: str | None = None
     updated: float
+    since: dict[str, float] = {}  # when each phase was first entered (absent in older files)
 
 
 def read_status(path: Path = STATUS_FILE) -> InstallStatus | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rigs.jax import xla_flags
 from rigs.registry import get_rig
+from rigs.serving import marks
 from rigs.serving.engine import Engine
 from rigs.serving.serve import serve_options
 from rigs.serving.tokenizer import ServingTokenizer
@@ -151,12 +152,14 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
 
     compiles.install()
     source = resolve_model(args.model, seed=args.seed)
+    marks.mark("model_on_disk")
     device = jax.devices()[0]
     capability = getattr(device, "compute_capability", None)
     dtype = pick_dtype(args.dtype, device.platform, capability)
     cfg = checkpoint.load_config(source.path)
     log.info("loading %s (%s) as %s onto %s", source.spec, source.path, dtype, device)
     params = checkpoint.load_params(source.path, cfg, dtype, device=device)
+    marks.mark("weights_loaded")
     max_model_len = true_max_model_len(args.max_model_len, cfg.max_position_embeddings)
     slots = args.max_slots
     if slots == AUTO:
@@ -185,6 +188,7 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     )
     engine.start()
     engine.wait_ready()
+    marks.mark("compiled")
     log.info("compiled and warm: %s", dict(engine.provenance()))
     return engine, source.path
 

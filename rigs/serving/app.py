@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rigs.serving import sse
+from rigs.serving import marks, sse
 from rigs.serving.engine import Engine, SamplingParams, ScoredToken, ScoringEngine
 from rigs.serving.errors import APIError, ErrorResponse, bad_request, from_validation_error
 from rigs.serving.logprobs import chat_logprobs, completion_logprobs
@@ -202,6 +202,7 @@ def build_lazy_app(
             Route("/health", _endpoint(state, health), methods=["GET"]),
             Route("/v1/models", _endpoint(state, models), methods=["GET"]),
             Route("/provenance", _endpoint(state, provenance), methods=["GET"]),
+            Route("/boot", _endpoint(state, boot), methods=["GET"]),
             Route("/v1/completions", _admitted(state, completions), methods=["POST"]),
             Route("/v1/chat/completions", _admitted(state, chat_completions), methods=["POST"]),
         ],
@@ -215,6 +216,7 @@ def build_lazy_app(
 async def _load_and_warm(
     state: ServerState, loader: Loader, on_failure: Callable[[str], None] | None
 ) -> None:
+    marks.start()
     try:
         engine, tokenizer = await asyncio.to_thread(loader)
         state.engine, state.tokenizer = engine, tokenizer
@@ -226,6 +228,7 @@ async def _load_and_warm(
         if len(generated) != 2:
             raise RuntimeError(f"warm-up generated {len(generated)} tokens, expected 2")
         tokenizer.decode(generated)
+        marks.mark("ready")  # the first real completion
         state.phase = "ready"
         log.info("ready: %s", dict(engine.provenance()))
     except Exception as err:
@@ -334,6 +337,12 @@ def _provenance(engine: Engine) -> dict[str, str]:
 
 async def provenance(state: ServerState, request: Request) -> Response:
     return JSONResponse(_provenance(_require_engine(state)))
+
+
+async def boot(state: ServerState, request: Request) -> Response:
+    """When this process reached each step of its start (rigs.serving.marks), in epoch seconds,
+    with its phase now; answered while loading too."""
+    return JSONResponse({"phase": state.phase, "marks": marks.snapshot()})
 
 
 _R = TypeVar("_R", bound=BaseModel)

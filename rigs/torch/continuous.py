@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from rigs.serving import marks
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 from rigs.sources import ModelSource
 from rigs.torch.engine import (
@@ -114,6 +115,7 @@ class ContinuousEngine(ScoredStreams):
         self.model_name = source.spec
         self.max_top_logprobs = MAX_TOP_LOGPROBS
         self.load_s = time.monotonic() - started
+        marks.mark("weights_loaded")
         self.slot_model = SlotModel(self.model, slots, self.max_model_len)
         self.widths = widths_for(slots)
         self.prefill_batches: list[int] = []  # requests per prefill, most recent last
@@ -122,6 +124,7 @@ class ContinuousEngine(ScoredStreams):
         compile_start = time.monotonic()
         self._steps = self._build_steps()
         self.compile_s = time.monotonic() - compile_start
+        marks.mark("compiled")
         self.ready_s = time.monotonic() - started
         log.info(
             "continuous engine ready in %.1f s (load %.1f s, compile and capture %.1f s, "

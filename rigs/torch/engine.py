@@ -33,6 +33,7 @@ from transformers import (
 )
 from transformers.generation.streamers import BaseStreamer
 
+from rigs.serving import marks
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
 from rigs.sources import ModelSource
 
@@ -227,6 +228,7 @@ class TorchEngine(ScoredStreams):
             attn_implementation=attn_implementation,
         )
         self.model = model.to(self.device).eval()
+        marks.mark("weights_loaded")
         text_config = self.model.config.get_text_config()
         generation_eos = self.model.generation_config.eos_token_id
         self.eos_token_ids = frozenset(_ids(generation_eos) | _ids(text_config.eos_token_id))

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from rigs.registry import get_rig
+from rigs.serving import marks
 from rigs.serving.engine import Engine
 from rigs.serving.serve import serve_options
 from rigs.serving.tokenizer import ServingTokenizer
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.test_fail_at_load != "none":
             raise RuntimeError(args.test_fail_at_load)
         source = resolve_model(args.model, seed=args.seed)
+        marks.mark("model_on_disk")
         tokenizer = ServingTokenizer.from_pretrained(source.path)
         engine: Engine
         if args.batching == "continuous":

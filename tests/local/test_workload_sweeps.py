@@ -134,7 +134,8 @@ def test_a_shared_prefix_sweep_with_an_slo_searches_capacity_on_every_boot(
     comparison = json.loads(cli(home, "compare", "prefix-capacity", "--local", "--format", "json"))
     assert comparison["workload"].startswith("shared prefix: 2 groups of 24 tokens + 8 own")
     cells = {c["cell"]: c for c in comparison["cells"]}
-    assert set(cells) == {"c=1", "rate=4.0/s", "capacity"}  # no probe is a cell of its own
+    # no probe is a cell of its own; each boot's start (time to ready) is
+    assert set(cells) == {"c=1", "rate=4.0/s", "capacity", "start-up"}
     goodput = next(m for m in cells["c=1"]["metrics"] if m["metric"]["key"] == "goodput_req_s")
     assert all(r["boots"][0] > 0 for r in goodput["results"])
     (capacity_metric,) = cells["capacity"]["metrics"]

@@ -133,7 +133,11 @@ async def query_and_compare(client: Client) -> None:
     comparison = compared["comparison"]
     assert comparison["rigs"] == ["torch"]
     assert comparison["baseline"] == "torch"
-    assert [c["cell"] for c in comparison["cells"]] == ["c=1", "c=2"]
+    # the load cells, then each boot's start (time to ready and its cost, from the rows)
+    assert [c["cell"] for c in comparison["cells"]] == ["c=1", "c=2", "start-up"]
+    start = {m["metric"]["key"]: m for m in comparison["cells"][2]["metrics"]}
+    assert set(start) == {"ready_s", "startup_usd"}
+    assert start["ready_s"]["results"][0]["boots"][0] > 0
     [torch] = comparison["cells"][0]["metrics"][0]["results"]
     assert torch["aggregate"]["n_boots"] == 1
     assert torch["aggregate"]["value"] > 0

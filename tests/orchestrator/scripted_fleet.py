@@ -6,6 +6,7 @@ import copy
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +44,12 @@ class ScriptedFleet:
         default_factory=lambda: {SPOT_G_VT_QUOTA: 64.0, ON_DEMAND_G_VT_QUOTA: 64.0}
     )
     price_usd_per_hour: float = 0.30
+    # Per availability zone, the spot price history the emulation answers (when each price took
+    # effect, USD per hour); a zone not named: price_usd_per_hour, taking effect now.
+    price_history: dict[str, list[tuple[datetime, float]]] = field(default_factory=dict)
+    # The rig's own start marks its provenance reports, in seconds after the instance launched
+    # (rigs.serving.marks; none: a rig that keeps no record).
+    rig_marks_after_launch: dict[str, float] = field(default_factory=dict)
     refuse: dict[str, str] = field(default_factory=dict)  # availability zone -> error code
     refuse_markets: dict[str, str] = field(default_factory=dict)  # market -> error code
     busy: list[str] = field(default_factory=list)  # the first launch requests' error codes
@@ -91,6 +98,7 @@ class ScriptedFleet:
         self.result_polls: dict[tuple[str, str], int] = {}
         self.bench_started = threading.Event()
         self.uploaded: set[str] = set()
+        self.launched_at: dict[str, float] = {}  # when each instance was launched (epoch)
 
     def bind(self, aws_env: dict[str, str]) -> None:
         self._aws_env = dict(aws_env)
@@ -99,8 +107,12 @@ class ScriptedFleet:
     def quota_vcpus(self, quota_code: str) -> float:
         return self.quotas.get(quota_code, 0.0)
 
-    def spot_price(self, instance_type: str, availability_zone: str) -> float:
-        return self.price_usd_per_hour
+    def spot_price_history(
+        self, instance_type: str, availability_zone: str
+    ) -> list[tuple[datetime, float]]:
+        if availability_zone in self.price_history:
+            return list(self.price_history[availability_zone])
+        return [(datetime.now(UTC), self.price_usd_per_hour)]
 
     def capacity_error(self, request: LaunchRequest) -> str | None:
         with self._lock:
@@ -113,6 +125,7 @@ class ScriptedFleet:
         with self._lock:
             self.instances[instance.instance_id] = instance
             self.alive.add(instance.instance_id)
+            self.launched_at[instance.instance_id] = time.time()
 
     def terminated(self, instance_id: str) -> None:
         with self._lock:
@@ -168,7 +181,7 @@ class ScriptedFleet:
             if outcome not in ("success", "bad_report") or command_id in self.uploaded:
                 return
             self.uploaded.add(command_id)
-        self._upload_report(commands, outcome, self._slowdown(instance_id))
+        self._upload_report(commands, outcome, self._slowdown(instance_id), instance_id)
 
     def bench_commands(self) -> int:
         """How many harness commands were sent (one per instance that reached its benchmark)."""
@@ -201,7 +214,9 @@ class ScriptedFleet:
         rig = instance.tags.get(RIG_TAG, "") if instance else ""
         return self.bench_by_rig.get(rig, self.bench)
 
-    def _upload_report(self, commands: list[str], outcome: BenchOutcome, slowdown: float) -> None:
+    def _upload_report(
+        self, commands: list[str], outcome: BenchOutcome, slowdown: float, instance_id: str
+    ) -> None:
         uri = report_uri_of(commands)
         if uri is None:
             raise ValueError("the bench command names no report URI")
@@ -215,9 +230,11 @@ class ScriptedFleet:
                 )
             ).encode()
         )
+        launched = self.launched_at.get(instance_id, time.time())
         provenance = {
             "served_model": "random:tiny", "rig": self.rig_provenance,
             "gpu": self.gpu, "driver": self.driver,
+            "rig_marks": {k: launched + s for k, s in self.rig_marks_after_launch.items()},
         }  # fmt: skip
         with self._lock:
             if self._s3 is None:

@@ -22,7 +22,12 @@ from functions.instance_commands import (
     step_of,
 )
 from functions.report_keys import PROVENANCE, RECORDS, REPORT, boot_prefix
-from functions.store import read_instance_provenance, read_report
+from functions.store import (
+    read_instance_provenance,
+    read_report,
+    read_warm_cells,
+    read_warm_starts,
+)
 from harness.schemas import BenchmarkReport
 from rigbench.bundle import REPO_ROOT
 from rigbench.emulation import Emulation
@@ -55,13 +60,16 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
         )
         script = "\n".join(
             bench_commands(
-                sweep_id="s-1", rig="torch", boot=1, cells=cells, bucket=bucket, instance_arn=ARN
+                sweep_id="s-1", rig="torch", boot=1, cells=cells, bucket=bucket, instance_arn=ARN,
+                restarts=1, restart_timeout_s=30,
             )
-        )
+        )  # fmt: skip
         env = {
             **os.environ, **emu.aws_env(), "RIGBENCH_HOME": str(tmp_path),
             "RIGBENCH_PYTHON": sys.executable, "RIGBENCH_URL": url,
             "PYTHONPATH": str(REPO_ROOT),
+            # the reference server is not a rig: "restarted", it keeps no record of its start
+            "RIGBENCH_RESTART_COMMAND": "true",
         }  # fmt: skip
         done = subprocess.run(
             ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=180
@@ -94,6 +102,11 @@ def test_bench_command_runs_the_harness_and_uploads_what_store_reads(
     body = s3.get_object(Bucket=bucket, Key=prefix + RECORDS)["Body"].read()
     measured = [r for r in map(json.loads, body.decode().splitlines()) if not r["warmup"]]
     assert sorted(r["cell"] for r in measured) == [0] * 4 + [1] * 4
+    # The restart gave no warm time, and says why; its cell was not run, and nothing else lost.
+    (warm,) = read_warm_starts(s3, bucket, prefix, 1)
+    assert warm.ready_s is None
+    assert warm.error == "the rig keeps no record of its start (no GET /boot)"
+    assert read_warm_cells(s3, bucket, prefix, 1) == []
 
 
 def test_probe_output_parses_both_shapes() -> None:
@@ -127,6 +140,15 @@ def test_commands_pass_shellcheck(tmp_path: Path) -> None:
         "probe": probe_commands(plan),
         "bench": bench_commands(
             sweep_id="s", rig="torch", boot=1, cells=cells, bucket="b", instance_arn=ARN
+        ),
+        "bench-restarts": bench_commands(
+            sweep_id="s",
+            rig="torch",
+            boot=1,
+            cells=cells,
+            bucket="b",
+            instance_arn=ARN,
+            restarts=2,
         ),
     }.items():
         script = tmp_path / f"{name}.sh"

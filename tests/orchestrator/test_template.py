@@ -81,9 +81,11 @@ def test_the_lambda_package_holds_only_what_the_handlers_import_and_read() -> No
     files = set(files_of(SHARED))
     assert {f.split("/")[0] for f in files} == {"functions", "hardware", "rigs", "harness"}
     # Store reads the harness report with the harness's schema (and its workload models: the
-    # input's too), and nothing else of it: not the numpy that draws the requests.
+    # input's too), and nothing else of it: not the numpy that draws the requests; and it turns
+    # each boot's records into its phases (harness.boot_phases, pydantic alone).
     assert {f for f in files if f.startswith("harness/")} == {
-        "harness/__init__.py", "harness/schemas.py", "harness/agreement.py", "harness/workload.py"
+        "harness/__init__.py", "harness/schemas.py", "harness/agreement.py", "harness/workload.py",
+        "harness/boot_phases.py",
     }  # fmt: skip
     for logical_id, resource in FUNCTIONS.items():
         module = resource["Properties"]["Handler"].rsplit(".", 1)[0]

@@ -166,6 +166,31 @@ def test_health_follows_loading_warmup_and_real_generations(
 
 
 @pytest.mark.slow
+def test_boot_says_when_the_rig_began_loading_and_first_completed(
+    engine: TorchEngine, tokenizer: ServingTokenizer
+) -> None:
+    release = threading.Event()
+
+    def load() -> tuple[Engine, ServingTokenizer]:
+        release.wait(30)
+        return engine, tokenizer
+
+    before = time.time()
+    with _serve(build_lazy_app(load)) as base:
+        loading = loopback.get(f"{base}/boot").json()
+        assert loading["phase"] == "loading"
+        assert set(loading["marks"]) == {"loading"}  # the engine was built before this app
+        released = time.time()
+        release.set()
+        _wait_for(base, 200)
+        ready = loopback.get(f"{base}/boot").json()
+    assert ready["phase"] == "ready"
+    marks = ready["marks"]
+    # ready is the warm-up's real completion, after the engine was handed over
+    assert before <= marks["loading"] <= released <= marks["ready"]
+
+
+@pytest.mark.slow
 def test_a_failed_load_is_reported_and_signalled() -> None:
     failures: list[str] = []
 
