@@ -1,6 +1,6 @@
 """Timed boots on a GPU: both rigs' phases, cold and warm ready, power and J/token, in one run.
 
-    python3 benchmarks/boot_phases_gpu.py OUT.json [--boots 1] [--restarts 1] \
+    python3 benchmarks/boot_phases_gpu.py OUT.json [--rigs torch,jax] [--boots 1] [--restarts 1] \
         [--model random:e2b] [--home DIR] [--concurrency 1,8] [--requests N] \
         [--set RIG:KEY=VALUE ...]
 
@@ -43,7 +43,7 @@ def sweep_input(args: argparse.Namespace) -> dict[str, Any]:
         settings.setdefault(rig, {})[key] = json.loads(value) if value[:1].isdigit() else value
     body: dict[str, Any] = {
         "sweep_id": SWEEP_ID,
-        "rigs": ["torch", "jax"],
+        "rigs": args.rigs.split(","),
         "model": args.model,
         "boots_per_rig": args.boots,
         "restarts_per_boot": args.restarts,
@@ -127,6 +127,7 @@ def verdict_lines(comparison: dict[str, Any]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="where the rows, comparison and log go (JSON)")
+    parser.add_argument("--rigs", default="torch,jax", help="comma-separated (default torch,jax)")
     parser.add_argument("--boots", type=int, default=1)
     parser.add_argument("--restarts", type=int, default=1)
     parser.add_argument("--model", default="random:e2b")
