@@ -2,7 +2,7 @@
 the boots as a line, its interval (harness.stats) as a band, every boot as a faint point."""
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +44,22 @@ def _style(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
 def _log_if_wide(xs: Sequence[float], spread: float = 8) -> str:
     positive = [x for x in xs if x > 0]
     return "log" if positive and max(positive) / min(positive) >= spread else "linear"
+
+
+def _value_axis(
+    update: Callable[..., Any],
+    values: Sequence[float],
+    title: str,
+    log_title: str | None = None,
+    **where: Any,
+) -> None:
+    """An axis of measured values (`update`: a figure's update_xaxes or update_yaxes) from
+    zero, or on a log scale where they span 8x or more: rigs far apart (a CPU port beside a GPU
+    server) would leave the fast or the slow one flat on a linear axis. Its title says which."""
+    if _log_if_wide(values) == "log":
+        update(title=log_title or f"{title} (log scale)", **where, **_log_axis(values))
+    else:
+        update(title=title, rangemode="tozero", **where)
 
 
 def log_ticks(values: Sequence[float]) -> list[float]:
@@ -160,10 +176,7 @@ def throughput_figure(
     xs = [p.x for ps in by_rig.values() for p in ps]
     fig.update_xaxes(title=x_title, type=_log_if_wide(xs), tickvals=sorted(set(xs)))
     ys = [v for ps in by_rig.values() for p in ps for v in (p.aggregate.value, *_boot_values(p))]
-    if _log_if_wide(ys, 8) == "log":  # rigs far apart: a linear axis would flatten the slow one
-        fig.update_yaxes(title="output tokens/s (log scale)", **_log_axis(ys))
-    else:
-        fig.update_yaxes(title="output tokens/s", rangemode="tozero")
+    _value_axis(fig.update_yaxes, ys, "output tokens/s")
     return _style(
         fig, "Output throughput vs load (geometric mean of boots, band: interval, o: boots)"
     )
@@ -195,12 +208,7 @@ def latency_figure(
                     boots=stat == "p50",
                     show_legend=col == 1,
                 )
-        # Rigs far apart (a CPU port beside a GPU server): a log scale keeps the fast one
-        # readable instead of flat on zero under the slow one.
-        if _log_if_wide(ys) == "log":
-            fig.update_yaxes(title="ms (log scale)", row=1, col=col, **_log_axis(ys))
-        else:
-            fig.update_yaxes(title="ms", rangemode="tozero", row=1, col=col)
+        _value_axis(fig.update_yaxes, ys, "ms", row=1, col=col)
     ticks = sorted(set(xs))
     fig.update_xaxes(title=x_title, type=_log_if_wide(xs), tickvals=ticks)
     return _style(fig, "TTFT and TPOT vs load: p50 (solid) and p99 (dotted)", height=460)
@@ -286,14 +294,8 @@ def tradeoff_figure(
     tpots = [p.aggregate.value for ps in tpot.values() for p in ps]
     tok_s = [p.aggregate.value for ps in throughput.values() for p in ps]
     x_title = "TPOT p50 (ms per output token, per request)"
-    if _log_if_wide(tpots) == "log":  # rigs far apart: keep the fast one off the axis
-        fig.update_xaxes(title=f"{x_title}, log scale", **_log_axis(tpots))
-    else:
-        fig.update_xaxes(title=x_title, rangemode="tozero")
-    if _log_if_wide(tok_s) == "log":
-        fig.update_yaxes(title="output tokens/s (log scale)", **_log_axis(tok_s))
-    else:
-        fig.update_yaxes(title="output tokens/s", rangemode="tozero")
+    _value_axis(fig.update_xaxes, tpots, x_title, f"{x_title}, log scale")
+    _value_axis(fig.update_yaxes, tok_s, "output tokens/s")
     styled = _style(fig, "Throughput vs latency: each point a load cell (up and left is better)")
     return styled.update_layout(margin={"t": 70, "r": 40})  # room for the cells' labels
 
@@ -336,14 +338,8 @@ def pareto_figure(
     users = [p.per_user for ps in by_rig.values() for p in ps]
     gpu = [p.per_gpu for ps in by_rig.values() for p in ps]
     x_title = "output tokens/s per user (1000 / TPOT p50 in ms)"
-    if _log_if_wide(users) == "log":
-        fig.update_xaxes(title=f"{x_title}, log scale", **_log_axis(users))
-    else:
-        fig.update_xaxes(title=x_title, rangemode="tozero")
-    if _log_if_wide(gpu) == "log":
-        fig.update_yaxes(title="output tokens/s per GPU (log scale)", **_log_axis(gpu))
-    else:
-        fig.update_yaxes(title="output tokens/s per GPU", rangemode="tozero")
+    _value_axis(fig.update_xaxes, users, x_title, f"{x_title}, log scale")
+    _value_axis(fig.update_yaxes, gpu, "output tokens/s per GPU")
     return _style(
         fig, "Pareto view: every boot's cells, each rig's frontier (up and right is better)"
     )
@@ -370,10 +366,7 @@ def cost_figure(by_rig: Mapping[str, Sequence[Point]], colours: Mapping[str, str
     fig.update_layout(barmode="group")
     fig.update_xaxes(title="load cell", type="category")
     costs = [p.aggregate.value for ps in by_rig.values() for p in ps]
-    if _log_if_wide(costs) == "log":  # a cheap rig's bar would be a sliver on a linear axis
-        fig.update_yaxes(title="USD per million output tokens (log scale)", **_log_axis(costs))
-    else:
-        fig.update_yaxes(title="USD per million output tokens", rangemode="tozero")
+    _value_axis(fig.update_yaxes, costs, "USD per million output tokens")
     return _style(fig, "Cost per million output tokens, at the price each boot paid")
 
 

@@ -1,19 +1,15 @@
 """`rigbench mcp --http` behind a bearer token (rigbench.mcp.auth): the SDK's own streamable
 HTTP app answers only requests that carry the token; the token is a secret or is refused."""
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 from rigbench.mcp.auth import BearerAuth, TokenError, bearer_token, needs_token
 from tests import loopback
-from tests.rigs.rig_process import free_port
 
 TOKEN = "t" * 40
 INITIALIZE = {
@@ -26,17 +22,8 @@ ACCEPT = {"accept": "application/json, text/event-stream"}
 
 @contextmanager
 def _serving(app: BearerAuth) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with loopback.serve_in_thread(app) as base:
+        yield f"{base}/mcp"
 
 
 def _post(url: str, headers: dict[str, str]) -> httpx.Response:

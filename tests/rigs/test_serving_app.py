@@ -6,13 +6,11 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 import torch
-import uvicorn
 from typer.testing import CliRunner
 
 import rigs.cli
@@ -104,21 +102,6 @@ class _Breakable:
             yield token
 
 
-@contextmanager
-def _serve(app: object) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))  # type: ignore[arg-type]
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _wait_for(base: str, status: int) -> httpx.Response:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -140,7 +123,7 @@ def test_health_follows_loading_warmup_and_real_generations(
         release.wait(30)
         return breakable, tokenizer
 
-    with _serve(build_lazy_app(load)) as base:
+    with loopback.serve_in_thread(build_lazy_app(load)) as base:
         loading = loopback.get(f"{base}/health")
         assert loading.status_code == 503
         assert loading.json()["status"] == "loading"
@@ -176,7 +159,7 @@ def test_boot_says_when_the_rig_began_loading_and_first_completed(
         return engine, tokenizer
 
     before = time.time()
-    with _serve(build_lazy_app(load)) as base:
+    with loopback.serve_in_thread(build_lazy_app(load)) as base:
         loading = loopback.get(f"{base}/boot").json()
         assert loading["phase"] == "loading"
         assert set(loading["marks"]) == {"loading"}  # the engine was built before this app
@@ -197,7 +180,7 @@ def test_a_failed_load_is_reported_and_signalled() -> None:
     def load() -> tuple[Engine, ServingTokenizer]:
         raise FileNotFoundError("model.safetensors")
 
-    with _serve(build_lazy_app(load, on_failure=failures.append)) as base:
+    with loopback.serve_in_thread(build_lazy_app(load, on_failure=failures.append)) as base:
         body = _wait_for(base, 503).json()
         deadline = time.monotonic() + 10
         while body["status"] != "failed" and time.monotonic() < deadline:
@@ -280,7 +263,7 @@ def test_scored_generation_is_greedy_with_the_models_own_logprobs(engine: TorchE
 def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
     engine: TorchEngine, tokenizer: ServingTokenizer
 ) -> None:
-    with _serve(build_lazy_app(lambda: (engine, tokenizer))) as base:
+    with loopback.serve_in_thread(build_lazy_app(lambda: (engine, tokenizer))) as base:
         _wait_for(base, 200)
         body = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
         done = loopback.post(f"{base}/v1/completions", json={**body, "logprobs": 2}).json()
@@ -313,7 +296,7 @@ def test_logprobs_in_both_openai_shapes_and_refused_where_not_served(
             assert refused.status_code == 400, refused.text
             assert words in refused.json()["error"]["message"]
     # an engine without `generate_scored` says so rather than leaving logprobs out
-    with _serve(build_lazy_app(lambda: (_Breakable(engine), tokenizer))) as base:
+    with loopback.serve_in_thread(build_lazy_app(lambda: (_Breakable(engine), tokenizer))) as base:
         _wait_for(base, 200)
         refused = loopback.post(f"{base}/v1/completions", json={**body, "logprobs": 1})
         assert refused.status_code == 400
@@ -371,7 +354,7 @@ def test_requests_past_the_bound_are_refused_at_once_and_the_server_recovers(
             assert ok.status_code == 200
             assert ok.json()["usage"]["completion_tokens"] == 2
 
-    with _serve(app) as base:
+    with loopback.serve_in_thread(app) as base:
         _wait_for(base, 200)
         asyncio.run(scenario(base))
 
@@ -391,7 +374,7 @@ def test_a_cell_as_wide_as_the_bound_is_never_refused(
             )
         return [r.status_code for r in replies]
 
-    with _serve(app) as base:
+    with loopback.serve_in_thread(app) as base:
         _wait_for(base, 200)
         assert asyncio.run(cell(base)) == [200] * 4
 
@@ -404,7 +387,7 @@ def test_a_request_past_its_deadline_is_ended_by_name(
     the deadline named, and /health still 200 (the engine did not fail)."""
     app = build_app(engine, tokenizer, request_timeout_s=0.001)
     plain = {**LONG, "stream": False}
-    with _serve(app) as base:
+    with loopback.serve_in_thread(app) as base:
         _wait_for(base, 200)
         late = loopback.post(f"{base}/v1/completions", json=plain, timeout=600)
         assert late.status_code == 504
