@@ -18,21 +18,14 @@ from rigs.registry import get_rig
 from rigs.serving import marks
 from rigs.serving.engine import Engine
 from rigs.serving.serve import serve_options
+from rigs.serving.slot_count import AUTO, auto_slots, slots_arg
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.settings import add_options
 from rigs.sources import cache_root, resolve_model
 
 DTYPES = ("float32", "bfloat16", "float16")
-AUTO = 0  # --max-slots auto
-AUTO_SLOTS_CAP = 64  # one compiled decode program per power of two up to it
-AUTO_SLOTS_NO_STATS = 32  # a CPU reports no memory
 log = logging.getLogger("rigs.jax")
 RIG = get_rig("jax")
-
-
-def slots_arg(value: str) -> int:
-    """--max-slots, checked against rig.toml's declaration: 'auto' as AUTO, else the number."""
-    return AUTO if value == "auto" else int(value)
 
 
 def buckets_arg(value: str) -> tuple[int, ...]:
@@ -65,14 +58,6 @@ def served_buckets(asked: tuple[int, ...], max_model_len: int) -> tuple[int, ...
             ",".join(map(str, (*below, max_model_len))),
         )
     return (*below, max_model_len)
-
-
-def auto_slots(free_bytes: int | None, bytes_per_slot: int) -> int:
-    """Slots whose KV cache fits in half the free device memory (the other half for the
-    programs' temporaries: a prefill batch's activations), at most AUTO_SLOTS_CAP."""
-    if free_bytes is None:
-        return AUTO_SLOTS_NO_STATS
-    return max(1, min(AUTO_SLOTS_CAP, free_bytes // 2 // bytes_per_slot))
 
 
 def pick_dtype(requested: str, platform: str, compute_capability: str | None) -> str:

@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM
 
 from rigs.serving import marks
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
+from rigs.serving.slot_count import AUTO, auto_slots
 from rigs.sources import ModelSource
 from rigs.torch.engine import (
     DTYPES,
@@ -39,7 +40,7 @@ from rigs.torch.engine import (
     gather_wave,
     scored,
 )
-from rigs.torch.slots import ATTENTION, SlotModel
+from rigs.torch.slots import ATTENTION, SlotBuffers, SlotModel
 
 log = logging.getLogger("rigs.torch")
 COMPILE_MODES = ("auto", "inductor", "graphs", "off")
@@ -83,8 +84,8 @@ class ContinuousEngine(ScoredStreams):
         started = time.monotonic()
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, not {dtype!r}")
-        if slots < 1:
-            raise ValueError(f"slots must be at least 1, not {slots}")
+        if slots < 1 and slots != AUTO:
+            raise ValueError(f"slots must be at least 1 (or AUTO), not {slots}")
         self.source = source
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if compile not in COMPILE_MODES:
@@ -96,7 +97,6 @@ class ContinuousEngine(ScoredStreams):
         self.compile_mode = compile
         self.compile = compile == "inductor"
         self.graphs = compile == "graphs" or (self.compile and self.device.type == "cuda")
-        self.slots = slots
         self.prefill_tokens = prefill_tokens
         self.admit_gap_s, self.admit_wait_s = admit_gap_s, admit_wait_s
         model: Any = AutoModelForCausalLM.from_pretrained(
@@ -116,11 +116,12 @@ class ContinuousEngine(ScoredStreams):
         self.max_top_logprobs = MAX_TOP_LOGPROBS
         self.load_s = time.monotonic() - started
         marks.mark("weights_loaded")
-        self.slot_model = SlotModel(self.model, slots, self.max_model_len)
-        self.widths = widths_for(slots)
+        self.slots = self._auto_slots() if slots == AUTO else slots
+        self.slot_model = SlotModel(self.model, self.slots, self.max_model_len)
+        self.widths = widths_for(self.slots)
         self.prefill_batches: list[int] = []  # requests per prefill, most recent last
         self._pending: queue.Queue[_Request] = queue.Queue()
-        self._live: list[_Slot | None] = [None] * slots
+        self._live: list[_Slot | None] = [None] * self.slots
         compile_start = time.monotonic()
         self._steps = self._build_steps()
         self.compile_s = time.monotonic() - compile_start
@@ -139,6 +140,16 @@ class ContinuousEngine(ScoredStreams):
         self._worker.start()
 
     # -- start-up ---------------------------------------------------------------------
+
+    def _auto_slots(self) -> int:
+        """Slots from the GPU's free memory after the weights (rigs/serving/slot_count.py)."""
+        free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
+        per_slot = SlotBuffers.bytes_per_slot(
+            self.model.get_decoder(), self.max_model_len, self.model.dtype
+        )
+        slots = auto_slots(free, per_slot)
+        log.info("max_batch auto: %d slots (%s bytes free, %d per slot)", slots, free, per_slot)
+        return slots
 
     def _build_steps(self) -> dict[int, Step]:
         """A decode callable per served width: eager, compiled, or a replayed CUDA graph."""

@@ -9,6 +9,7 @@ from rigs.registry import get_rig
 from rigs.serving import marks
 from rigs.serving.engine import Engine
 from rigs.serving.serve import serve_options
+from rigs.serving.slot_count import AUTO, AUTO_SLOTS_NO_STATS, slots_arg
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.settings import add_options
 from rigs.sources import resolve_model
@@ -26,7 +27,7 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random:* weights")
     # The tuned settings, their types, bounds and defaults: rigs/torch/rig.toml, one place.
-    add_options(parser, RIG.name, RIG.serve.settings)
+    add_options(parser, RIG.name, RIG.serve.settings, converters={"max_batch": slots_arg})
     parser.add_argument("--served-model-name", action="append", default=[], help="repeatable")
     return parser
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
             device=args.device,
             max_model_len=args.max_model_len,
             batching=args.batching,
-            max_batch=args.max_batch,
+            max_batch=AUTO_SLOTS_NO_STATS if args.max_batch == AUTO else args.max_batch,
             batch_gap_s=args.batch_gap_ms / 1000,
             batch_wait_s=args.batch_wait_ms / 1000,
             logit_perturbation=args.test_logit_perturbation,

@@ -70,6 +70,18 @@ def slot_attention(
 AttentionInterface.register(ATTENTION, slot_attention)
 
 
+def _kv_layers(decoder: Any) -> list[tuple[int, int, int]]:
+    """(layer index, K/V heads, head_dim) of every layer that computes its own K/V."""
+    found = []
+    for index, layer in enumerate(decoder.layers):
+        attn = layer.self_attn
+        if getattr(attn, "is_kv_shared_layer", False):
+            continue
+        head_dim = int(attn.head_dim)
+        found.append((index, int(attn.k_proj.out_features) // head_dim, head_dim))
+    return found
+
+
 class SlotBuffers:
     """The K/V buffers of every layer that computes K/V, for `slots` sequences."""
 
@@ -78,17 +90,19 @@ class SlotBuffers:
     ) -> None:
         self.slots, self.max_len = slots, max_len
         self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        for index, layer in enumerate(decoder.layers):
-            attn = layer.self_attn
-            if getattr(attn, "is_kv_shared_layer", False):
-                continue
-            head_dim = int(attn.head_dim)
-            kv_heads = int(attn.k_proj.out_features) // head_dim
+        for index, kv_heads, head_dim in _kv_layers(decoder):
             shape = (slots * max_len, kv_heads, head_dim)
             self.layers[index] = (
                 torch.zeros(shape, device=device, dtype=dtype),
                 torch.zeros(shape, device=device, dtype=dtype),
             )
+
+    @staticmethod
+    def bytes_per_slot(decoder: Any, max_len: int, dtype: torch.dtype) -> int:
+        """What one slot adds to the buffers: K and V of `max_len` rows in every layer."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        rows = sum(kv_heads * head_dim for _, kv_heads, head_dim in _kv_layers(decoder))
+        return 2 * max_len * rows * itemsize
 
     def mark_static(self) -> None:
         """Tell torch.compile the buffers never move (as transformers' StaticCache does), so

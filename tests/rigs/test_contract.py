@@ -68,14 +68,17 @@ def test_a_new_rig_is_just_a_folder(tmp_path: Path) -> None:
         (lambda t: t.replace("[install]", "[install"), "rig.toml"),
         (lambda t: t.replace('default_dtype = "auto"', 'default_dtype = "int4"'), "default_dtype"),
         (
-            lambda t: t.replace("default = 32, min = 1", "default = 0, min = 1"),
-            "a default its own declaration refuses: rig torch setting max_batch = 0",
+            lambda t: t.replace("default = 8192, min = 1", "default = 0, min = 1"),
+            "a default its own declaration refuses: rig torch setting max_model_len = 0",
         ),
         (
             lambda t: t.replace(', choices = ["auto", "inductor", "graphs", "off"]', ""),
             "a str setting names its choices or a pattern",
         ),
-        (lambda t: t.replace('type = "int", default = 32', 'type = "list", default = 32'), "type"),
+        (
+            lambda t: t.replace('type = "int", default = 8192', 'type = "list", default = 8192'),
+            "type",
+        ),
     ],
 )
 def test_broken_definitions_name_the_problem(tmp_path: Path, edit: object, message: str) -> None:

@@ -9,13 +9,17 @@ from rigs.contract import RigDefinitionError, Scalar
 from rigs.jax import server as jax_server
 from rigs.launch import launch_plan
 from rigs.registry import discover, get_rig
+from rigs.serving.slot_count import AUTO
 from rigs.torch import server as torch_server
 
 
 def test_the_torch_servers_defaults_are_its_rig_toml() -> None:
     torch = get_rig("torch")
     parsed = vars(torch_server.options().parse_args(["--model", "random:tiny"]))
-    assert {key: parsed[key] for key in torch.serve.settings} == torch.setting_defaults()
+    defaults = torch.setting_defaults()
+    assert defaults["max_batch"] == "auto"
+    assert parsed["max_batch"] == AUTO  # the server's own form of 'auto'
+    assert {key: parsed[key] for key in torch.serve.settings} == {**defaults, "max_batch": AUTO}
     assert parsed["batching"] == "continuous"
 
 

@@ -7,13 +7,11 @@ import pytest
 from rigs.bootstrap.user_data import BootstrapSpec, render_user_data
 from rigs.contract import RigDefinition, Scalar
 from rigs.jax.server import (
-    auto_slots,
     buckets_arg,
     eos_ids,
     main,
     pick_dtype,
     served_buckets,
-    slots_arg,
 )
 from rigs.launch import launch_plan
 from rigs.registry import discover, get_rig
@@ -98,16 +96,6 @@ def test_bad_setting_flags_stop_the_server_before_it_loads(
         main(["--model", "random:tiny", flag, value])
     assert stopped.value.code == 2
     assert words in capsys.readouterr().err
-
-
-def test_auto_slots_fill_half_the_free_memory_up_to_64() -> None:
-    per_slot = 31_457_280  # e2b at max_model_len 4096 in bfloat16
-    assert auto_slots(116 << 30, per_slot) == 64  # H200 after the weights
-    assert auto_slots(1 << 30, per_slot) == 17  # a T4G with 1 GiB left
-    assert auto_slots(10 << 20, per_slot) == 1
-    assert auto_slots(None, per_slot) == 32  # a CPU reports no memory
-    assert slots_arg("auto") == 0
-    assert slots_arg("48") == 48
 
 
 def test_auto_dtype_follows_the_device() -> None:
