@@ -384,7 +384,8 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
     one 35 x 256 row per token is gathered; the tied embedding is streamed as the output
     projection. KV reads are counted at width 1."""
     import jax
-    import jax.numpy as jnp
+
+    from benchmarks.jax_decode_step import copy_bandwidth_gbps
 
     leaves = jax.tree.leaves(params)
     total = sum(x.nbytes for x in leaves)
@@ -394,15 +395,7 @@ def roofline(params: Any, engine: Any, args: argparse.Namespace) -> dict[str, An
     index = {i: c for c, i in enumerate(cfg.cache_layers)}
     caches = [engine._cache.k[index[cfg.kv_source[i]]] for i in range(cfg.num_layers)]
     kv_per_slot = sum(2 * c.nbytes // c.shape[0] for c in caches)
-    x = jnp.ones((args.bandwidth_bytes // 4,), jnp.float32)
-    copy = jax.jit(lambda a: a * 1.0001)
-    jax.block_until_ready(copy(x))
-    t = time.perf_counter()
-    for _ in range(5):
-        y = copy(x)
-    jax.block_until_ready(y)
-    bandwidth = 2 * x.nbytes * 5 / (time.perf_counter() - t)  # read + write
-    del x, y
+    bandwidth = copy_bandwidth_gbps(args.bandwidth_bytes) * 1e9
     step_bytes = streamed + kv_per_slot
     gemv_ms = gemv_stream_ms(params)
     o = engine.options
