@@ -25,15 +25,16 @@ from rigs.torch.slots import ATTENTION, SlotModel
 def step_ms(slot_model: SlotModel, width: int, device: torch.device) -> float:
     ids = torch.zeros((width, 1), dtype=torch.long, device=device)
     positions = torch.full((width,), 600, dtype=torch.long, device=device)
+    k_pos = torch.arange(slot_model.max_len, device=device)  # the whole cache
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            slot_model.decode(ids, positions)
+            slot_model.decode(ids, positions, k_pos)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        slot_model.decode(ids, positions)
+        slot_model.decode(ids, positions, k_pos)
     for _ in range(5):
         graph.replay()
     torch.cuda.synchronize()
@@ -66,9 +67,10 @@ def main() -> None:
             print(length, result["step_ms"][length], flush=True)
             ids = torch.zeros((1, 1), dtype=torch.long, device=device)
             positions = torch.full((1,), 600, dtype=torch.long, device=device)
+            k_pos = torch.arange(length, device=device)
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(3):
-                    slot_model.decode(ids, positions)
+                    slot_model.decode(ids, positions, k_pos)
                 torch.cuda.synchronize()
             table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
             (args.out / f"kernels_L{length}.txt").write_text(table)

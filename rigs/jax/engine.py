@@ -38,19 +38,10 @@ import numpy as np
 from rigs.jax import compiles, model, steps
 from rigs.jax.executables import ExecutableCache, build
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
+from rigs.serving.sizing import ladder
 
 # tokens (scored for a request that asked for logprobs), a failure, or the end
 Item = list[int] | list[ScoredToken] | BaseException | None
-
-
-def ladder(top: int, start: int, factor: int) -> tuple[int, ...]:
-    """start, start * factor, ... below `top`, then `top` itself."""
-    out = []
-    size = start
-    while size < top:
-        out.append(size)
-        size *= factor
-    return (*out, top)
 
 
 @dataclass(frozen=True)

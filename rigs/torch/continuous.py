@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM
 
 from rigs.serving import marks
 from rigs.serving.engine import SamplingParams, ScoredStreams, ScoredToken
-from rigs.serving.slot_count import AUTO, auto_slots
+from rigs.serving.sizing import AUTO, auto_slots, ladder
 from rigs.sources import ModelSource
 from rigs.torch.engine import (
     DTYPES,
@@ -44,7 +44,10 @@ from rigs.torch.slots import ATTENTION, SlotBuffers, SlotModel
 
 log = logging.getLogger("rigs.torch")
 COMPILE_MODES = ("auto", "inductor", "graphs", "off")
-Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# Widths from this one up read a context bucket (a narrower step streams far more weight
+# bytes than KV rows, so it reads the whole cache and keeps one program), as the JAX rig.
+CONTEXT_MIN_WIDTH = 8
 
 
 @dataclass(eq=False)
@@ -54,15 +57,6 @@ class _Slot:
     last: int  # the token the next decode step feeds
     produced: int
     generator: torch.Generator | None
-
-
-def widths_for(slots: int) -> list[int]:
-    """1, 2, 4, ... below `slots`, then `slots` itself."""
-    widths, w = [], 1
-    while w < slots:
-        widths.append(w)
-        w *= 2
-    return [*widths, slots]
 
 
 class ContinuousEngine(ScoredStreams):
@@ -78,6 +72,7 @@ class ContinuousEngine(ScoredStreams):
         slots: int,
         compile: str,
         prefill_tokens: int = 16384,
+        context_start: int = 1024,
         admit_gap_s: float,
         admit_wait_s: float,
     ) -> None:
@@ -118,10 +113,12 @@ class ContinuousEngine(ScoredStreams):
         marks.mark("weights_loaded")
         self.slots = self._auto_slots() if slots == AUTO else slots
         self.slot_model = SlotModel(self.model, self.slots, self.max_model_len)
-        self.widths = widths_for(self.slots)
+        self.widths = ladder(self.slots, 1, 2)
+        self.contexts = ladder(self.max_model_len, min(context_start, self.max_model_len), 4)
         self.prefill_batches: list[int] = []  # requests per prefill, most recent last
         self._pending: queue.Queue[_Request] = queue.Queue()
         self._live: list[_Slot | None] = [None] * self.slots
+        self._k_pos = torch.arange(self.max_model_len, device=self.device)
         compile_start = time.monotonic()
         self._steps = self._build_steps()
         self.compile_s = time.monotonic() - compile_start
@@ -129,11 +126,12 @@ class ContinuousEngine(ScoredStreams):
         self.ready_s = time.monotonic() - started
         log.info(
             "continuous engine ready in %.1f s (load %.1f s, compile and capture %.1f s, "
-            "widths %s, cache %.2f GB)",
+            "widths %s, contexts %s, cache %.2f GB)",
             self.ready_s,
             self.load_s,
             self.compile_s,
             self.widths,
+            self.contexts,
             self.slot_model.buffers.nbytes() / 1e9,
         )
         self._worker = threading.Thread(target=self._serve_forever, daemon=True, name="slots")
@@ -142,7 +140,7 @@ class ContinuousEngine(ScoredStreams):
     # -- start-up ---------------------------------------------------------------------
 
     def _auto_slots(self) -> int:
-        """Slots from the GPU's free memory after the weights (rigs/serving/slot_count.py)."""
+        """Slots from the GPU's free memory after the weights (rigs/serving/sizing.py)."""
         free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else None
         per_slot = SlotBuffers.bytes_per_slot(
             self.model.get_decoder(), self.max_model_len, self.model.dtype
@@ -151,44 +149,65 @@ class ContinuousEngine(ScoredStreams):
         log.info("max_batch auto: %d slots (%s bytes free, %d per slot)", slots, free, per_slot)
         return slots
 
-    def _build_steps(self) -> dict[int, Step]:
-        """A decode callable per served width: eager, compiled, or a replayed CUDA graph."""
+    def contexts_for(self, width: int) -> tuple[int, ...]:
+        """The context buckets of one width's decode steps."""
+        return self.contexts if width >= CONTEXT_MIN_WIDTH else self.contexts[-1:]
+
+    def _build_steps(self) -> dict[tuple[int, int], Step]:
+        """A decode callable per served (width, context bucket): eager, compiled, or a
+        replayed CUDA graph."""
         decode: Step = self.slot_model.decode
+        keys = [(w, c) for w in sorted(self.widths, reverse=True) for c in self.contexts_for(w)]
         if self.compile:
             torch._dynamo.config.cache_size_limit = max(
-                torch._dynamo.config.cache_size_limit, 4 * len(self.widths)
+                torch._dynamo.config.cache_size_limit, 4 * len(keys)
             )
             self.slot_model.buffers.mark_static()
             decode = torch.compile(decode, dynamic=None)
-        steps: dict[int, Step] = {}
+        steps: dict[tuple[int, int], Step] = {}
         pool = torch.cuda.graph_pool_handle() if self.graphs else None
         with torch.inference_mode():
-            for width in sorted(self.widths, reverse=True):
+            for width, context in keys:
                 ids = torch.zeros((width, 1), dtype=torch.long, device=self.device)
                 positions = torch.zeros(width, dtype=torch.long, device=self.device)
+                k_pos = torch.arange(context, device=self.device)
                 if self.compile:
-                    torch._dynamo.maybe_mark_dynamic(ids, 0)
-                    torch._dynamo.maybe_mark_dynamic(positions, 0)
+                    for tensor in (ids, positions, k_pos):
+                        torch._dynamo.maybe_mark_dynamic(tensor, 0)
                     t0 = time.monotonic()
-                    decode(ids, positions)  # compiles here, at start-up
-                    log.info("width %d: first compiled step %.1f s", width, time.monotonic() - t0)
-                steps[width] = (
-                    self._capture(decode, ids, positions, pool) if self.graphs else decode
+                    decode(ids, positions, k_pos)  # compiles here, at start-up
+                    log.info(
+                        "width %d, context %d: first compiled step %.1f s",
+                        width,
+                        context,
+                        time.monotonic() - t0,
+                    )
+                steps[width, context] = (
+                    self._capture(decode, ids, positions, k_pos, pool) if self.graphs else decode
                 )
         return steps
 
-    def _capture(self, decode: Step, ids: torch.Tensor, positions: torch.Tensor, pool: Any) -> Step:
+    def _capture(
+        self,
+        decode: Step,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        k_pos: torch.Tensor,
+        pool: Any,
+    ) -> Step:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                decode(ids, positions)
+                decode(ids, positions, k_pos)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
-            logits = decode(ids, positions)
+            logits = decode(ids, positions, k_pos)
 
-        def replay(new_ids: torch.Tensor, new_positions: torch.Tensor) -> torch.Tensor:
+        def replay(
+            new_ids: torch.Tensor, new_positions: torch.Tensor, _k_pos: torch.Tensor
+        ) -> torch.Tensor:
             ids.copy_(new_ids, non_blocking=True)
             positions.copy_(new_positions, non_blocking=True)
             graph.replay()
@@ -205,6 +224,7 @@ class ContinuousEngine(ScoredStreams):
             "batching": "continuous",
             "max_batch": str(self.slots),
             "decode_widths": ",".join(map(str, self.widths)),
+            "context_buckets": ",".join(map(str, self.contexts)),
             "compile": self.compile_mode,
             "cuda_graphs": str(self.graphs).lower(),
             "load_s": f"{self.load_s:.1f}",
@@ -304,8 +324,12 @@ class ContinuousEngine(ScoredStreams):
         for index, slot in enumerate(self._live[:width]):
             if slot is not None:
                 ids[index, 0], positions[index] = slot.last, slot.position
+        top_position = max(s.position for s in self._live[:width] if s is not None)
+        context = next(c for c in self.contexts_for(width) if c > top_position)
+        k_pos = self._k_pos[:context]
         with torch.inference_mode():
-            logits = self._steps[width](ids.to(self.device), positions.to(self.device))
+            step = self._steps[width, context]
+            logits = step(ids.to(self.device), positions.to(self.device), k_pos)
         live = [i for i, s in enumerate(self._live[:width]) if s is not None]
         if len(live) < width:
             logits = logits[torch.tensor(live, device=logits.device)]

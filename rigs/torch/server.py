@@ -9,7 +9,7 @@ from rigs.registry import get_rig
 from rigs.serving import marks
 from rigs.serving.engine import Engine
 from rigs.serving.serve import serve_options
-from rigs.serving.slot_count import AUTO, AUTO_SLOTS_NO_STATS, slots_arg
+from rigs.serving.sizing import AUTO, AUTO_SLOTS_NO_STATS, slots_arg
 from rigs.serving.tokenizer import ServingTokenizer
 from rigs.settings import add_options
 from rigs.sources import resolve_model

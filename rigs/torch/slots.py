@@ -181,17 +181,20 @@ class SlotModel:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
-    def decode(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, ids: torch.Tensor, positions: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
         """One token for each of slots 0..W-1: ids [W, 1], positions [W] -> logits [W, V].
 
-        Static shapes for a given W: every slot row is written and the whole cache length
-        is read under the mask, so one captured CUDA graph serves every step of width W.
+        k_pos is arange(C), C a context bucket above every position: attention reads the
+        first C rows of each slot. Static shapes for a given (W, C): every slot row is
+        written and C rows are read under the mask, so one captured CUDA graph serves every
+        step of that width and bucket.
         """
         width = ids.shape[0]
         rows = torch.arange(width, device=ids.device)
         write = rows * self.max_len + positions
-        view = SlotView(self.buffers, write, width, self.max_len)
-        k_pos = torch.arange(self.max_len, device=ids.device)
+        view = SlotView(self.buffers, write, width, k_pos.shape[0])
         out = self.decoder(
             input_ids=ids,
             position_ids=positions[:, None],

@@ -9,7 +9,7 @@ from rigs.contract import RigDefinitionError, Scalar
 from rigs.jax import server as jax_server
 from rigs.launch import launch_plan
 from rigs.registry import discover, get_rig
-from rigs.serving.slot_count import AUTO
+from rigs.serving.sizing import AUTO
 from rigs.torch import server as torch_server
 
 

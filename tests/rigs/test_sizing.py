@@ -1,7 +1,7 @@
 """'auto' slots, shared by the JAX and torch rigs: half the free device memory's worth of KV
 cache, from 1 to 64, 32 where the device reports no memory."""
 
-from rigs.serving.slot_count import auto_slots, slots_arg
+from rigs.serving.sizing import auto_slots, slots_arg
 
 
 def test_auto_slots_fill_half_the_free_memory_up_to_64() -> None:
