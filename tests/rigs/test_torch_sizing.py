@@ -36,9 +36,7 @@ def _greedy_reference(tiny: ModelSource, prompts: list[list[int]]) -> list[list[
     outputs = []
     with torch.inference_mode():
         for prompt in prompts:
-            out = model.generate(
-                torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False
-            )
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False)
             outputs.append([int(t) for t in out[0, len(prompt) :]])
     return outputs
 
