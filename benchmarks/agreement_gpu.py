@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from harness.agreement import AgreementProbe, PairAgreement, output_agreement
+from analysis.agreement import PairAgreement, agreement_line, basis_words, output_agreement
+from harness.agreement import AgreementProbe
 from harness.agreement_probe import run_probe
-from harness.agreement_view import agreement_line, basis_words
 
 REPO = Path(__file__).resolve().parent.parent
 RIGS = ("torch", "jax")

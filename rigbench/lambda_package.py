@@ -39,9 +39,9 @@ REQUIREMENTS = "requirements.txt"
 OWN_PACKAGES: dict[str, tuple[str, ...]] = {
     # the report's plots (plotly) and what harness.compare loads on the way (typer, rich)
     "ReportFunction": ("requirements-report.txt",),
-    # Summarize's regression check runs harness.stats on the sweep's results: the layer's
+    # Summarize's regression check runs analysis.stats on the sweep's results: the layer's
     "SummarizeFunction": (),
-    # DecideRound's verdicts after each round of an adaptive sweep: harness.stats as well
+    # DecideRound's verdicts after each round of an adaptive sweep: analysis.stats as well
     "DecideRoundFunction": (),
 }
 # Layers built here: their requirements alone, under python/.

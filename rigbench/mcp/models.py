@@ -4,9 +4,9 @@ answers with structured content. Tool inputs are typed by the models they alread
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.agreement import PairAgreement
+from analysis.compare import Comparison
 from functions.regressions import Regression
-from harness.agreement import PairAgreement
-from harness.compare import Comparison
 from rigbench.stack.models import (
     QuotaCheck,
     ReapReport,

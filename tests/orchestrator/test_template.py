@@ -197,7 +197,7 @@ def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cl
     # hardware/: the price catalog functions/budget.py (closing the sweep) reads
     tops = {f.split("/")[0] for f in files}
     assert tops == {"functions", "harness", "hardware"}
-    # harness.stats and harness.schemas, not the load generator (nor harness.version's hash
+    # analysis.stats and harness.schemas, not the load generator (nor harness.version's hash
     # of every harness module)
     assert "harness/runner.py" not in files
     assert {f for f in files if f.startswith("hardware/")} <= {

@@ -10,21 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from harness.compare import (
-    DEFAULT_METRICS,
-    Comparison,
-    app,
-    bursts_from_reports,
-    compare,
-    ratio_words,
-    render_text,
-    rig_setup,
-    setup_warnings,
-    values_from_reports,
-)
+from analysis.boot_values import bursts_from_reports, values_from_reports
+from analysis.compare import Comparison, compare, ratio_words, rig_setup, setup_warnings
+from analysis.metrics import default_metrics
+from analysis.stats import Direction, Verdict, verdict
 from harness.runner import run_benchmark
 from harness.schemas import BenchmarkConfig, cell_label
-from harness.stats import Direction, Verdict, verdict
+from rigbench.commands.compare_reports import app
+from rigbench.report.terminal import render_text
 from tests.harness.conftest import StartServer
 
 
@@ -84,7 +77,7 @@ def test_values_from_reports_reads_the_contract() -> None:
     values = values_from_reports(REPORTS)
     assert list(values) == ["torch", "jax"]
     assert list(values["torch"]) == ["c=1", "c=4"]
-    assert set(values["torch"]["c=1"]) == set(DEFAULT_METRICS)
+    assert set(values["torch"]["c=1"]) == set(default_metrics())
     assert values["torch"]["c=1"]["ttft_ms.p50"] == [50.1, 50.4, 49.8]
     assert values["jax"]["c=4"]["output_tok_s"] == [60.0, 61.0, 62.0]
     assert values["jax"]["c=1"]["tpot_ms.p50"] == pytest.approx([66.66, 70.902, 65.65])
@@ -147,9 +140,9 @@ MEDIANS = ("ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tok
 
 def test_default_comparison_holds_the_tails_in_the_table_s_order() -> None:
     comparison = compare(values_from_reports(REPORTS), baseline="torch")
-    assert [m.metric.key for m in comparison.cells[0].metrics] == list(DEFAULT_METRICS)
-    assert {"ttft_ms.p90", "ttft_ms.p99", "tpot_ms.p99", "e2e_ms.p99"} <= set(DEFAULT_METRICS)
-    assert comparison.family == 2 * len(DEFAULT_METRICS)
+    assert [m.metric.key for m in comparison.cells[0].metrics] == list(default_metrics())
+    assert {"ttft_ms.p90", "ttft_ms.p99", "tpot_ms.p99", "e2e_ms.p99"} <= set(default_metrics())
+    assert comparison.family == 2 * len(default_metrics())
 
 
 def test_compare_worked_example() -> None:
@@ -323,7 +316,7 @@ boot_lists = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(boot_lists, boot_lists, st.sampled_from(DEFAULT_METRICS))
+@given(boot_lists, boot_lists, st.sampled_from(default_metrics()))
 def test_compare_agrees_with_verdict_and_is_antisymmetric(
     a: list[float], b: list[float], metric: str
 ) -> None:
