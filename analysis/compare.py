@@ -25,14 +25,13 @@ from pydantic import BaseModel, ConfigDict
 from analysis.agreement import PairAgreement
 from analysis.boot_values import DECLARED, BootValues
 from analysis.capacity import RigCapacity
-from analysis.metrics import METRICS, MetricSpec, metric_spec
+from analysis.metrics import METRICS, Direction, MetricSpec, metric_spec
 from analysis.stats import (
     ALPHA,
     DEFAULT_CONFIDENCE,
     POWER,
     BootAggregate,
     Difference,
-    Direction,
     RankingFlips,
     Verdict,
     aggregate_boots,

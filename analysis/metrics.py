@@ -16,8 +16,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from analysis.stats import Direction
 from harness.schemas import metric_value
+
+
+class Direction(StrEnum):
+    """Which way is better for a metric."""
+
+    LOWER_IS_BETTER = "lower_is_better"  # latencies: TTFT, ITL, TPOT, E2E
+    HIGHER_IS_BETTER = "higher_is_better"  # throughput: output tokens/s
 
 
 class Source(StrEnum):

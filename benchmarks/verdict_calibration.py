@@ -21,8 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 from analysis.compare import compare
-from analysis.metrics import default_metrics
-from analysis.stats import Direction, Verdict, verdict
+from analysis.metrics import Direction, default_metrics
+from analysis.stats import Verdict, verdict
 
 SPREAD = 0.1  # sigma of log boot values: 10% boot-to-boot spread
 SLOW_SHARE, SLOW_BY = 0.1, 1.5  # heavy tails: one boot in ten 1.5x slow

@@ -26,11 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from analysis.metrics import HEADLINE, METRICS, metric_spec
+from analysis.metrics import HEADLINE, METRICS, Direction, metric_spec
 from analysis.stats import (
     ALPHA,
     Difference,
-    Direction,
     Verdict,
     aggregate_boots,
     decide,

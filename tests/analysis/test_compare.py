@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from analysis.boot_values import bursts_from_reports, values_from_reports
 from analysis.compare import Comparison, compare, ratio_words, rig_setup, setup_warnings
-from analysis.metrics import default_metrics
-from analysis.stats import Direction, Verdict, verdict
+from analysis.metrics import Direction, default_metrics
+from analysis.stats import Verdict, verdict
 from harness.runner import run_benchmark
 from harness.schemas import BenchmarkConfig, cell_label
 from rigbench.commands.compare_reports import app

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from analysis.stats import Direction
+from analysis.metrics import Direction
 from functions.alerts import store
 from functions.regressions import Regression
 from rigbench.cli import app

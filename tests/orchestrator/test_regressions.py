@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from typer.testing import CliRunner
 
-from analysis.stats import Direction
+from analysis.metrics import Direction
 from functions.alerts import list_regressions
 from functions.execution_input import DEFAULT_REGRESSION_RATIO
 from functions.regressions import (
