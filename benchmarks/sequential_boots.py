@@ -10,7 +10,7 @@ comparison, `analysis.stats.difference` (Welch's t-test on log boot values) at e
 
 Designs:
 - fixed n: n boots per rig, one test at 5%;
-- sequential (harness/sequential.py): looks after the first round of `--first` boots per rig
+- sequential (analysis/sequential.py): looks after the first round of `--first` boots per rig
   and after each further boot per rig up to `--cap` (or at `--looks`); each look tests at its
   alpha-spending increment; the sweep stops at the first look that decides (a significant
   difference) or at the cap, which then reports no difference.

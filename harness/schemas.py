@@ -605,7 +605,7 @@ class BenchmarkReport(_Model):
     agreement: AgreementProbe | None = Field(
         default=None,
         description="The agreement probe's answers (when the config asked for it), which the "
-        "comparison checks across rigs (harness/agreement.py).",
+        "comparison checks across rigs (analysis/agreement.py).",
     )
     token_delivery: TokenDelivery | None = Field(
         default=None,

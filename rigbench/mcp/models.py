@@ -106,7 +106,7 @@ class SweepComparison(_Out):
     output_agreement: list[PairAgreement] = Field(
         default=[],
         description="per rig pair, whether the agreement probe's greedy outputs agree "
-        "(harness/agreement.py says what the verdict rests on)",
+        "(analysis/agreement.py says what the verdict rests on)",
     )
     comparison: Comparison | None = Field(
         None, description="every cell, metric and rig with its interval (only with detail=true)"

@@ -1,4 +1,3 @@
-import asyncio
 import json
 import math
 import re
@@ -14,11 +13,9 @@ from analysis.boot_values import bursts_from_reports, values_from_reports
 from analysis.compare import Comparison, compare, ratio_words, rig_setup, setup_warnings
 from analysis.metrics import Direction, default_metrics
 from analysis.stats import Verdict, verdict
-from harness.runner import run_benchmark
-from harness.schemas import BenchmarkConfig, cell_label
+from harness.schemas import cell_label
 from rigbench.commands.compare_reports import app
 from rigbench.report.terminal import render_text
-from tests.harness.conftest import StartServer
 
 
 def _latency(p50: float) -> dict[str, float]:
@@ -369,45 +366,6 @@ def test_cli_rejects_unknown_baseline(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*_write_reports(tmp_path), "--baseline", "vllm"])
     assert result.exit_code == 2
     assert "baseline rig 'vllm' is not among the rigs" in result.output
-
-
-END_TO_END_BOOTS = 4
-
-
-@pytest.mark.slow
-def test_end_to_end_from_harness_reports(reference_server: StartServer) -> None:
-    # Two "rigs" that differ only in decode speed (ITL 5 ms vs 15 ms), four boots each, measured
-    # by the real harness over loopback: the comparison must call the fast one faster on every
-    # decode-bound metric. TTFT is the same schedule on both, so it is not asserted. Four boots:
-    # at two, Welch's test can fall to ~1 degree of freedom when one rig's boots happen to agree,
-    # and no 3x is decidable there under Holm over the comparison's 11 metrics.
-    urls = {
-        "fast": reference_server("--ttft-ms", "20", "--itl-ms", "5"),
-        "slow": reference_server("--ttft-ms", "20", "--itl-ms", "15"),
-    }
-    reports: dict[str, list[dict[str, Any]]] = {rig: [] for rig in urls}
-    for _boot in range(END_TO_END_BOOTS):
-        for rig, url in urls.items():
-            config = BenchmarkConfig(
-                url=url,
-                model="reference",
-                concurrency=[2],
-                input_len=16,
-                output_len=16,
-                requests=8,
-                warmup=1,
-            )
-            reports[rig].append(asyncio.run(run_benchmark(config)).model_dump(mode="json"))
-    comparison = compare(values_from_reports(reports), baseline="slow")
-    assert [c.cell for c in comparison.cells] == ["c=2"]
-    for key in ("itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tok_s"):
-        fast = _by_key(comparison, "c=2", key).results[0]
-        assert fast.rig == "fast"
-        assert fast.aggregate.n_boots == END_TO_END_BOOTS
-        assert fast.verdict is Verdict.FASTER, key
-    itl = _by_key(comparison, "c=2", "itl_ms.p50").results
-    assert itl[0].aggregate.value == pytest.approx(5.0, abs=1.0)
-    assert itl[1].aggregate.value == pytest.approx(15.0, abs=1.0)
 
 
 @pytest.mark.parametrize(
