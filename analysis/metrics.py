@@ -159,6 +159,13 @@ def metric_spec(key: str) -> MetricSpec:
         raise ValueError(f"unknown metric {key!r}; known metrics: {', '.join(METRICS)}") from None
 
 
+def heading_of(key: str) -> str:
+    """A metric as a table or a plot names it ("TTFT p50 (ms)"); a key the table no longer
+    holds (a stored alert or look) as it is."""
+    spec = METRICS.get(key)
+    return spec.heading if spec is not None else key
+
+
 def specs(
     *,
     source: Source | None = None,

@@ -5,7 +5,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from analysis.metrics import HEADLINE, METRICS, metric_spec
+from analysis.metrics import HEADLINE, heading_of, metric_spec
 from analysis.stats import aggregate_boots
 from functions.regressions import METHOD, Regression
 from harness.schemas import cell_label
@@ -64,13 +64,6 @@ def trend_points(rows: list[dict[str, Any]]) -> Trend:
     return out
 
 
-def _title(key: str) -> str:
-    """A metric as the page names it: "TTFT p50 (ms)"; an alert's metric no longer in the
-    table by its key."""
-    spec = METRICS.get(key)
-    return spec.heading if spec is not None else key
-
-
 def _sweeps(n: int) -> str:
     return f"{n} sweep" if n == 1 else f"{n} sweeps"
 
@@ -95,7 +88,7 @@ def regression_marks(
 def regressions_section(regressions: list[Regression]) -> Section:
     rows = [
         [
-            r.sweep_id, r.cell_label, _title(r.metric), f"{r.now:.4g}",
+            r.sweep_id, r.cell_label, heading_of(r.metric), f"{r.now:.4g}",
             f"{r.history:.4g}", f"{r.worse_by:.2f}x (> {r.threshold:g}x)", r.basis,
         ]
         for r in regressions
@@ -136,7 +129,7 @@ def trend_page(
         notes.append(f"Only one sweep ({sweeps[0]}) so far: no trend yet, one point per cell.")
     fig = figures.trend_figure(
         points,
-        {key: _title(key) for key in points},
+        {key: heading_of(key) for key in points},
         f"{where}: geometric mean over boots per sweep (o: each boot)",
     )
     shown = {r["sweep_id"] for r in rows}
