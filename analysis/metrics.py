@@ -4,7 +4,7 @@ verdicts (analysis.compare), the regression alerts and an adaptive sweep's looks
 (functions.regressions, functions.rounds: the `watched` rows), the trend page, the results
 table and its CSV (rigbench.cloud), the report and MCP (which show the comparison's rows).
 
-A new metric is one row in `_metric_table` plus the code that measures it (a field of the
+A new metric is one row in `TABLE` plus the code that measures it (a field of the
 harness report's cell, a boot's start or its capacity search): nothing else names it.
 """
 
@@ -82,74 +82,74 @@ class MetricSpec(BaseModel):
         return metric_value(cell, self.where)
 
     def of_row(self, row: Mapping[str, Any]) -> float | None:
-        """Its value on a stored results row: the row's cell, or the boot's start (`timing`)."""
+        """Its value on a stored results row: the row's cell, the boot's start (`timing`) or
+        its capacity search (`capacity`)."""
         if self.source is Source.START:
             return metric_value(row.get("timing") or {}, self.where)
         if self.source is Source.CELL:
             return self.of_cell(row.get("metrics") or {})
-        return None
+        capacity = row.get("capacity") or {}  # a search by `path`, or none
+        return metric_value(capacity, "value") if capacity.get("by") == self.where else None
 
 
 LATENCY = Direction.LOWER_IS_BETTER
 THROUGHPUT = Direction.HIGHER_IS_BETTER
-# Medians, and the tails of TTFT, TPOT and E2E beside them: one family of verdicts, the same in
-# the terminal table, the report, `rigbench compare` and MCP.
-_COMPARED_LATENCIES = {"ttft_ms": "p50 p90 p99", "itl_ms": "p50", "tpot_ms": "p50 p90 p99",
-                       "e2e_ms": "p50 p90 p99"}  # fmt: skip
-_WATCHED = ("ttft_ms.p50", "tpot_ms.p50")
-_IN_THE_RESULTS_TABLE = ("ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50")
+ALWAYS, WHERE_RECORDED = Compared.ALWAYS, Compared.WHERE_RECORDED
 
 
-def _metric_table() -> dict[str, MetricSpec]:
-    specs: dict[str, MetricSpec] = {}
-    for field, name in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"),
-                        ("e2e_ms", "E2E")):  # fmt: skip
-        for stat in ("p50", "p90", "p99", "mean"):
-            key = f"{field}.{stat}"
-            specs[key] = MetricSpec(
-                key=key, label=f"{name} {stat}", unit="ms", direction=LATENCY,
-                compared=Compared.ALWAYS if stat in _COMPARED_LATENCIES[field].split()
-                else Compared.ON_REQUEST,
-                watched=key in _WATCHED,
-                results="table" if key in _IN_THE_RESULTS_TABLE else "",
-            )  # fmt: skip
-    specs["output_tok_s"] = MetricSpec(
-        key="output_tok_s", label="output", unit="tok/s", direction=THROUGHPUT,
-        noun="throughput", compared=Compared.ALWAYS, watched=True, results="table",
+def _ms(key: str, label: str, **more: Any) -> MetricSpec:
+    return MetricSpec(key=key, label=label, unit="ms", direction=LATENCY, **more)
+
+
+def _ready(key: str, label: str, noun: str) -> MetricSpec:
+    return MetricSpec(
+        key=key, label=label, unit="s", direction=LATENCY, noun=noun, higher="later",
+        lower="sooner", noun_first=True, source=Source.START, results="csv",
     )  # fmt: skip
-    specs["goodput_req_s"] = MetricSpec(
-        key="goodput_req_s", label="goodput", unit="req/s", direction=THROUGHPUT,
-        noun="goodput", compared=Compared.WHERE_RECORDED,
-    )  # fmt: skip
-    for by, unit in (("concurrency", "users"), ("rate", "req/s")):
-        specs[f"capacity.{by}"] = MetricSpec(
-            key=f"capacity.{by}", label="capacity", unit=unit, direction=THROUGHPUT,
-            noun="capacity within the SLO", source=Source.CAPACITY, path=by,
-        )  # fmt: skip
-    for key, label, noun in (
-        ("ready_s", "time to ready", "ready"),
-        ("warm_ready_s", "warm restart to ready", "warm ready"),
-    ):
-        specs[key] = MetricSpec(
-            key=key, label=label, unit="s", direction=LATENCY, noun=noun, higher="later",
-            lower="sooner", noun_first=True, source=Source.START, results="csv",
-        )  # fmt: skip
+
+
+# Every comparison holds the medians, and the tails of TTFT, TPOT and E2E beside them: one
+# family of verdicts, the same in the terminal table, the report, `rigbench compare` and MCP.
+TABLE: tuple[MetricSpec, ...] = (
+    _ms("ttft_ms.p50", "TTFT p50", compared=ALWAYS, watched=True, results="table"),
+    _ms("ttft_ms.p90", "TTFT p90", compared=ALWAYS),
+    _ms("ttft_ms.p99", "TTFT p99", compared=ALWAYS),
+    _ms("ttft_ms.mean", "TTFT mean"),
+    _ms("itl_ms.p50", "ITL p50", compared=ALWAYS, results="table"),
+    _ms("itl_ms.p90", "ITL p90"),
+    _ms("itl_ms.p99", "ITL p99"),
+    _ms("itl_ms.mean", "ITL mean"),
+    _ms("tpot_ms.p50", "TPOT p50", compared=ALWAYS, watched=True, results="table"),
+    _ms("tpot_ms.p90", "TPOT p90", compared=ALWAYS),
+    _ms("tpot_ms.p99", "TPOT p99", compared=ALWAYS),
+    _ms("tpot_ms.mean", "TPOT mean"),
+    _ms("e2e_ms.p50", "E2E p50", compared=ALWAYS, results="table"),
+    _ms("e2e_ms.p90", "E2E p90", compared=ALWAYS),
+    _ms("e2e_ms.p99", "E2E p99", compared=ALWAYS),
+    _ms("e2e_ms.mean", "E2E mean"),
+    MetricSpec(key="output_tok_s", label="output", unit="tok/s", direction=THROUGHPUT,
+               noun="throughput", compared=ALWAYS, watched=True, results="table"),
+    # an SLO's requests per second that met it: recorded where the sweep gave an SLO
+    MetricSpec(key="goodput_req_s", label="goodput", unit="req/s", direction=THROUGHPUT,
+               noun="goodput", compared=WHERE_RECORDED),
+    # each boot's capacity search, by concurrency or by rate: the cell `capacity`
+    MetricSpec(key="capacity.concurrency", label="capacity", unit="users", direction=THROUGHPUT,
+               noun="capacity within the SLO", source=Source.CAPACITY, path="concurrency"),
+    MetricSpec(key="capacity.rate", label="capacity", unit="req/s", direction=THROUGHPUT,
+               noun="capacity within the SLO", source=Source.CAPACITY, path="rate"),
+    # each boot's start: the cell `start-up`
+    _ready("ready_s", "time to ready", "ready"),
+    _ready("warm_ready_s", "warm restart to ready", "warm ready"),
     # The GPU's mean power is shown, not judged: more watts may buy more tokens.
-    specs["gpu.mean_power_w"] = MetricSpec(
-        key="gpu.mean_power_w", label="GPU power", unit="W", direction=LATENCY, results="csv",
-    )  # fmt: skip
-    specs["gpu.j_per_output_token"] = MetricSpec(
-        key="gpu.j_per_output_token", label="GPU energy", unit="J/token", direction=LATENCY,
-        noun="energy per token", compared=Compared.WHERE_RECORDED, results="csv",
-    )  # fmt: skip
-    specs["startup_usd"] = MetricSpec(
-        key="startup_usd", label="start-up cost", unit="$", direction=LATENCY,
-        noun="start-up cost", source=Source.START, results="csv",
-    )  # fmt: skip
-    return specs
-
-
-METRICS: dict[str, MetricSpec] = _metric_table()
+    MetricSpec(key="gpu.mean_power_w", label="GPU power", unit="W", direction=LATENCY,
+               results="csv"),
+    MetricSpec(key="gpu.j_per_output_token", label="GPU energy", unit="J/token",
+               direction=LATENCY, noun="energy per token", compared=WHERE_RECORDED,
+               results="csv"),
+    MetricSpec(key="startup_usd", label="start-up cost", unit="$", direction=LATENCY,
+               noun="start-up cost", source=Source.START, results="csv"),
+)  # fmt: skip
+METRICS: dict[str, MetricSpec] = {spec.key: spec for spec in TABLE}
 
 
 def metric_spec(key: str) -> MetricSpec:
