@@ -7,7 +7,7 @@ Serves the rigs one after another on the one GPU (`rigbench rig serve RIG --mode
 on port 8000; two rigs on one GPU run out of its memory), waits for /health 200, runs the
 agreement probe (harness/agreement_probe.py: 16 fixed
 prompts, greedy, 32 tokens, top-2 logprobs) `--repeats` times against each, and compares
-them as a sweep does (harness.agreement.output_agreement): torch vs JAX, and each rig's
+them as a sweep does (analysis.agreement.output_agreement): torch vs JAX, and each rig's
 first probe against its own second (repeatability), stopping the rig before the next starts.
 `--budget-s` bounds the whole run; each rig gets the time the rigs after it leave. Writes
 OUT/summary.json (every probe and pair) and OUT/summary.md.
@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from harness.agreement import AgreementProbe, PairAgreement, output_agreement
+from analysis.agreement import PairAgreement, agreement_line, basis_words, output_agreement
+from harness.agreement import AgreementProbe
 from harness.agreement_probe import run_probe
-from harness.agreement_view import agreement_line, basis_words
 
 REPO = Path(__file__).resolve().parent.parent
 RIGS = ("torch", "jax")

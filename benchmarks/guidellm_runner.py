@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from harness.stats import Percentiles, percentiles
+from analysis.stats import Percentiles, percentiles
 
 DEFAULT_GUIDELLM = "/work/venv-guidellm/bin/guidellm"
 TOKENIZER_SCRIPT = Path(__file__).with_name("make_guidellm_tokenizer.py")

@@ -6,11 +6,11 @@ fixed-n designs.
 
 Simulated boots as in `benchmarks/verdict_calibration.py`: lognormal around 1 with a 10%
 boot-to-boot spread (sigma of the log 0.1); rig B is `ratio` x rig A (lower is better). One
-comparison, `harness.stats.difference` (Welch's t-test on log boot values) at each look.
+comparison, `analysis.stats.difference` (Welch's t-test on log boot values) at each look.
 
 Designs:
 - fixed n: n boots per rig, one test at 5%;
-- sequential (harness/sequential.py): looks after the first round of `--first` boots per rig
+- sequential (analysis/sequential.py): looks after the first round of `--first` boots per rig
   and after each further boot per rig up to `--cap` (or at `--looks`); each look tests at its
   alpha-spending increment; the sweep stops at the first look that decides (a significant
   difference) or at the cap, which then reports no difference.
@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from harness.sequential import Spending, look_levels
-from harness.stats import ALPHA, difference
+from analysis.sequential import Spending, look_levels
+from analysis.stats import ALPHA, difference
 
 SPREAD = 0.1
 RATIOS = (1.0, 1.1, 1.3, 2.0)

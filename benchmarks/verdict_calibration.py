@@ -5,10 +5,10 @@
 Simulated boots, per number of boots per rig from 2 to 10: each boot's value is lognormal
 around 1 with a 10% boot-to-boot spread (sigma of the log 0.1); "heavy tails" makes one boot in
 ten (each boot independently, probability 0.1) 1.5x slow on top. Per comparison: two rigs
-drawn from one distribution (A/A) through `harness.stats.verdict`, counting any verdict other
+drawn from one distribution (A/A) through `analysis.stats.verdict`, counting any verdict other
 than indistinguishable / no verdict possible as false; and a rig 1.5x slower (power: the
 share called, and called the right way round). Per sweep: two rigs, the default metrics (11) x
-2 cells = 22 comparisons through `harness.compare.compare` (Holm across the 22); an A/A sweep is
+2 cells = 22 comparisons through `analysis.compare.compare` (Holm across the 22); an A/A sweep is
 wrong when it reports any difference, and power is the share of the 22 real 1.5x differences it
 called. Each figure is a share of trials: its Monte Carlo error (two standard errors) is printed
 under the table.
@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.compare import DEFAULT_METRICS, compare
-from harness.stats import Direction, Verdict, verdict
+from analysis.compare import compare
+from analysis.metrics import Direction, default_metrics
+from analysis.stats import Verdict, verdict
 
 SPREAD = 0.1  # sigma of log boot values: 10% boot-to-boot spread
 SLOW_SHARE, SLOW_BY = 0.1, 1.5  # heavy tails: one boot in ten 1.5x slow
@@ -66,7 +67,7 @@ def sweep_rates(
     for _ in range(sweeps):
         values = {
             rig: {
-                cell: {metric: list(scale * draw(rng, n)) for metric in DEFAULT_METRICS}
+                cell: {metric: list(scale * draw(rng, n)) for metric in default_metrics()}
                 for cell in CELLS
             }
             for rig, scale in (("a", 1.0), ("b", ratio))
@@ -88,11 +89,11 @@ def sweep_rates(
 def table(trials: int, sweeps: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     normal, heavy = boot_draws(False), boot_draws(True)
+    comparisons = len(default_metrics()) * len(CELLS)
     lines = [
         "| boots per rig | A/A verdicts per comparison | same, heavy tails | power at 1.5x "
         "per comparison | same, heavy tails | A/A sweeps with any verdict | same, heavy tails "
-        f"| power at 1.5x per sweep (share of its {len(DEFAULT_METRICS) * len(CELLS)} differences "
-        "called) |",
+        f"| power at 1.5x per sweep (share of its {comparisons} differences called) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for n in BOOTS:
@@ -119,7 +120,7 @@ def main() -> None:
     print(
         f"lognormal boots, {SPREAD:.0%} spread; heavy tails: {SLOW_SHARE:.0%} of boots "
         f"{SLOW_BY}x slow; {args.trials} comparisons and {args.sweeps} sweeps (2 rigs x "
-        f"{len(DEFAULT_METRICS)} metrics x {len(CELLS)} cells, Holm) per figure; seed {args.seed}"
+        f"{len(default_metrics())} metrics x {len(CELLS)} cells, Holm) per figure; seed {args.seed}"
     )
     for line in table(args.trials, args.sweeps, args.seed):
         print(line)

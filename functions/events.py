@@ -194,7 +194,7 @@ class HeadlineComparison(_Model):
     metric: str
     rig_a: str
     rig_b: str
-    verdict: str  # harness.stats.Verdict's words, at the latest look (or the deciding one)
+    verdict: str  # analysis.stats.Verdict's words, at the latest look (or the deciding one)
     ratio: float | None = None  # rig_a's centre over rig_b's
     p_value: float | None = None
     p_holm: float | None = None  # Holm-adjusted over the look's headline comparisons

@@ -1,12 +1,13 @@
 """Regression alerts: is a rig now worse than its own recent history?
 
-Each rig of a finished sweep is compared, per load cell and headline metric, with the boots
+Each rig of a finished sweep is compared, per load cell and headline metric (the metric
+table's `watched` rows, analysis.metrics: `HEADLINE`), with the boots
 of the same rig, model and instance type (the results table's `by_config` index) served with
 the same setup (dtype, serve settings, forced output length) in the last `HISTORY_SWEEPS`
 earlier sweeps within `HISTORY_DAYS`. A boot contributes one value per metric: its median
 (TTFT p50, TPOT p50) or its throughput, as the verdicts use them.
 
-The test is the verdicts' (`harness.stats`): Welch's t-test on the logs of the boot values,
+The test is the verdicts' (`analysis.stats`): Welch's t-test on the logs of the boot values,
 here against a shifted null. "Worse by more than `regression_ratio`" is what is tested, not
 "different": the current boots are moved by the ratio toward better before the test (a
 latency divided by 1.05, a throughput multiplied by it), so a rig exactly 5% worse sits on
@@ -25,23 +26,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.schemas import cell_label, metric_value
-from harness.stats import (
+from analysis.metrics import HEADLINE, METRICS, Direction, metric_spec
+from analysis.stats import (
     ALPHA,
     Difference,
-    Direction,
     Verdict,
     aggregate_boots,
     decide,
     difference,
     holm,
 )
+from harness.schemas import cell_label
 
-HEADLINE: dict[str, Direction] = {
-    "output_tok_s": Direction.HIGHER_IS_BETTER,
-    "ttft_ms.p50": Direction.LOWER_IS_BETTER,
-    "tpot_ms.p50": Direction.LOWER_IS_BETTER,
-}
 HISTORY_SWEEPS = 5
 HISTORY_DAYS = 90
 METHOD = (
@@ -89,7 +85,8 @@ class Regression(BaseModel):
 
     @property
     def headline(self) -> str:
-        what = "throughput" if self.direction is Direction.HIGHER_IS_BETTER else self.metric
+        spec = METRICS.get(self.metric)  # an alert stored before its metric left the table
+        what = spec.name if spec is not None else self.metric
         return (
             f"{self.rig} {self.cell_label} {what}: {self.worse_by:.2f}x worse than its history "
             f"({self.now:.4g} now vs {self.history:.4g})"
@@ -130,7 +127,7 @@ def _value(row: dict[str, Any], metric: str) -> float | None:
     cell = row.get("metrics") or {}
     if (cell.get("requests_ok") or 0) <= 0:
         return None
-    value = metric_value(cell, metric)
+    value = metric_spec(metric).of_row(row)
     return value if value is not None and value > 0 else None
 
 

@@ -3,9 +3,9 @@ headline comparisons at this look's level and say whether another round runs.
 
 The headline comparisons are every rig pair x load cell x headline metric (output tokens/s,
 TTFT p50, TPOT p50: `functions.regressions.HEADLINE`), each boot contributing its value, as
-the verdicts use them. The test is the verdicts' (`harness.stats`): Welch's t-test on log boot
+the verdicts use them. The test is the verdicts' (`analysis.stats`): Welch's t-test on log boot
 values, Holm-corrected over the look's headline comparisons. The look's level is its
-Hwang-Shih-DeCani (gamma -1) alpha-spending increment (`harness.sequential.look_levels` over
+Hwang-Shih-DeCani (gamma -1) alpha-spending increment (`analysis.sequential.look_levels` over
 the looks `SweepInput.looks` names: 3, 5 and the cap boots per rig), so the chance that an A/A sweep
 decides anything at any look stays within 5% (the union bound over looks, Holm within each;
 measured in docs/measurements.md, "Boots until decided"). A comparison decided at a look stays
@@ -25,6 +25,8 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from analysis.sequential import Spending, look_levels
+from analysis.stats import Verdict, decide, difference, holm
 from functions.events import (
     BootItem,
     DecideRoundEvent,
@@ -39,8 +41,6 @@ from functions.regressions import HEADLINE
 from functions.settings import Clients, Settings
 from functions.tables.results import query_rows
 from harness.schemas import cell_label, metric_value
-from harness.sequential import Spending, look_levels
-from harness.stats import Verdict, decide, difference, holm
 
 SPENDING = Spending.HWANG_SHIH_DECANI
 ALL_DECIDED = "every headline comparison decided"

@@ -1,7 +1,7 @@
 """The agreement probe: a fixed, versioned prompt set answered greedily, with logprobs.
 
 Every boot runs it before its load cells (`rigbench bench --agreement`), so a sweep can ask
-whether its rigs computed the same thing (harness.agreement compares them). Each prompt is
+whether its rigs computed the same thing (analysis.agreement compares them). Each prompt is
 one non-streaming request through the same OpenAI API the load uses: temperature 0,
 `max_tokens` 32, the generated token ids (`return_token_ids`, as vLLM) and the top 2
 alternatives at each position (`logprobs: 2` on completions; `logprobs: true,

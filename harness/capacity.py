@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from harness.output import slo_text
 from harness.schemas import SLO, CapacityProbe, CapacityResult, CapacitySearch, CellReport
 
 RATE_START_FRACTION = 1 / 16
@@ -138,10 +137,10 @@ def capacity_line(result: CapacityResult) -> str:
     ms, for 90% of requests); 812 output tok/s there'."""
     unit = "users at once" if result.by == "concurrency" else "requests/s"
     value = f"{result.value:g}"
-    within = f"within the SLO ({slo_text(result.slo)}, for {result.slo.percentile:g}% of requests)"
+    within = f"within the SLO ({result.slo.words()}, for {result.slo.percentile:g}% of requests)"
     if result.value == 0 and result.stopped == "floor":
         lowest = "concurrency 1" if result.by == "concurrency" else "the lowest rate probed"
-        return f"capacity: none: even {lowest} missed the SLO ({slo_text(result.slo)})"
+        return f"capacity: none: even {lowest} missed the SLO ({result.slo.words()})"
     if result.value == 0:
         return f"capacity: unknown: the {result.stopped} came before any probe met the SLO"
     tok_s = result.output_tok_s

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from harness.metrics import percentile_key
 from harness.schemas import (
-    SLO,
     BenchmarkReport,
     CellReport,
     MetricSummary,
@@ -177,7 +176,7 @@ def results_table(report: BenchmarkReport) -> Table:
         "req/s: requests completed per second",
         *(
             [
-                f"goodput: requests per second that met every SLO ({slo_text(slo)}); in "
+                f"goodput: requests per second that met every SLO ({slo.words()}); in "
                 "brackets requests that met them of those sent, '*' where fewer than "
                 f"{slo.percentile:g}% did"
             ]
@@ -189,9 +188,3 @@ def results_table(report: BenchmarkReport) -> Table:
     ]
     table.caption = "\n".join(caption)
     return table
-
-
-def slo_text(slo: SLO) -> str:
-    """The targets in words: 'TTFT <= 500 ms, TPOT <= 50 ms'."""
-    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
-    return ", ".join(f"{names[name]} <= {value:g} ms" for name, value in slo.targets().items())

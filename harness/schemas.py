@@ -81,6 +81,11 @@ class SLO(_Model):
         found = {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms}
         return {name: value for name, value in found.items() if value is not None}
 
+    def words(self) -> str:
+        """The targets in words: 'TTFT <= 500 ms, TPOT <= 50 ms'."""
+        names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
+        return ", ".join(f"{names[name]} <= {value:g} ms" for name, value in self.targets().items())
+
 
 class GammaArrival(_Model):
     """Gamma-distributed gaps between arrivals at the cell's mean rate: shape 1 is Poisson,
@@ -600,7 +605,7 @@ class BenchmarkReport(_Model):
     agreement: AgreementProbe | None = Field(
         default=None,
         description="The agreement probe's answers (when the config asked for it), which the "
-        "comparison checks across rigs (harness/agreement.py).",
+        "comparison checks across rigs (analysis/agreement.py).",
     )
     token_delivery: TokenDelivery | None = Field(
         default=None,

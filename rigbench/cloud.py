@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from analysis.metrics import MetricSpec, Source, specs
 from functions.errors import InvalidInput
 from functions.execution_input import SweepInput, read_input_file
 from rigbench.commands import local as local_cli
@@ -231,28 +232,19 @@ def executions_table(client: StackClient, limit: int = 20) -> Table:
 
 Format = Literal["table", "json", "csv"]
 RESULT_COLUMNS = ("sweep_id", "rig", "boot", "model", "instance_type", "cell", "started_at")
-METRIC_COLUMNS = (
-    "output_tok_s", "ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50",
-    "gpu.mean_power_w", "gpu.j_per_output_token",
-)  # fmt: skip
-# The terminal table: the comparison's words and cell labels (c=1), units in the headers.
-TABLE_COLUMNS = (
-    ("sweep", "sweep_id"), ("rig", "rig"), ("boot", "boot"), ("cell", "load"),
-    ("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_ms.p50"),
-    ("ITL p50 ms", "itl_ms.p50"), ("TPOT p50 ms", "tpot_ms.p50"), ("E2E p50 ms", "e2e_ms.p50"),
-)  # fmt: skip
+ROW_COLUMNS = (("sweep", "sweep_id"), ("rig", "rig"), ("boot", "boot"), ("cell", "load"))
 
 
-def _metric(row: dict[str, Any], path: str) -> Any:
-    value: Any = row.get("metrics", {})
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+def metric_columns(*shown: str) -> list[MetricSpec]:
+    """The metric table's rows `rigbench results` shows ("table": in its table and CSV;
+    "csv": in the CSV alone), of a load cell or of the boot's start."""
+    return specs(results=shown or ("table", "csv"))
 
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:
     flat = {k: row.get(k) for k in RESULT_COLUMNS}
-    flat.update({m: _metric(row, m) for m in METRIC_COLUMNS})
+    columns = metric_columns()
+    flat.update({m.key: m.of_row(row) for m in columns if m.source is Source.CELL})
     provenance = row.get("provenance", {})
     flat.update(
         harness_version=provenance.get("harness_version"),
@@ -260,13 +252,9 @@ def flat_row(row: dict[str, Any]) -> dict[str, Any]:
         availability_zone=provenance.get("availability_zone"),
         gpu=provenance.get("gpu"),
     )
-    timing = row.get("timing") or {}  # the boot's start (harness.boot_phases), on every row
-    flat.update(
-        ready_s=timing.get("ready_s"),
-        warm_ready_s=timing.get("warm_ready_s"),
-        startup_usd=timing.get("startup_usd"),
-        price_paid_usd_per_hour=timing.get("price_usd_per_hour"),
-    )
+    # the boot's start (harness.boot_phases), on every row
+    flat.update({m.key: m.of_row(row) for m in columns if m.source is Source.START})
+    flat.update(price_paid_usd_per_hour=(row.get("timing") or {}).get("price_usd_per_hour"))
     return flat
 
 
@@ -277,22 +265,22 @@ def render_results(results: list[ResultRow], fmt: Format) -> str | Table:
     flat = [flat_row(r) for r in rows]
     if fmt == "csv":
         out = io.StringIO()
-        columns = list(flat[0]) if flat else [*RESULT_COLUMNS, *METRIC_COLUMNS]
+        columns = list(flat[0]) if flat else [*RESULT_COLUMNS, *(m.key for m in metric_columns())]
         writer = csv.DictWriter(out, fieldnames=columns)
         writer.writeheader()
         writer.writerows(flat)
         return out.getvalue()
     table = Table(title=f"{len(rows)} result rows (--format csv or json for every field)")
-    for header, key in TABLE_COLUMNS:
-        numeric = key in METRIC_COLUMNS
-        table.add_column(header, overflow="fold", justify="right" if numeric else "left")
+    shown = metric_columns("table")
+    for header, _ in ROW_COLUMNS:
+        table.add_column(header, overflow="fold")
+    for spec in shown:  # units in the headers: "TTFT p50 ms"
+        table.add_column(f"{spec.label} {spec.unit}", overflow="fold", justify="right")
     for row, raw in zip(flat, rows, strict=True):
         row["load"] = _load(raw)
         table.add_row(
-            *[
-                _metric_text(row[k]) if k in METRIC_COLUMNS else _text(row[k])
-                for _, k in TABLE_COLUMNS
-            ]
+            *[_text(row[k]) for _, k in ROW_COLUMNS],
+            *[_metric_text(row[spec.key]) for spec in shown],
         )
     return table
 

@@ -37,11 +37,11 @@ TEMPLATE = "template.yaml"
 REQUIREMENTS = "requirements.txt"
 # Functions whose package is their own: their handler's modules, requirements.txt and these.
 OWN_PACKAGES: dict[str, tuple[str, ...]] = {
-    # the report's plots (plotly) and what harness.compare loads on the way (typer, rich)
+    # the report's plots (plotly)
     "ReportFunction": ("requirements-report.txt",),
-    # Summarize's regression check runs harness.stats on the sweep's results: the layer's
+    # Summarize's regression check runs analysis.stats on the sweep's results: the layer's
     "SummarizeFunction": (),
-    # DecideRound's verdicts after each round of an adaptive sweep: harness.stats as well
+    # DecideRound's verdicts after each round of an adaptive sweep: analysis.stats as well
     "DecideRoundFunction": (),
 }
 # Layers built here: their requirements alone, under python/.
@@ -59,7 +59,7 @@ LAYER_ALLOWANCE = 30_000_000
 # sources (these folders, the requirements, template.yaml) and copied from the project's cache
 # dir, which every clone shares (`rigs.sources.cache_root`: RIGBENCH_CACHE or ~/.cache/rigbench).
 CACHE = "lambda-package"
-SOURCES = ("functions", "hardware", "rigs", "rigbench", "harness")
+SOURCES = ("functions", "hardware", "rigs", "rigbench", "harness", "analysis")
 PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
 
 

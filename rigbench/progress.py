@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from analysis.metrics import heading_of
 from functions.events import HeadlineComparison, Round
 from rigbench.stack.models import BootProgress, Phase, SweepProgress
 
@@ -137,7 +138,10 @@ def round_row(r: Round) -> list[str]:
 def decision_row(c: HeadlineComparison, rounds: list[Round]) -> list[str]:
     """A headline comparison's row, in the terminal and the report alike."""
     ratio = "" if c.ratio is None else f"{c.ratio:.3g}"
-    return [c.cell, c.metric, f"{c.rig_a} vs {c.rig_b}", c.verdict, ratio, decided_at(c, rounds)]
+    return [
+        c.cell, heading_of(c.metric), f"{c.rig_a} vs {c.rig_b}", c.verdict, ratio,
+        decided_at(c, rounds),
+    ]  # fmt: skip
 
 
 def decided_at(comparison: HeadlineComparison, rounds: list[Round]) -> str:

@@ -14,12 +14,14 @@ from typer.testing import CliRunner
 # The handlers' logger binds its stream when first imported: here, not inside a runner's
 # captured (and then closed) stdout.
 import functions.observability  # noqa: F401
-from harness.compare import compare, render_text, values_from_reports
+from analysis.boot_values import values_from_reports
+from analysis.compare import compare
 from rigbench import version
 from rigbench.cli import app
 from rigbench.cloud import render_results
 from rigbench.local import executions
 from rigbench.progress import PhaseLines, sweep_table
+from rigbench.report.terminal import render_text
 from rigbench.stack import ResultRow, SweepProgress
 from rigbench.stack.models import BootProgress, Phase
 

@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("rigbench", "functions", "harness", "rigs", "hardware")
+PACKAGES = ("rigbench", "functions", "analysis", "harness", "rigs", "hardware")
 # Top to bottom; a module may import its own layer and those below. A module belongs to the
 # layer of the longest prefix naming it ("rigbench" alone: the package and any module not
 # placed yet, at the bottom of rigbench, so a new module that imports upward fails here).
@@ -28,6 +28,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "rigbench.lambda_package", "rigbench.stack_refs"),
     # the Lambda handlers
     ("functions",),
+    # the cross-boot analysis: each boot's values in, comparisons and verdicts out
+    ("analysis",),
     # the harness and the rigs
     ("harness", "rigs", "rigbench"),
     # the machines

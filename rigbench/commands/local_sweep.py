@@ -10,13 +10,13 @@ from rich.table import Table
 
 from functions.execution_input import DEFAULT_BOOTS_PER_RIG, SweepInput
 from hardware.local_host import compute_capability, host_arch
-from harness.compare import print_comparison
 from harness.schemas import cell_label
 from rigbench.commands.regression_table import check_lines
 from rigbench.local.emulated import EmulatedAccount
 from rigbench.local.home import LocalHome
 from rigbench.progress import PhaseLines, decisions_table, rounds_table, sweep_table
 from rigbench.report.comparison import comparison_of, sweep_comparison
+from rigbench.report.terminal import print_comparison
 from rigbench.report.writer import report_after_run
 from rigbench.stack import StackError, SweepProgress
 from rigbench.stack.local import LocalStack

@@ -5,6 +5,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from analysis.metrics import heading_of
 from functions.regressions import METHOD, Regression
 
 
@@ -18,7 +19,7 @@ def regressions_table(regressions: list[Regression], title: str) -> Table:
     for r in regressions:
         table.add_row(
             r.sweep_id, r.sweep_started_at[:16].replace("T", " "), r.rig,
-            f"{r.model} / {r.instance_type}", r.cell_label, r.metric,
+            f"{r.model} / {r.instance_type}", r.cell_label, heading_of(r.metric),
             f"{r.now:.4g}", f"{r.history:.4g}", f"{r.worse_by:.2f}x (> {r.threshold:g}x)",
             f"{r.n_now} boots vs {r.n_history} in {len(r.history_sweeps)} sweep(s), "
             f"Holm p={r.p_holm:.2g} of {r.family}",

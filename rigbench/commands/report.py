@@ -122,10 +122,10 @@ def compare_command(
     """Print a finished sweep's comparison: the object the report draws and MCP `compare`
     returns (JSON: per cell, metric and rig its value, interval, n and verdict, the rigs'
     setups and the sweep-level ranking)."""
-    from harness.compare import print_comparison
     from rigbench.commands.stack_choice import CloudError
     from rigbench.report.comparison import comparison_of
     from rigbench.report.data import gather
+    from rigbench.report.terminal import print_comparison
 
     err = Console(stderr=True, soft_wrap=True)
     try:

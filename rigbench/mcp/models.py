@@ -4,9 +4,9 @@ answers with structured content. Tool inputs are typed by the models they alread
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.agreement import PairAgreement
+from analysis.compare import Comparison
 from functions.regressions import Regression
-from harness.agreement import PairAgreement
-from harness.compare import Comparison
 from rigbench.stack.models import (
     QuotaCheck,
     ReapReport,
@@ -106,7 +106,7 @@ class SweepComparison(_Out):
     output_agreement: list[PairAgreement] = Field(
         default=[],
         description="per rig pair, whether the agreement probe's greedy outputs agree "
-        "(harness/agreement.py says what the verdict rests on)",
+        "(analysis/agreement.py says what the verdict rests on)",
     )
     comparison: Comparison | None = Field(
         None, description="every cell, metric and rig with its interval (only with detail=true)"

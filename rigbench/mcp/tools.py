@@ -14,13 +14,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from analysis.agreement import agreement_line, output_agreement, probes_from_reports
+from analysis.compare import Comparison
+from analysis.stats import Verdict
 from functions.execution_input import SweepInput
 from functions.regressions import METHOD
-from harness.agreement import AgreementProbe, output_agreement, probes_from_reports
-from harness.agreement_view import agreement_line
+from harness.agreement import AgreementProbe
 from harness.boot_phases import BootTiming
-from harness.compare import Comparison
-from harness.stats import Verdict
 from rigbench.mcp.models import (
     InstanceList,
     PlanReport,
@@ -122,7 +122,7 @@ def verdict_lines(comparison: Comparison) -> list[str]:
                     continue
                 spec = metric.metric
                 lines.append(
-                    f"{cell.cell} {spec.label} ({spec.unit}): {result.rig} against "
+                    f"{cell.cell} {spec.heading}: {result.rig} against "
                     f"{comparison.baseline}: {result.words}"
                 )
     return lines

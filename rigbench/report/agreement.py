@@ -7,19 +7,17 @@ import statistics
 
 from markupsafe import Markup
 
-from harness.agreement import (
-    AgreementProbe,
+from analysis.agreement import AGREEMENT_CAPTION as CAPTION
+from analysis.agreement import (
     PairAgreement,
     PromptAgreement,
-    output_agreement,
-)
-from harness.agreement_view import (
-    CAPTION,
     basis_words,
     counts_words,
     first_words,
+    output_agreement,
     pair_name,
 )
+from harness.agreement import AgreementProbe
 from rigbench.report.data import SweepData
 from rigbench.report.html import Section, render_table
 

@@ -1,5 +1,5 @@
 """The figures a report plots, computed from a sweep's boots: per-boot values per rig and cell,
-their geometric means with intervals (harness.stats), cost per million output tokens, request
+their geometric means with intervals (analysis.stats), cost per million output tokens, request
 latencies."""
 
 from collections.abc import Iterable, Sequence
@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.capacity_view import usd_per_million_tokens
+from analysis.capacity import usd_per_million_tokens
+from analysis.stats import BootAggregate, aggregate_boots
 from harness.schemas import cell_label, metric_value
-from harness.stats import BootAggregate, aggregate_boots
 from rigbench.report.data import BootData, SweepData
 
 

@@ -1,27 +1,23 @@
-"""A sweep's comparison (`harness.compare.Comparison`) from what the sweep stored: the one
+"""A sweep's comparison (`analysis.compare.Comparison`) from what the sweep stored: the one
 builder behind the terminal table of a local sweep, the report, `rigbench compare` and the
 MCP `compare` tool, so all of them show the same object in the same words."""
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.agreement import PairAgreement, output_agreement, probes_from_reports
-from harness.boot_phases import BootTiming
-from harness.capacity_view import capacity_lines
-from harness.compare import (
-    NO_VERDICTS,
-    Comparison,
-    RigSetup,
+from analysis.agreement import PairAgreement, output_agreement, probes_from_reports
+from analysis.boot_values import (
     bursts_from_reports,
-    compare,
     merge_values,
-    rig_setup,
     shortfalls_from_reports,
     values_from_reports,
     values_from_timings,
 )
+from analysis.capacity import capacity_lines
+from analysis.compare import NO_VERDICTS, Comparison, RigSetup, compare, rig_setup
+from analysis.stats import ALPHA
+from harness.boot_phases import BootTiming
 from harness.schemas import BenchmarkConfig
-from harness.stats import ALPHA
 from harness.workload import describe
 
 if TYPE_CHECKING:

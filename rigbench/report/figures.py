@@ -1,5 +1,5 @@
 """The report's plots, as plotly figures in one style: one colour per rig, the geometric mean of
-the boots as a line, its interval (harness.stats) as a band, every boot as a faint point."""
+the boots as a line, its interval (analysis.stats) as a band, every boot as a faint point."""
 
 import math
 from collections.abc import Callable, Mapping, Sequence

@@ -9,9 +9,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from harness.boot_phases import PHASES
-from harness.compare import (
-    START_CELL,
+from analysis.boot_values import START_CELL
+from analysis.compare import (
     Comparison,
     MetricComparison,
     RigResult,
@@ -20,8 +19,9 @@ from harness.compare import (
     rig_heading,
     value_words,
 )
+from analysis.stats import BootAggregate, Verdict
+from harness.boot_phases import PHASES
 from harness.schemas import cell_label
-from harness.stats import BootAggregate, Verdict
 from rigbench.progress import decision_row, round_row
 from rigbench.report import analysis, figures
 from rigbench.report.agreement import agreement_of, agreement_section, probe_cost
@@ -74,7 +74,7 @@ def comparison_table(comparison: Comparison) -> str:
             rows.append(
                 [
                     cell.cell,
-                    f"{metric.metric.label} ({metric.metric.unit})",
+                    metric.metric.heading,
                     *(_rig_cell(by_rig[rig], comparison.baseline) for rig in comparison.rigs),
                     _ranking_cell(metric),
                 ]
@@ -496,8 +496,7 @@ def start_section(data: SweepData, comparison: Comparison | None, local: bool) -
                 agg = result.aggregate
                 shown = "no data" if agg is None else value_words(agg)
                 words = "baseline" if result.rig == comparison.baseline else result.words
-                rows.append([f"{metric.metric.label} ({metric.metric.unit})", result.rig,
-                             shown, words])  # fmt: skip
+                rows.append([metric.metric.heading, result.rig, shown, words])
         blocks.append(
             render_table(
                 ["metric", "rig", "geometric mean of boots", "against the baseline"],

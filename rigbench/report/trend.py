@@ -5,20 +5,13 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.regressions import HEADLINE, METHOD, Regression
-from harness.compare import METRICS
-from harness.schemas import cell_label, metric_value
-from harness.stats import aggregate_boots
+from analysis.metrics import HEADLINE, heading_of, metric_spec
+from analysis.stats import aggregate_boots
+from functions.regressions import METHOD, Regression
+from harness.schemas import cell_label
 from rigbench.report import analysis, figures
 from rigbench.report.errors import ReportError
 from rigbench.report.html import TIME_FORMAT, Page, Section, figure_html, render_table
-
-TREND_METRICS = tuple(HEADLINE)  # the metrics regression alerts watch
-TITLES = {
-    "output_tok_s": "output tokens/s",
-    "ttft_ms.p50": "TTFT p50 (ms)",
-    "tpot_ms.p50": "TPOT p50 (ms)",
-}
 
 Trend = dict[str, dict[str, list[tuple[datetime, str, analysis.Point]]]]
 
@@ -47,12 +40,12 @@ def trend_points(rows: list[dict[str, Any]]) -> Trend:
         sweep = row["sweep_id"]
         when = _when(row["started_at"])
         started[sweep] = min(started.get(sweep, when), when)
-        for key in TREND_METRICS:
-            value = metric_value(cell, key)
+        for key in HEADLINE:  # the metrics regression alerts watch
+            value = metric_spec(key).of_row(row)
             if value is not None:
                 grouped[key][label][sweep].append((int(row["boot"]), value))
     out: Trend = {}
-    for key in TREND_METRICS:
+    for key in HEADLINE:
         by_series: dict[str, list[tuple[datetime, str, analysis.Point]]] = {}
         for label in sorted(grouped.get(key, {}), key=lambda s: (xs[s], s)):
             points = []
@@ -95,7 +88,7 @@ def regression_marks(
 def regressions_section(regressions: list[Regression]) -> Section:
     rows = [
         [
-            r.sweep_id, r.cell_label, TITLES.get(r.metric, r.metric), f"{r.now:.4g}",
+            r.sweep_id, r.cell_label, heading_of(r.metric), f"{r.now:.4g}",
             f"{r.history:.4g}", f"{r.worse_by:.2f}x (> {r.threshold:g}x)", r.basis,
         ]
         for r in regressions
@@ -135,7 +128,9 @@ def trend_page(
     if len(sweeps) == 1:
         notes.append(f"Only one sweep ({sweeps[0]}) so far: no trend yet, one point per cell.")
     fig = figures.trend_figure(
-        points, TITLES, f"{where}: geometric mean over boots per sweep (o: each boot)"
+        points,
+        {key: heading_of(key) for key in points},
+        f"{where}: geometric mean over boots per sweep (o: each boot)",
     )
     shown = {r["sweep_id"] for r in rows}
     alerts = [
@@ -153,11 +148,12 @@ def trend_page(
     if len(sweeps) == 1:  # one instant: a day either side, not an axis of microseconds
         when = min(_when(r["started_at"]) for r in rows)
         fig.update_xaxes(range=[when - timedelta(days=1), when + timedelta(days=1)])
+    throughput = metric_spec("output_tok_s")
     table_rows = []
     for sweep in sweeps:
         own = [r for r in rows if r["sweep_id"] == sweep]
         tok_s = [
-            f"{cell_label(r['metrics'])}: {metric_value(r['metrics'], 'output_tok_s') or 0:.1f}"
+            f"{cell_label(r['metrics'])}: {throughput.of_row(r) or 0:.1f}"
             for r in sorted(own, key=lambda r: (r["cell"], r["boot"]))
         ]
         table_rows.append(
@@ -181,7 +177,7 @@ def trend_page(
                 "Over time",
                 "trend",
                 intro=f"Each point: one sweep's geometric mean over its boots of "
-                f"{', '.join(METRICS[k].label for k in TREND_METRICS)}, with its interval.",
+                f"{', '.join(metric_spec(k).label for k in HEADLINE)}, with its interval.",
                 blocks=[figure_html(fig, "plot-trend")],
             ),
             Section(
@@ -189,7 +185,13 @@ def trend_page(
                 "sweeps",
                 blocks=[
                     render_table(
-                        ["sweep", "started", "boots", "instance type", "output tok/s per boot"],
+                        [
+                            "sweep",
+                            "started",
+                            "boots",
+                            "instance type",
+                            f"{throughput.label} {throughput.unit} per boot",
+                        ],
                         table_rows,
                     )
                 ],

@@ -5,11 +5,13 @@ import asyncio
 
 import pytest
 
+from analysis.boot_values import shortfalls_from_reports, values_from_reports
+from analysis.compare import compare
 from harness.backend import OpenAIBackend, build_body
-from harness.compare import compare, render_text, shortfalls_from_reports, values_from_reports
 from harness.load import run_concurrency
 from harness.metrics import SHORTFALL, cell_report
 from harness.schemas import CellReport, RequestRecord
+from rigbench.report.terminal import render_text
 from tests.harness.conftest import StartServer
 
 pytestmark = pytest.mark.slow

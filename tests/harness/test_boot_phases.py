@@ -1,8 +1,12 @@
 """A boot's phases, its start cost, the price an instance paid, and time to ready compared as
-any metric (harness.boot_phases, functions.price_paid, harness.compare)."""
+any metric (harness.boot_phases, functions.price_paid, analysis.compare)."""
 
 import pytest
 
+from analysis.boot_values import START_CELL, values_from_timings
+from analysis.compare import compare, ratio_words
+from analysis.metrics import metric_spec
+from analysis.stats import Verdict
 from functions.price_paid import mean_price
 from harness.boot_phases import (
     PHASES,
@@ -13,10 +17,8 @@ from harness.boot_phases import (
     startup_usd,
     warm_ready_s,
 )
-from harness.compare import START_CELL, compare, metric_spec, ratio_words, values_from_timings
 from harness.gpu_sampler import GpuSampler
 from harness.restart import restart_rig
-from harness.stats import Verdict
 
 LAUNCH = 1_000.0
 

@@ -152,7 +152,7 @@ def test_each_local_rig_serves_the_plan_stored_with_its_rows(
     """What each rig said at /provenance (stored with its rows) is the stored plan: the dtype,
     every setting the rig reports by its own name, and the batch slots; torch@wrong's
     `rig_settings` (batched, perturbed) included."""
-    from harness.compare import rig_setup
+    from analysis.compare import rig_setup
     from rigbench.stack.models import ResultsQuery
     from rigs.registry import get_rig
 

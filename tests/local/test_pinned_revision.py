@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.stats import Verdict
+from analysis.stats import Verdict
 from rigbench.commands.local import local_stack, run_local
 from rigbench.report.comparison import revision_refusal, sweep_comparison
 from rigbench.stack.models import ResultsQuery

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from analysis.metrics import Direction
 from functions.alerts import store
 from functions.regressions import Regression
-from harness.stats import Direction
 from rigbench.cli import app
 from rigbench.local.home import LocalHome
 from rigbench.stack.local import LocalStack

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 from typer.testing import CliRunner
 
+from analysis.metrics import Direction
 from functions.alerts import list_regressions
 from functions.execution_input import DEFAULT_REGRESSION_RATIO
 from functions.regressions import (
@@ -25,7 +26,6 @@ from functions.regressions import (
     find_regressions,
 )
 from functions.summarize import MAX_OUTPUT_REGRESSIONS
-from harness.stats import Direction
 from rigbench.commands import stack_choice
 from rigbench.commands.regression_table import check_lines
 from rigbench.commands.regressions import regressions_command

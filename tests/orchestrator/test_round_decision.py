@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analysis.sequential import Spending, look_levels
 from functions.errors import InvalidInput
 from functions.events import (
     BootItem,
@@ -18,7 +19,6 @@ from functions.events import (
 )
 from functions.execution_input import HISTORY_EVENT_LIMIT, parse_sweep_input
 from functions.rounds import ALL_DECIDED, AT_CAP, NO_RESULTS, OVER_BUDGET, decide_round, levels
-from harness.sequential import Spending, look_levels
 
 RIGS = ["torch", "vllm"]
 CONTEXT = {"rigs": set(RIGS)}

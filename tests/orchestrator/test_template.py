@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_yaml((ROOT / "template.yaml").read_text())
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
 FUNCTIONS = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"}
-REPOSITORY_TOP_LEVEL = ("functions", "hardware", "rigs", "rigbench", "harness", "pyproject.toml")
+REPOSITORY_TOP_LEVEL = (
+    "functions", "hardware", "rigs", "rigbench", "harness", "analysis", "pyproject.toml"
+)  # fmt: skip
 PROJECT_TAG_CONDITIONS = {"ec2:ResourceTag/rigbench:project", "aws:ResourceTag/rigbench:project"}
 
 
@@ -184,7 +186,7 @@ def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rig
     files = set(files_of("ReportFunction"))
     assert "rigbench/report/publish.py" in files
     assert {"rigbench/report/template.html.j2", "rigbench/report/table.html.j2"} <= files
-    assert "harness/stats.py" in files
+    assert "analysis/stats.py" in files
     assert "pyproject.toml" in files
     assert not any(f.startswith(("rigs/", "rigbench/local/", "rigbench/emulation/")) for f in files)
     assert "functions/launch.py" not in files
@@ -193,11 +195,11 @@ def test_the_report_function_has_its_own_package_with_the_report_and_not_the_rig
 @pytest.mark.slow
 def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
     files = set(files_of("SummarizeFunction"))
-    assert {"functions/summarize.py", "functions/regressions.py", "harness/stats.py"} <= files
+    assert {"functions/summarize.py", "functions/regressions.py", "analysis/stats.py"} <= files
     # hardware/: the price catalog functions/budget.py (closing the sweep) reads
     tops = {f.split("/")[0] for f in files}
-    assert tops == {"functions", "harness", "hardware"}
-    # harness.stats and harness.schemas, not the load generator (nor harness.version's hash
+    assert tops == {"functions", "analysis", "harness", "hardware"}
+    # analysis.stats and harness.schemas, not the load generator (nor harness.version's hash
     # of every harness module)
     assert "harness/runner.py" not in files
     assert {f for f in files if f.startswith("hardware/")} <= {
@@ -208,9 +210,10 @@ def test_summarize_has_its_own_package_with_the_statistics_and_nothing_of_the_cl
 @pytest.mark.slow
 def test_decide_round_has_its_own_package_with_the_statistics_and_nothing_of_the_cli() -> None:
     files = set(files_of("DecideRoundFunction"))
-    assert {"functions/rounds.py", "harness/stats.py", "harness/sequential.py"} <= files
+    assert {"functions/rounds.py", "analysis/stats.py", "analysis/sequential.py"} <= files
     assert {f.split("/")[0] for f in files} <= {
         "functions",
+        "analysis",
         "harness",
         "hardware",
         "pyproject.toml",

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from analysis.capacity import usd_per_million_tokens
 from functions.settings import sweep_report_key
 from harness.boot_phases import BootTiming
-from harness.capacity_view import usd_per_million_tokens
 from rigbench.emulation import Emulation
 from rigbench.report import analysis
 from rigbench.report.data import gather

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from harness.agreement_view import agreement_line, counts_words
-from harness.compare import START_CELL, Comparison, footnotes, render_text
+from analysis.agreement import agreement_line, counts_words
+from analysis.boot_values import START_CELL
+from analysis.compare import Comparison, footnotes
 from rigbench.cli import app
 from rigbench.commands.local import local_stack
 from rigbench.report.agreement import agreement_of
@@ -21,6 +22,7 @@ from rigbench.report.comparison import LOCAL_EMULATION, comparison_of
 from rigbench.report.data import ReportError, SweepData, gather
 from rigbench.report.html import render_page
 from rigbench.report.sweep import sweep_page
+from rigbench.report.terminal import render_text
 from rigbench.report.trend import trend_page
 from rigbench.report.writer import store_from
 from tests.report.chromium import Chromium

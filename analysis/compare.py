@@ -1,46 +1,37 @@
-"""Compare rigs across boots: centres, intervals and verdicts, as a model and a table.
+"""Compare rigs across boots: centres, intervals and verdicts, as a model, and its words.
 
 Input is plain: `values[rig][cell][metric]` is the list of that metric's per-boot values (index =
-boot; None where the boot produced no value). `values_from_reports` builds it from run reports
-(the `rigbench bench` JSON contract), `compare` turns it into a `Comparison`, and `render`
-shows that as a rich table.
+boot; None where the boot produced no value). `analysis.boot_values` builds it from run reports
+(the `rigbench bench` JSON contract) and boots' starts, `compare` turns it into a `Comparison`.
+Which metrics there are, and how each is named, read and judged, is `analysis.metrics`'s table.
 
-`Comparison` is the one comparison of a sweep: the terminal table (`render`), the report
-(`rigbench.report.sweep`), `rigbench compare SWEEP` and the MCP `compare` tool all show this
-model, in the words it carries (`RigResult.words`, `MetricComparison.ranking`, `summary`), so
-they cannot contradict each other. The statistics are `harness.stats`'s: Welch's t-test on log
-boot values, Holm-corrected across every verdict of the comparison.
+`Comparison` is the one comparison of a sweep: the terminal table (rigbench.report.terminal),
+the report (`rigbench.report.sweep`), `rigbench compare SWEEP` and the MCP `compare` tool all
+show this model, in the words it carries (`RigResult.words`, `MetricComparison.ranking`,
+`summary`), so they cannot contradict each other. The statistics are `analysis.stats`'s:
+Welch's t-test on log boot values, Holm-corrected across every verdict of the comparison.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from pydantic import BaseModel, ConfigDict
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from harness.agreement import PairAgreement
-from harness.agreement_view import render_agreement
-from harness.boot_phases import BootTiming
-from harness.capacity_view import RigCapacity
-from harness.schemas import cell_label, metric_value
-from harness.stats import (
+from analysis.agreement import PairAgreement
+from analysis.boot_values import DECLARED, BootValues
+from analysis.capacity import RigCapacity
+from analysis.metrics import METRICS, Direction, MetricSpec, metric_spec
+from analysis.stats import (
     ALPHA,
     DEFAULT_CONFIDENCE,
     POWER,
     BootAggregate,
     Difference,
-    Direction,
     RankingFlips,
     Verdict,
     aggregate_boots,
@@ -49,120 +40,6 @@ from harness.stats import (
     holm,
     ranking_flips,
 )
-
-BootValues = Mapping[str, Mapping[str, Mapping[str, Sequence[float | None]]]]
-
-
-class MetricSpec(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    key: str  # path into a report cell: "ttft_ms.p50" or "output_tok_s"
-    label: str
-    unit: str
-    direction: Direction
-    noun: str = ""  # what a verdict calls it ("throughput"); the label when empty
-    # How a verdict says a ratio: "2.3x higher TTFT"; or, noun first with its own words, "ready
-    # 1.9x later".
-    higher: str = "higher"
-    lower: str = "lower"
-    noun_first: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.noun or self.label
-
-
-def _metric_table() -> dict[str, MetricSpec]:
-    specs: dict[str, MetricSpec] = {}
-    for field, name in (
-        ("ttft_ms", "TTFT"),
-        ("itl_ms", "ITL"),
-        ("tpot_ms", "TPOT"),
-        ("e2e_ms", "E2E"),
-    ):
-        for stat in ("p50", "p90", "p99", "mean"):
-            key = f"{field}.{stat}"
-            specs[key] = MetricSpec(
-                key=key, label=f"{name} {stat}", unit="ms", direction=Direction.LOWER_IS_BETTER
-            )
-    specs["output_tok_s"] = MetricSpec(
-        key="output_tok_s",
-        label="output",
-        unit="tok/s",
-        direction=Direction.HIGHER_IS_BETTER,
-        noun="throughput",
-    )
-    specs["goodput_req_s"] = MetricSpec(
-        key="goodput_req_s",
-        label="goodput",
-        unit="req/s",
-        direction=Direction.HIGHER_IS_BETTER,
-        noun="goodput",
-    )
-    for by, unit in (("concurrency", "users"), ("rate", "req/s")):
-        specs[f"capacity.{by}"] = MetricSpec(
-            key=f"capacity.{by}",
-            label="capacity",
-            unit=unit,
-            direction=Direction.HIGHER_IS_BETTER,
-            noun="capacity within the SLO",
-        )
-    for key, label, noun in (
-        ("ready_s", "time to ready", "ready"),
-        ("warm_ready_s", "warm restart to ready", "warm ready"),
-    ):
-        specs[key] = MetricSpec(
-            key=key,
-            label=label,
-            unit="s",
-            direction=Direction.LOWER_IS_BETTER,
-            noun=noun,
-            higher="later",
-            lower="sooner",
-            noun_first=True,
-        )
-    specs["gpu.j_per_output_token"] = MetricSpec(
-        key="gpu.j_per_output_token",
-        label="GPU energy",
-        unit="J/token",
-        direction=Direction.LOWER_IS_BETTER,
-        noun="energy per token",
-    )
-    specs["startup_usd"] = MetricSpec(
-        key="startup_usd",
-        label="start-up cost",
-        unit="$",
-        direction=Direction.LOWER_IS_BETTER,
-        noun="start-up cost",
-    )
-    return specs
-
-
-METRICS: dict[str, MetricSpec] = _metric_table()
-# Medians, and the tails of TTFT, TPOT and E2E beside them: one family of verdicts, the same in
-# the terminal table, the report, `rigbench compare` and MCP.
-DEFAULT_METRICS: tuple[str, ...] = (
-    "ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99",
-    "itl_ms.p50",
-    "tpot_ms.p50", "tpot_ms.p90", "tpot_ms.p99",
-    "e2e_ms.p50", "e2e_ms.p90", "e2e_ms.p99",
-    "output_tok_s",
-)  # fmt: skip
-# Figures only some runs record (an SLO's goodput; a GPU's energy, where NVML was there):
-# compared where some boot has them, else left out.
-OPTIONAL_METRICS: tuple[str, ...] = ("goodput_req_s", "gpu.j_per_output_token")
-# The cell that holds each boot's capacity (BenchmarkReport.capacity), beside the load cells.
-CAPACITY_CELL = "capacity"
-# The cell that holds each boot's start: launch to ready, its cost, the warm restarts' ready.
-START_CELL = "start-up"
-START_METRICS: tuple[str, ...] = ("ready_s", "startup_usd", "warm_ready_s")
-
-
-def metric_spec(key: str) -> MetricSpec:
-    try:
-        return METRICS[key]
-    except KeyError:
-        raise ValueError(f"unknown metric {key!r}; known metrics: {', '.join(METRICS)}") from None
 
 
 class RigSetup(BaseModel):
@@ -293,148 +170,15 @@ class Comparison(BaseModel):
     summary: list[str] = []  # the sweep-level ranking, one line per rig pair
     emulated: str = ""  # what ran, where it was not the real thing (a local sweep)
     refused: str = ""  # why the comparison gives no verdict at all (different model revisions)
-    # Per rig pair, whether the rigs computed the same greedy outputs (harness.agreement).
+    # Per rig pair, whether the rigs computed the same greedy outputs (analysis.agreement).
     output_agreement: list[PairAgreement] = []
-    # The answer first: per rig, the load it carries within the SLO (harness.capacity_view).
+    # The answer first: per rig, the load it carries within the SLO (analysis.capacity).
     capacity: list[RigCapacity] = []
     workload: str = ""  # what the requests asked for, in words (harness.workload.describe)
 
     @property
     def any_flip(self) -> bool:
         return any(m.flips is not None and m.flips.flipped for c in self.cells for m in c.metrics)
-
-
-def _read_metric(cell: Mapping[str, Any], key: str) -> float | None:
-    node: Any = cell
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise ValueError(f"report cell {cell_label(cell)} has no {key!r}")
-        node = node[part]
-    if node is None:
-        return None
-    if isinstance(node, bool) or not isinstance(node, int | float):
-        raise ValueError(f"report cell {cell_label(cell)}: {key!r} is not a number: {node!r}")
-    return float(node)
-
-
-def values_from_reports(
-    reports: Mapping[str, Sequence[Mapping[str, Any]]],
-    metrics: Sequence[str] = DEFAULT_METRICS,
-) -> dict[str, dict[str, dict[str, list[float | None]]]]:
-    """`reports[rig]` lists that rig's run reports (parsed JSON), one per boot, in boot order.
-
-    A cell with no successful request (`requests_ok` 0) contributes None for its boot, and so
-    does a cell that a boot's report lacks. Capacity probes are not load cells (their loads
-    are each boot's own) and are left out; a boot's capacity (`capacity.value`) is the metric
-    `capacity.concurrency` or `capacity.rate` of the cell `capacity`; goodput and the GPU's
-    energy per token are compared where the reports recorded them.
-    """
-    for key in metrics:
-        metric_spec(key)
-    recorded = {
-        key
-        for boot_reports in reports.values()
-        for report in boot_reports
-        for cell in report.get("cells", [])
-        for key in OPTIONAL_METRICS
-        if metric_value(cell, key) is not None
-    }
-    keys = [*metrics, *(k for k in OPTIONAL_METRICS if k in recorded and k not in metrics)]
-    values: dict[str, dict[str, dict[str, list[float | None]]]] = {}
-    for rig, boot_reports in reports.items():
-        by_cell: dict[str, dict[str, list[float | None]]] = {}
-        for boot, report in enumerate(boot_reports):
-            if "cells" not in report:
-                raise ValueError(f"rig {rig!r} boot {boot}: report has no 'cells'")
-            for cell in report["cells"]:
-                if cell.get("capacity_probe"):
-                    continue
-                row = by_cell.setdefault(cell_label(cell), {key: [] for key in keys})
-                ok = cell.get("requests_ok", 1) > 0
-                for key in keys:
-                    series = row[key]
-                    series.extend([None] * (boot - len(series)))  # boots lacking this cell
-                    if not ok:
-                        series.append(None)
-                    elif key in OPTIONAL_METRICS:  # None where this boot did not record it
-                        series.append(metric_value(cell, key))
-                    else:
-                        series.append(_read_metric(cell, key))
-            capacity = report.get("capacity")
-            if isinstance(capacity, Mapping) and capacity.get("value") is not None:
-                key = f"capacity.{capacity['by']}"
-                metric_spec(key)
-                series = by_cell.setdefault(CAPACITY_CELL, {}).setdefault(key, [])
-                series.extend([None] * (boot - len(series)))
-                series.append(float(capacity["value"]))
-        for row in by_cell.values():
-            for series in row.values():
-                series.extend([None] * (len(boot_reports) - len(series)))
-        values[rig] = by_cell
-    return values
-
-
-def values_from_timings(
-    timings: Mapping[str, Sequence[BootTiming | None]],
-) -> dict[str, dict[str, dict[str, list[float | None]]]]:
-    """Each boot's start (harness.boot_phases: ready_s, startup_usd, warm_ready_s) as the
-    metrics of the cell START_CELL, in the boot order given; a metric no boot of any rig
-    recorded is left out (a sweep without restarts has no warm_ready_s)."""
-    keys = [
-        key
-        for key in START_METRICS
-        if any(getattr(t, key) is not None for boots in timings.values() for t in boots if t)
-    ]
-    return {
-        rig: {START_CELL: {key: [getattr(t, key) if t else None for t in boots] for key in keys}}
-        for rig, boots in timings.items()
-        if keys
-    }
-
-
-def merge_values(*sources: BootValues) -> dict[str, dict[str, dict[str, list[float | None]]]]:
-    """Several `values[rig][cell][metric]` into one (cells of later sources added)."""
-    merged: dict[str, dict[str, dict[str, list[float | None]]]] = {}
-    for source in sources:
-        for rig, by_cell in source.items():
-            for cell, by_metric in by_cell.items():
-                target = merged.setdefault(rig, {}).setdefault(cell, {})
-                target.update({k: list(v) for k, v in by_metric.items()})
-    return merged
-
-
-DECLARED = "declares burst delivery"
-
-
-def bursts_from_reports(
-    reports: Mapping[str, Sequence[Mapping[str, Any]]],
-) -> dict[str, dict[str, str]]:
-    """Per rig and cell, in words, what shows that its tokens came in groups: the rig's own
-    declaration (`token_delivery: burst` on /v1/models, in the report) and the boots whose
-    share of token intervals under 0.2 ms was over one half (`delivery: burst`). Cells with
-    neither are absent."""
-    found: dict[str, dict[str, str]] = {}
-    for rig, boot_reports in reports.items():
-        declared = any(r.get("token_delivery") == "burst" for r in boot_reports)
-        shown: dict[str, list[tuple[int, float | None]]] = {}
-        for boot, report in enumerate(boot_reports, start=1):
-            for cell in report.get("cells", []):
-                boots = shown.setdefault(cell_label(cell), [])
-                if cell.get("delivery") == "burst":
-                    share = cell.get("burst_share")
-                    boots.append((boot, share if isinstance(share, float) else None))
-        for label, boots in shown.items():
-            evidence = [DECLARED] if declared else []
-            if boots:
-                most = max((share for _, share in boots if share is not None), default=None)
-                what = (
-                    "in bursts" if most is None else f"{most:.0%} of token intervals under 0.2 ms"
-                )
-                which = ", ".join(str(boot) for boot, _ in boots)
-                evidence.append(f"delivered {what} (boot{'s' if len(boots) > 1 else ''} {which})")
-            if evidence:
-                found.setdefault(rig, {})[label] = " and ".join(evidence)
-    return found
 
 
 def ratio_words(ratio: float, noun: str, spec: MetricSpec | None = None) -> str:
@@ -573,27 +317,6 @@ def _flip_words(flips: RankingFlips | None) -> str:
     pairs = ", ".join(f"{p.rig_a}/{p.rig_b}" for p in flips.pairs)
     boots = ",".join(str(b + 1) for b in flips.boots)
     return f"order flipped between boots: {pairs} (boots {boots})"
-
-
-def shortfalls_from_reports(
-    reports: Mapping[str, Sequence[Mapping[str, Any]]],
-) -> dict[str, list[str]]:
-    """Per cell, the boots whose harness did not load the server as asked (`load_shortfall`),
-    in words; cells where every boot did are absent."""
-    found: dict[str, list[str]] = {}
-    for rig, boot_reports in reports.items():
-        for boot, report in enumerate(boot_reports, start=1):
-            for cell in report.get("cells", []):
-                if not cell.get("load_shortfall"):
-                    continue
-                achieved, nominal = cell.get("achieved_concurrency"), cell.get("concurrency")
-                words = (
-                    f"{achieved:.1f} of {nominal} requests in flight ({achieved / nominal:.0%})"
-                    if isinstance(achieved, float) and isinstance(nominal, int) and nominal
-                    else "sends fell behind the rate's schedule"
-                )
-                found.setdefault(cell_label(cell), []).append(f"{rig} boot {boot}: {words}")
-    return found
 
 
 def burst_rigs(
@@ -822,7 +545,8 @@ class _Draft:
         )
 
 
-def _fmt(value: float) -> str:
+def fmt_value(value: float) -> str:
+    """A number as the table and the report print it."""
     magnitude = abs(value)
     if magnitude >= 1000:
         return f"{value:,.0f}"
@@ -831,19 +555,6 @@ def _fmt(value: float) -> str:
     if magnitude >= 1:
         return f"{value:.2f}"
     return f"{value:.3g}"
-
-
-_VERDICT_STYLE = {
-    Verdict.FASTER: "bold green",
-    Verdict.SLOWER: "bold red",
-    Verdict.INDISTINGUISHABLE: "dim",
-    Verdict.NO_VERDICT: "yellow",
-}
-
-
-def fmt_value(value: float) -> str:
-    """A number as the table and the report print it."""
-    return _fmt(value)
 
 
 def value_words(agg: BootAggregate) -> str:
@@ -892,84 +603,6 @@ def footnotes(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _rig_cell(result: RigResult, baseline: str, alone: bool = False) -> Text:
-    agg = result.aggregate
-    if agg is None:
-        return Text("no data", style="dim")
-    text = Text(value_words(agg))
-    text.append(f"\n{agg.interval_words}", style="dim")
-    if result.rig == baseline and not alone:
-        text.append("\nbaseline", style="dim")
-    elif result.words:
-        style = _VERDICT_STYLE[result.verdict] if result.verdict is not None else "dim"
-        text.append(f"\n{result.words}", style=style)
-    return text
-
-
-def _ranking_cell(metric: MetricComparison) -> Text:
-    if metric.withheld:
-        return Text(metric.withheld, style="yellow")
-    text = Text(metric.ranking)
-    if metric.flip_words:
-        text.append(f"\n{metric.flip_words}", style="bold yellow")
-    return text
-
-
-ONE_BOOT_CAPTION = (
-    "one boot per rig: each figure is that boot's value; no interval and no verdict (the boot "
-    "is the unit of replication: run more boots to compare)"
-)
-
-
-def render(comparison: Comparison) -> Table:
-    alone = len(comparison.rigs) == 1
-    one_boot = all(
-        r.aggregate is None or r.aggregate.n_boots <= 1
-        for c in comparison.cells
-        for m in c.metrics
-        for r in m.results
-    )
-    table = Table(
-        title=f"rigbench comparison (one rig: {comparison.baseline})"
-        if alone
-        else f"rigbench comparison (baseline {comparison.baseline})",
-        caption=Text(ONE_BOOT_CAPTION if one_boot else caption(comparison)),
-        show_lines=True,
-    )
-    table.add_column("cell")
-    table.add_column("metric")
-    for rig in comparison.rigs:
-        table.add_column(rig_heading(comparison, rig), justify="right")
-    table.add_column("ranking")
-    for cell in comparison.cells:
-        for row, metric in enumerate(cell.metrics):
-            by_rig = {r.rig: r for r in metric.results}
-            label = Text(cell.cell)
-            if cell.load_short and row == 0:  # once per cell; the footnote says whose and how far
-                label.append(f"\n{LOAD_SHORT}", style="yellow")
-            table.add_row(
-                label,
-                f"{metric.metric.label} ({metric.metric.unit})",
-                *(_rig_cell(by_rig[rig], comparison.baseline, alone) for rig in comparison.rigs),
-                _ranking_cell(metric),
-            )
-    return table
-
-
-def print_comparison(console: Console, comparison: Comparison) -> None:
-    """The capacity lines, the table, then its footnotes: what the terminal shows of a
-    comparison."""
-    for line in capacity_header(comparison):
-        console.print(Text(line, style="bold"))
-    console.print(render(comparison))
-    for line in footnotes(comparison):
-        warning = ("not like for like", "local emulation", LOAD_SHORT, NO_VERDICTS)
-        style = "yellow" if line.startswith(warning) else ""
-        console.print(Text(line, style=style))
-    if comparison.output_agreement:
-        console.print(render_agreement(comparison.output_agreement))
-
-
 def capacity_header(comparison: Comparison) -> list[str]:
     """The answer first: the workload, then per rig the load it carries within the SLO."""
     lines = [f"workload: {comparison.workload}"] if comparison.workload else []
@@ -977,56 +610,3 @@ def capacity_header(comparison: Comparison) -> list[str]:
         lines.append("capacity within the SLO, per rig (verdicts: the 'capacity' rows below)")
         lines += [f"  {c.words}" for c in comparison.capacity]
     return lines
-
-
-def render_text(comparison: Comparison, width: int = 160) -> str:
-    """The table and its footnotes as plain text (no colour codes), for logs and tests."""
-    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
-    print_comparison(console, comparison)
-    return console.export_text()
-
-
-def _parse_report_arg(arg: str) -> tuple[str, Path]:
-    rig, sep, path = arg.partition("=")
-    if not sep or not rig or not path:
-        raise typer.BadParameter(f"expected RIG=REPORT.json, got {arg!r}")
-    return rig, Path(path)
-
-
-def main(
-    reports: Annotated[
-        list[str],
-        typer.Argument(help="RIG=REPORT.json, once per boot, boots in order", show_default=False),
-    ],
-    baseline: Annotated[str | None, typer.Option(help="rig to judge the others against")] = None,
-    confidence: Annotated[float, typer.Option(min=0.5, max=0.999)] = DEFAULT_CONFIDENCE,
-    json_out: Annotated[Path | None, typer.Option("--json", help="also write the model")] = None,
-) -> None:
-    """Print the comparison table for run reports of several rigs and boots."""
-    by_rig: dict[str, list[Mapping[str, Any]]] = {}
-    for arg in reports:
-        rig, path = _parse_report_arg(arg)
-        try:
-            by_rig.setdefault(rig, []).append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise typer.BadParameter(f"cannot read report {path}: {exc}") from None
-    try:
-        comparison = compare(
-            values_from_reports(by_rig),
-            baseline=baseline,
-            confidence=confidence,
-            bursts=bursts_from_reports(by_rig),
-            load_short=shortfalls_from_reports(by_rig),
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    print_comparison(Console(), comparison)
-    if json_out is not None:
-        json_out.write_text(comparison.model_dump_json(indent=2))
-
-
-app = typer.Typer(add_completion=False)
-app.command()(main)
-
-if __name__ == "__main__":
-    app()

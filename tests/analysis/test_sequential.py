@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from harness.sequential import Spending, look_levels, spent
-from harness.stats import ALPHA
+from analysis.sequential import Spending, look_levels, spent
+from analysis.stats import ALPHA
 
 LOOKS = list(range(2, 11))
 

@@ -47,16 +47,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 from scipy import special
 
+from analysis.metrics import Direction
+
 DEFAULT_CONFIDENCE = 0.95
 ALPHA = 0.05  # per comparison, and family-wise across a sweep after Holm
 POWER = 0.8  # what a minimum detectable ratio is detected with
-
-
-class Direction(StrEnum):
-    """Which way is better for a metric."""
-
-    LOWER_IS_BETTER = "lower_is_better"  # latencies: TTFT, ITL, TPOT, E2E
-    HIGHER_IS_BETTER = "higher_is_better"  # throughput: output tokens/s
 
 
 class Verdict(StrEnum):

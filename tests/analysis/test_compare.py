@@ -1,4 +1,3 @@
-import asyncio
 import json
 import math
 import re
@@ -10,22 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from harness.compare import (
-    DEFAULT_METRICS,
-    Comparison,
-    app,
-    bursts_from_reports,
-    compare,
-    ratio_words,
-    render_text,
-    rig_setup,
-    setup_warnings,
-    values_from_reports,
-)
-from harness.runner import run_benchmark
-from harness.schemas import BenchmarkConfig, cell_label
-from harness.stats import Direction, Verdict, verdict
-from tests.harness.conftest import StartServer
+from analysis.boot_values import bursts_from_reports, values_from_reports
+from analysis.compare import Comparison, compare, ratio_words, rig_setup, setup_warnings
+from analysis.metrics import Direction, default_metrics
+from analysis.stats import Verdict, verdict
+from harness.schemas import cell_label
+from rigbench.commands.compare_reports import app
+from rigbench.report.terminal import render_text
 
 
 def _latency(p50: float) -> dict[str, float]:
@@ -84,7 +74,7 @@ def test_values_from_reports_reads_the_contract() -> None:
     values = values_from_reports(REPORTS)
     assert list(values) == ["torch", "jax"]
     assert list(values["torch"]) == ["c=1", "c=4"]
-    assert set(values["torch"]["c=1"]) == set(DEFAULT_METRICS)
+    assert set(values["torch"]["c=1"]) == set(default_metrics())
     assert values["torch"]["c=1"]["ttft_ms.p50"] == [50.1, 50.4, 49.8]
     assert values["jax"]["c=4"]["output_tok_s"] == [60.0, 61.0, 62.0]
     assert values["jax"]["c=1"]["tpot_ms.p50"] == pytest.approx([66.66, 70.902, 65.65])
@@ -147,9 +137,9 @@ MEDIANS = ("ttft_ms.p50", "itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tok
 
 def test_default_comparison_holds_the_tails_in_the_table_s_order() -> None:
     comparison = compare(values_from_reports(REPORTS), baseline="torch")
-    assert [m.metric.key for m in comparison.cells[0].metrics] == list(DEFAULT_METRICS)
-    assert {"ttft_ms.p90", "ttft_ms.p99", "tpot_ms.p99", "e2e_ms.p99"} <= set(DEFAULT_METRICS)
-    assert comparison.family == 2 * len(DEFAULT_METRICS)
+    assert [m.metric.key for m in comparison.cells[0].metrics] == list(default_metrics())
+    assert {"ttft_ms.p90", "ttft_ms.p99", "tpot_ms.p99", "e2e_ms.p99"} <= set(default_metrics())
+    assert comparison.family == 2 * len(default_metrics())
 
 
 def test_compare_worked_example() -> None:
@@ -323,7 +313,7 @@ boot_lists = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(boot_lists, boot_lists, st.sampled_from(DEFAULT_METRICS))
+@given(boot_lists, boot_lists, st.sampled_from(default_metrics()))
 def test_compare_agrees_with_verdict_and_is_antisymmetric(
     a: list[float], b: list[float], metric: str
 ) -> None:
@@ -376,45 +366,6 @@ def test_cli_rejects_unknown_baseline(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*_write_reports(tmp_path), "--baseline", "vllm"])
     assert result.exit_code == 2
     assert "baseline rig 'vllm' is not among the rigs" in result.output
-
-
-END_TO_END_BOOTS = 4
-
-
-@pytest.mark.slow
-def test_end_to_end_from_harness_reports(reference_server: StartServer) -> None:
-    # Two "rigs" that differ only in decode speed (ITL 5 ms vs 15 ms), four boots each, measured
-    # by the real harness over loopback: the comparison must call the fast one faster on every
-    # decode-bound metric. TTFT is the same schedule on both, so it is not asserted. Four boots:
-    # at two, Welch's test can fall to ~1 degree of freedom when one rig's boots happen to agree,
-    # and no 3x is decidable there under Holm over the comparison's 11 metrics.
-    urls = {
-        "fast": reference_server("--ttft-ms", "20", "--itl-ms", "5"),
-        "slow": reference_server("--ttft-ms", "20", "--itl-ms", "15"),
-    }
-    reports: dict[str, list[dict[str, Any]]] = {rig: [] for rig in urls}
-    for _boot in range(END_TO_END_BOOTS):
-        for rig, url in urls.items():
-            config = BenchmarkConfig(
-                url=url,
-                model="reference",
-                concurrency=[2],
-                input_len=16,
-                output_len=16,
-                requests=8,
-                warmup=1,
-            )
-            reports[rig].append(asyncio.run(run_benchmark(config)).model_dump(mode="json"))
-    comparison = compare(values_from_reports(reports), baseline="slow")
-    assert [c.cell for c in comparison.cells] == ["c=2"]
-    for key in ("itl_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tok_s"):
-        fast = _by_key(comparison, "c=2", key).results[0]
-        assert fast.rig == "fast"
-        assert fast.aggregate.n_boots == END_TO_END_BOOTS
-        assert fast.verdict is Verdict.FASTER, key
-    itl = _by_key(comparison, "c=2", "itl_ms.p50").results
-    assert itl[0].aggregate.value == pytest.approx(5.0, abs=1.0)
-    assert itl[1].aggregate.value == pytest.approx(15.0, abs=1.0)
 
 
 @pytest.mark.parametrize(

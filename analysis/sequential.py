@@ -38,7 +38,7 @@ from enum import StrEnum
 
 from scipy import special
 
-from harness.stats import ALPHA
+from analysis.stats import ALPHA
 
 
 class Spending(StrEnum):

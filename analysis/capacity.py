@@ -1,7 +1,7 @@
 """The answer first: per rig, the load it carries within the SLO, its output there, and what
 a million output tokens cost there, from each boot's capacity search (harness.capacity).
 
-The rig's capacity is the geometric mean of its boots' (harness.stats, as every metric), with
+The rig's capacity is the geometric mean of its boots' (analysis.stats, as every metric), with
 the interval its boots allow; whether two rigs' capacities differ is the comparison's verdict
 on the `capacity` cell, not claimed here.
 """
@@ -13,9 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.output import slo_text
+from analysis.stats import BootAggregate, aggregate_boots
 from harness.schemas import CapacityResult
-from harness.stats import BootAggregate, aggregate_boots
 
 
 class RigCapacity(BaseModel):
@@ -70,7 +69,7 @@ def capacity_lines(
             usd_per_million_tokens(price, t) if price is not None and t is not None else None
             for price, t in zip(rig_prices + [None] * len(tok_s), tok_s, strict=False)
         ]
-        slo = f"{slo_text(first.slo)}, for {first.slo.percentile:g}% of requests"
+        slo = f"{first.slo.words()}, for {first.slo.percentile:g}% of requests"
         line = RigCapacity(
             rig=rig,
             by=first.by,

@@ -9,8 +9,7 @@ from pydantic import ValidationError
 from scipy.stats import binom, ttest_ind
 from scipy.stats import t as t_dist
 
-from benchmarks.verdict_calibration import BOOTS, RATIO, boot_draws, comparison_rate, sweep_rates
-from harness.stats import (
+from analysis.stats import (
     BootAggregate,
     Direction,
     Verdict,
@@ -21,6 +20,7 @@ from harness.stats import (
     ranking_flips,
     verdict,
 )
+from benchmarks.verdict_calibration import BOOTS, RATIO, boot_draws, comparison_rate, sweep_rates
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 positive = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)

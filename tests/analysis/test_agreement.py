@@ -2,15 +2,8 @@
 
 import pytest
 
-from harness.agreement import (
-    MAX_TOKENS,
-    NEAR_TIE_NATS,
-    AgreementProbe,
-    ProbeAnswer,
-    classify,
-    near_tie_threshold,
-    output_agreement,
-)
+from analysis.agreement import NEAR_TIE_NATS, classify, near_tie_threshold, output_agreement
+from harness.agreement import MAX_TOKENS, AgreementProbe, ProbeAnswer
 from harness.agreement_probe import parse_answer, prompt_set, request_body
 from rigs.contract import PROBE_CONTEXT_TOKENS
 
