@@ -131,7 +131,7 @@ def gemv(x: Array, w: Array, blocks: Blocks, interpret: bool = False) -> Array:
             pl.BlockSpec((padded, part), lambda i, s: (0, s)),
             pl.BlockSpec((blocks.block_f, part), lambda i, s: (i, s)),
         ],
-        out_specs=pl.BlockSpec((None, padded, blocks.block_f), lambda i, s: (s, 0, i)),
+        out_specs=pl.BlockSpec((pl.squeezed, padded, blocks.block_f), lambda i, s: (s, 0, i)),
         out_shape=jax.ShapeDtypeStruct((split, padded, f), jnp.float32 if split > 1 else dtype),
         compiler_params=plgpu.CompilerParams(
             num_warps=blocks.num_warps, num_stages=blocks.num_stages
