@@ -1,0 +1,34 @@
+"""benchmarks/jax_gemv_gpu.py's CPU smoke run (--quick: random:tiny's shapes, Pallas'
+interpreter), in this process: rows, best per shape, and a variant that cannot run as a row."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import jax_gemv_gpu
+
+
+def test_quick_run_reports_every_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    untileable = {"block_f": 8, "block_d": 64}  # below gemv.MIN_BLOCK: no kernel for it
+    monkeypatch.setattr(jax_gemv_gpu, "QUICK_BLOCKS", (*jax_gemv_gpu.QUICK_BLOCKS, untileable))
+    out = tmp_path / "gemv.json"
+    report = jax_gemv_gpu.main([str(out), "--quick", "--widths", "1,8", "--shapes", "w_o,w_down"])
+    assert json.loads(out.read_text()) == report
+    names = {r["shape"] for r in report["rows"]}
+    assert names == {"w_o (sliding layer 0)", "w_down (sliding layer 0)", "w_down (widest layer 3)"}
+    per_shape = len(jax_gemv_gpu.QUICK_BLOCKS) + 1
+    assert len(report["rows"]) == len(names) * 2 * per_shape
+    timed = [r for r in report["rows"] if "us" in r]
+    failed = [r for r in report["rows"] if "error" in r]
+    assert {r["variant"] for r in failed} == {"pallas f8 d64 kauto w4 s3"}
+    assert all("no block" in r["error"] for r in failed)
+    assert len(timed) == len(names) * 2 * (per_shape - 1)
+    for r in timed:
+        assert r["us"] > 0
+        assert r["variant"] == "xla" or r["within_bound"] is True
+        assert r["GBps"] == pytest.approx(r["F"] * r["D"] * 4 / r["us"] / 1e3, rel=0.01, abs=0.1)
+    assert len(report["best"]) == len(names) * 2
+    for b in report["best"]:
+        assert b["best"].startswith("pallas ")
+        assert b["speedup"] == pytest.approx(b["xla_us"] / b["best_us"], rel=0.01)
