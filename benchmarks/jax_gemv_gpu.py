@@ -43,8 +43,14 @@ GPU_BLOCKS = (
     dict(block_f=128, block_d=256, num_warps=8),
     dict(block_f=16, block_d=1024),
     dict(block_f=64, block_d=256, num_stages=4),
+    # sums kept per lane, reduced once: ~128 registers of them at width 1, 256 at width 8
+    dict(block_f=64, block_d=256, defer_reduce=True),
+    dict(block_f=16, block_d=128, defer_reduce=True),
 )
-QUICK_BLOCKS = (dict(block_f=32, block_d=64), dict(block_f=16, block_d=32, split_k=1))
+QUICK_BLOCKS = (
+    dict(block_f=32, block_d=64),
+    dict(block_f=16, block_d=32, split_k=1, defer_reduce=True),
+)
 
 
 def products(cfg: Any) -> dict[str, tuple[int, int]]:
@@ -132,7 +138,7 @@ def variants(quick: bool) -> list[tuple[str, Any]]:
 def _short(blocks: Any) -> str:
     return (
         f"f{blocks.block_f} d{blocks.block_d} k{blocks.split_k or 'auto'} "
-        f"w{blocks.num_warps} s{blocks.num_stages}"
+        f"w{blocks.num_warps} s{blocks.num_stages}" + (" deferred" if blocks.defer_reduce else "")
     )
 
 

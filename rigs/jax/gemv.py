@@ -49,6 +49,10 @@ class Blocks:
     split_k: int = 0  # programs per row block, each over D / split_k columns (0: choose)
     num_warps: int = 4
     num_stages: int = 3  # Triton's software pipelining depth of the column loop
+    # Keep a [block_f, block_d] float32 tile of sums per row and reduce it across lanes once
+    # at the end, instead of after every chunk: no shuffles in the loop, but rows x block_f x
+    # block_d / (32 num_warps) registers per thread for them (spills beyond ~128).
+    defer_reduce: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_f", "block_d"):
@@ -123,7 +127,13 @@ def gemv(x: Array, w: Array, blocks: Blocks, interpret: bool = False) -> Array:
         x = jnp.pad(x, ((0, padded - rows), (0, 0)))
     split = max(blocks.split_k, 1)
     part = d // split  # columns per program
-    kernel = partial(_kernel, rows=padded, block_d=blocks.block_d, chunks=part // blocks.block_d)
+    kernel = partial(
+        _kernel,
+        rows=padded,
+        block_d=blocks.block_d,
+        chunks=part // blocks.block_d,
+        defer_reduce=blocks.defer_reduce,
+    )
     out = pl.pallas_call(
         kernel,
         grid=(f // blocks.block_f, split),
@@ -143,19 +153,30 @@ def gemv(x: Array, w: Array, blocks: Blocks, interpret: bool = False) -> Array:
     return out[:rows]
 
 
-def _kernel(x_ref: Any, w_ref: Any, o_ref: Any, *, rows: int, block_d: int, chunks: int) -> None:
+def _kernel(
+    x_ref: Any,
+    w_ref: Any,
+    o_ref: Any,
+    *,
+    rows: int,
+    block_d: int,
+    chunks: int,
+    defer_reduce: bool,
+) -> None:
     """x_ref [R, C], w_ref [BF, C], o_ref [R, BF]: o = x . w over this program's C columns."""
     block_f = w_ref.shape[0]
 
     def step(k: Array, sums: tuple[Array, ...]) -> tuple[Array, ...]:
         cols = pl.ds(pl.multiple_of(k * block_d, block_d), block_d)
         w = w_ref[:, cols].astype(jnp.float32)  # [BF, BD]
-        return tuple(
-            total + jnp.sum(w * x_ref[r, cols].astype(jnp.float32)[None, :], axis=1)
-            for r, total in enumerate(sums)
-        )
+        products = (w * x_ref[r, cols].astype(jnp.float32)[None, :] for r in range(rows))
+        if defer_reduce:
+            return tuple(total + p for total, p in zip(sums, products, strict=True))
+        return tuple(total + jnp.sum(p, axis=1) for total, p in zip(sums, products, strict=True))
 
-    zero = jnp.zeros((block_f,), jnp.float32)
+    zero = jnp.zeros((block_f, block_d) if defer_reduce else (block_f,), jnp.float32)
     sums = jax.lax.fori_loop(0, chunks, step, (zero,) * rows)
+    if defer_reduce:
+        sums = tuple(jnp.sum(total, axis=1) for total in sums)
     for r, total in enumerate(sums):
         o_ref[r, :] = total.astype(o_ref.dtype)

@@ -1,6 +1,7 @@
 """The Pallas GEMV (rigs/jax/gemv.py) against XLA's einsum in Pallas' interpreter on a CPU, its
 lowering to Triton for E2B's shapes, and decode steps of random:tiny with kernels="pallas"."""
 
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +26,7 @@ SHAPES = {  # [F, D] as the model stores them
 }
 BLOCKS = gemv.Blocks(block_f=32, block_d=64)  # split-K chosen by `fit`: 2 to 12 here
 UNSPLIT = replace(BLOCKS, split_k=1)
+DEFERRED = replace(BLOCKS, defer_reduce=True)
 run_gemv = jax.jit(gemv.gemv, static_argnames=("blocks", "interpret"))
 TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call_ffi")  # jaxlib <= 0.10.2, later
 
@@ -54,8 +56,8 @@ def operands(f: int, d: int, rows: int, dtype: Any, seed: int = 0) -> tuple[Any,
 @pytest.mark.parametrize("rows", [1, 2, 4, 8])
 def test_kernel_matches_einsum(dtype: Any, rows: int) -> None:
     for name, (f, d) in SHAPES.items():
-        split = (gemv.fit(UNSPLIT, f, d),) if name == "w_down" else ()  # 12 chunks in one
-        for blocks in (gemv.fit(BLOCKS, f, d), *split):
+        more = (UNSPLIT, DEFERRED) if name == "w_down" else ()  # 12 chunks in one program
+        for blocks in (gemv.fit(b, f, d) for b in (BLOCKS, *more)):
             assert blocks is not None
             x, w = operands(f, d, rows, dtype)
             got = run_gemv(x, w, blocks, interpret=True)
@@ -119,8 +121,8 @@ def test_kernel_lowers_to_triton_for_every_e2b_product(rows: int) -> None:
     a GPU): a construct Triton cannot express fails here, not on the first GPU call."""
     products = e2b_products()
     assert {(262144, 1536), (1536, 12288), (24576, 1536)} <= products  # head, widest MLP
-    for f, d in sorted(products):
-        blocks = gemv.fit(gemv.Blocks(), f, d)
+    for (f, d), defer in zip(sorted(products), itertools.cycle((False, True)), strict=False):
+        blocks = gemv.fit(gemv.Blocks(defer_reduce=defer), f, d)
         assert blocks is not None, (f, d)
         args = (jax.ShapeDtypeStruct((rows, d), jnp.bfloat16),)
         args += (jax.ShapeDtypeStruct((f, d), jnp.bfloat16),)
