@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 L2_BYTES = 50 * 2**20  # H100 and H200 (SXM)
 MAX_COPIES = 32
 # Block configurations tried on a GPU (split_k 0: `gemv.fit` chooses it; 1: none).
-GPU_BLOCKS = (
+GPU_BLOCKS: tuple[dict[str, Any], ...] = (
     dict(block_f=64, block_d=256),  # the default
     dict(block_f=64, block_d=256, split_k=1),
     dict(block_f=32, block_d=512),
@@ -47,36 +47,36 @@ GPU_BLOCKS = (
     dict(block_f=64, block_d=256, defer_reduce=True),
     dict(block_f=16, block_d=128, defer_reduce=True),
 )
-QUICK_BLOCKS = (
+QUICK_BLOCKS: tuple[dict[str, Any], ...] = (
     dict(block_f=32, block_d=64),
     dict(block_f=16, block_d=32, split_k=1, defer_reduce=True),
 )
 
 
-def products(cfg: Any) -> dict[str, tuple[int, int]]:
-    """Named [F, D] weights of a decode step: a sliding layer's, a global layer's and the
-    widest MLP's (KV-sharing layers), the per-layer-input projection and the output head."""
+@dataclass(frozen=True)
+class Product:
+    name: str  # the weight's name in model.Layer / model.Params (lm_head: the tied embed), F x D
+    f: int
+    d: int
+    per_step: int  # products of this shape in one decode step
+
+
+def products(cfg: Any) -> list[Product]:
+    """Every distinct [F, D] weight shape a decode step multiplies by, with how many times
+    per step, most bytes per step first (so that a spent budget drops the least)."""
     from rigs.jax import model
 
-    full = cfg.layer_types.index(model.FULL)
-    widest = max(range(cfg.num_layers), key=cfg.mlp_width)
-    out: dict[str, tuple[int, int]] = {}
-    for label, i, names in (
-        ("sliding", 0, ("w_qkv", "w_o", "w_gate_up", "w_down")),
-        ("global", full, ("w_qkv", "w_o")),
-        ("widest", widest, ("w_gate_up", "w_down")),
-    ):
-        shapes = model.layer_shapes(cfg, i)
-        for name in names:
-            shape = shapes[name]
-            if shape is not None and shape not in out.values():
-                out[f"{name} ({label} layer {i})"] = (shape[0], shape[1])
-    top = model.param_shapes(cfg)
-    for name in ("ple_proj", "embed"):
-        shape = top[name]
-        if shape is not None:
-            out["lm_head (tied embed)" if name == "embed" else name] = (shape[0], shape[1])
-    return out
+    count: dict[tuple[str, int, int], int] = {}
+    for i in range(cfg.num_layers):
+        for name, shape in model.layer_shapes(cfg, i).items():
+            if shape is not None and len(shape) == 2:
+                key = (name, shape[0], shape[1])
+                count[key] = count.get(key, 0) + 1
+    for name, shape in model.param_shapes(cfg).items():
+        if shape is not None and len(shape) == 2 and name != "ple_embed":  # gathered
+            count[("lm_head" if name == "embed" else name, shape[0], shape[1])] = 1
+    out = [Product(f"{name} {f}x{d}", f, d, n) for (name, f, d), n in count.items()]
+    return sorted(out, key=lambda p: -p.f * p.d * p.per_step)
 
 
 def timed_loop(fn: Any, x: Any, weights: list[Any], trials: int, target_s: float) -> float:
@@ -166,12 +166,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
     deadline = time.monotonic() + args.budget_s
     key = jax.random.key(0)
-    chosen = {
-        name: shape
-        for name, shape in products(cfg).items()
-        if not args.shapes or any(name.startswith(prefix) for prefix in args.shapes)
-    }
-    for name, (f, d) in chosen.items():
+    every = products(cfg)
+    chosen = [
+        p
+        for p in every
+        if not args.shapes or any(p.name.startswith(prefix) for prefix in args.shapes)
+    ]
+    for product in chosen:
+        name, f, d = product.name, product.f, product.d
         if time.monotonic() > deadline:
             report["stopped"] = f"budget of {args.budget_s} s spent before {name}"
             break
@@ -191,6 +193,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     "F": f,
                     "D": d,
                     "width": width,
+                    "per_step": product.per_step,
                     "variant": label,
                     "copies": copies,
                 }
@@ -215,8 +218,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 _print_row(row)
         del weights
         report["best"] = best_per_shape(report["rows"])
+        report["per_step"] = per_step(report["rows"], every, args.widths)
         args.out.write_text(json.dumps(report, indent=1))
     report["best"] = best_per_shape(report["rows"])
+    report["per_step"] = per_step(report["rows"], every, args.widths)
     return report
 
 
@@ -275,13 +280,39 @@ def best_per_shape(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return best
 
 
+def per_step(rows: list[dict[str, Any]], everything: list[Product], widths: list[int]) -> list[Any]:
+    """Per width: the weight products' µs in one decode step (sum of per_step x µs) with XLA
+    and with each shape's best Pallas variant, over the shapes that have both; and the share
+    of the step's weight bytes those shapes hold."""
+    best = {(b["shape"], b["width"]): b for b in best_per_shape(rows)}
+    total_bytes = sum(p.f * p.d * p.per_step for p in everything)
+    out = []
+    for width in widths:
+        both = [
+            (p, best[(p.name, width)])
+            for p in everything
+            if "speedup" in best.get((p.name, width), {})
+        ]
+        xla = sum(p.per_step * b["xla_us"] for p, b in both)
+        pallas = sum(p.per_step * b["best_us"] for p, b in both)
+        covered = sum(p.f * p.d * p.per_step for p, _ in both)
+        out.append(
+            {
+                "width": width,
+                "xla_us": round(xla, 1),
+                "best_pallas_us": round(pallas, 1),
+                "bytes_covered": round(covered / total_bytes, 4) if total_bytes else 0.0,
+            }
+        )
+    return out
+
+
 def _print_row(row: dict[str, Any]) -> None:
     figures = row.get("error") or f"{row['us']:>10.2f} µs {row['GBps']:>8.1f} GB/s"
     if "within_bound" in row:
         figures += f"  diff {row['max_abs_diff']:.2e} {'ok' if row['within_bound'] else 'OUT'}"
     print(
-        f"{row['shape']:<32} [{row['F']:>6}, {row['D']:>5}] w{row['width']} "
-        f"{row['variant']:<28} {figures}",
+        f"{row['shape']:<22} x{row['per_step']:<3} w{row['width']} {row['variant']:<28} {figures}",
         flush=True,
     )
 
@@ -312,9 +343,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\ncopy {report['copy_GBps']} GB/s on {report['device']}; best per shape:")
     for b in report["best"]:
         print(
-            f"{b['shape']:<32} w{b['width']} xla {b.get('xla_us', '-')} µs, "
+            f"{b['shape']:<22} w{b['width']} xla {b.get('xla_us', '-')} µs, "
             f"{b.get('best', '-')}: {b.get('best_us', '-')} µs ({b.get('best_GBps', '-')} GB/s), "
             f"speed-up {b.get('speedup', '-')}"
+        )
+    for step in report["per_step"]:
+        print(
+            f"width {step['width']}: weight products per decode step, XLA {step['xla_us']} µs, "
+            f"best Pallas per shape {step['best_pallas_us']} µs "
+            f"({step['bytes_covered']:.0%} of the step's weight bytes measured)"
         )
     return report
 

@@ -73,7 +73,7 @@ def project(x: Array, w: Array, kernel: str, blocks: Blocks | None = None) -> Ar
         fitted = fit(blocks or Blocks(), w.shape[0], w.shape[1])
         if mode is not None and fitted is not None and 1 <= rows <= MAX_ROWS:
             flat = x.reshape(rows, x.shape[-1])
-            out = gemv(flat, w, fitted, interpret=mode == "interpret")
+            out = _gemv_jitted(flat, w, fitted, interpret=mode == "interpret")
             return out.reshape(*x.shape[:-1], w.shape[0])
     return jnp.einsum("...d,fd->...f", x, w)
 
@@ -151,6 +151,10 @@ def gemv(x: Array, w: Array, blocks: Blocks, interpret: bool = False) -> Array:
     )(x, w)
     out = out.sum(axis=0).astype(dtype) if split > 1 else out[0]
     return out[:rows]
+
+
+# Products of one shape share one lowering (one Triton compile) inside a traced decode step.
+_gemv_jitted = jax.jit(gemv, static_argnames=("blocks", "interpret"))
 
 
 def _kernel(

@@ -16,7 +16,7 @@ def test_quick_run_reports_every_variant(tmp_path: Path, monkeypatch: pytest.Mon
     report = jax_gemv_gpu.main([str(out), "--quick", "--widths", "1,8", "--shapes", "w_o,w_down"])
     assert json.loads(out.read_text()) == report
     names = {r["shape"] for r in report["rows"]}
-    assert names == {"w_o (sliding layer 0)", "w_down (sliding layer 0)", "w_down (widest layer 3)"}
+    assert names == {"w_o 64x64", "w_o 64x128", "w_down 64x128", "w_down 64x256"}
     per_shape = len(jax_gemv_gpu.QUICK_BLOCKS) + 1
     assert len(report["rows"]) == len(names) * 2 * per_shape
     timed = [r for r in report["rows"] if "us" in r]
@@ -32,3 +32,9 @@ def test_quick_run_reports_every_variant(tmp_path: Path, monkeypatch: pytest.Mon
     for b in report["best"]:
         assert b["best"].startswith("pallas ")
         assert b["speedup"] == pytest.approx(b["xla_us"] / b["best_us"], rel=0.01)
+    for step in report["per_step"]:  # random:tiny: 4 w_o and 2 wider; 3 w_down of each
+        rows = [r for r in timed if r["width"] == step["width"]]
+        xla = sum(r["per_step"] * r["us"] for r in rows if r["variant"] == "xla")
+        assert step["xla_us"] == pytest.approx(xla, abs=0.1)
+        assert step["best_pallas_us"] > 0
+        assert 0 < step["bytes_covered"] < 0.1  # the tied head is most of random:tiny

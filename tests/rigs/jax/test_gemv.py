@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -80,7 +81,23 @@ def test_project_pads_rows_and_keeps_leading_dims() -> None:
 
 
 def pallas_calls(fn: Any, *args: Any) -> int:
-    return str(jax.make_jaxpr(fn)(*args)).count("pallas_call[")
+    """How many times tracing fn runs a Pallas kernel, through nested jits and loops."""
+
+    def count(jaxpr: Any) -> int:
+        total = 0
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                total += 1
+                continue
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, tuple) else (value,):
+                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                        total += count(sub.jaxpr)
+                    elif isinstance(sub, jax.extend.core.Jaxpr):
+                        total += count(sub)
+        return total
+
+    return count(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
 def test_project_falls_back_to_einsum_where_the_kernel_does_not_apply() -> None:
