@@ -14,6 +14,10 @@ decode step has them too; the accumulation is one small fusion per iteration). G
 weight bytes / that time. The copy bandwidth (read + write of 1 GiB) is measured the same
 way for reference. A variant that fails to lower or compile is an error row, not a crash.
 Rows stop being added at --budget-s; the JSON is rewritten after every shape.
+
+--decode first times whole greedy decode steps (`steps.decode_chunk`, 8 steps per call,
+random weights, 512 cached positions of 1024) with Config.kernels "xla" and "pallas" at
+each width, and counts how many tokens the two choose alike from the same state.
 """
 
 from __future__ import annotations
@@ -77,6 +81,59 @@ def products(cfg: Any) -> list[Product]:
             count[("lm_head" if name == "embed" else name, shape[0], shape[1])] = 1
     out = [Product(f"{name} {f}x{d}", f, d, n) for (name, f, d), n in count.items()]
     return sorted(out, key=lambda p: -p.f * p.d * p.per_step)
+
+
+def decode_steps(args: argparse.Namespace, cfg: Any, dtype: Any) -> list[dict[str, Any]]:
+    """Whole greedy decode steps (steps.decode_chunk, random weights) with kernels="xla" and
+    "pallas" at each width, from the same state: ms per step, and how many of the chunk's
+    tokens the two choose alike (bfloat16 near-ties may differ; float32 should not)."""
+    from dataclasses import replace
+
+    import jax
+    import numpy as np
+
+    from benchmarks.jax_gpu_perf import bench_slots
+    from rigs.jax import model, steps
+
+    params = model.init_params(cfg, jax.random.key(0), dtype)
+    eos = jax.numpy.asarray([cfg.vocab_size], jax.numpy.int32)  # past the vocabulary: none
+    chunk, max_len, input_len = (4, 64, 40) if args.quick else (8, 1024, 512)
+    rows: list[dict[str, Any]] = []
+    for width in args.widths:
+        first: dict[str, Any] = {}
+        for kernels in ("xla", "pallas"):
+            row: dict[str, Any] = {"width": width, "kernels": kernels, "steps_per_call": chunk}
+            try:
+                c = replace(cfg, kernels=kernels)
+
+                def call(cache: Any, slots: Any, c: Any = c, width: int = width) -> Any:
+                    return steps.decode_chunk(
+                        params, c, cache, slots, eos, width=width, steps=chunk, greedy=True
+                    )
+
+                cache = model.init_cache(c, width, max_len, dtype)
+                slots = bench_slots(c, width, width, True, input_len)
+                start = time.perf_counter()
+                tokens, _, _, _, cache, slots = jax.block_until_ready(call(cache, slots))
+                row["first_call_s"] = round(time.perf_counter() - start, 2)  # compile included
+                first[kernels] = np.asarray(tokens)
+                times = []
+                for _ in range(args.trials):
+                    start = time.perf_counter()
+                    *_, cache, slots = jax.block_until_ready(call(cache, slots))
+                    times.append(time.perf_counter() - start)
+                ms = statistics.median(times) * 1000 / chunk
+                row.update(ms_per_step=round(ms, 3), tok_s=round(width * 1000 / ms, 1))
+            except Exception as err:  # a program that does not lower or run: a row
+                row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+                if args.verbose:
+                    traceback.print_exc()
+            rows.append(row)
+            print(f"decode {row}", flush=True)
+        if len(first) == 2:
+            same = float((first["xla"] == first["pallas"]).mean())
+            rows[-1]["tokens_same_as_xla"] = round(same, 4)
+    return rows
 
 
 def timed_loop(fn: Any, x: Any, weights: list[Any], trials: int, target_s: float) -> float:
@@ -165,6 +222,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "best": [],
     }
     deadline = time.monotonic() + args.budget_s
+    if args.decode:
+        report["decode"] = decode_steps(args, cfg, dtype)
+        args.out.write_text(json.dumps(report, indent=1))
     key = jax.random.key(0)
     every = products(cfg)
     chosen = [
@@ -329,6 +389,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--trials", type=int, default=5, help="timed calls per variant")
     parser.add_argument("--target-s", type=float, default=None, help="seconds per timed call")
     parser.add_argument("--budget-s", type=float, default=480.0, help="stop adding rows after")
+    parser.add_argument(
+        "--decode", action="store_true", help="first time whole decode steps, xla vs pallas"
+    )
     parser.add_argument("--verbose", action="store_true", help="tracebacks of error rows")
     args = parser.parse_args(argv)
     args.widths = [int(w) for w in args.widths.split(",")]
@@ -352,6 +415,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"width {step['width']}: weight products per decode step, XLA {step['xla_us']} µs, "
             f"best Pallas per shape {step['best_pallas_us']} µs "
             f"({step['bytes_covered']:.0%} of the step's weight bytes measured)"
+        )
+    for row in report.get("decode", []):
+        figures = row.get("error") or f"{row['ms_per_step']} ms/step, {row['tok_s']} tok/s"
+        same = row.get("tokens_same_as_xla")
+        print(
+            f"decode width {row['width']} {row['kernels']:<6} {figures}"
+            + ("" if same is None else f", tokens as XLA's: {same:.1%}")
         )
     return report
 

@@ -38,3 +38,14 @@ def test_quick_run_reports_every_variant(tmp_path: Path, monkeypatch: pytest.Mon
         assert step["xla_us"] == pytest.approx(xla, abs=0.1)
         assert step["best_pallas_us"] > 0
         assert 0 < step["bytes_covered"] < 0.1  # the tied head is most of random:tiny
+
+
+def test_quick_decode_steps_with_each_kernel_choice(tmp_path: Path) -> None:
+    out = tmp_path / "gemv.json"
+    args = ["--quick", "--decode", "--widths", "2", "--shapes", "w_o 64x64"]
+    report = jax_gemv_gpu.main([str(out), *args])
+    assert [(r["width"], r["kernels"]) for r in report["decode"]] == [(2, "xla"), (2, "pallas")]
+    for row in report["decode"]:
+        assert row["ms_per_step"] > 0
+        assert row["tok_s"] == pytest.approx(2000 / row["ms_per_step"], rel=0.01)
+    assert report["decode"][1]["tokens_same_as_xla"] == 1.0  # float32: no near-ties expected
