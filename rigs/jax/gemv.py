@@ -83,9 +83,13 @@ def pallas_mode() -> str | None:
     device = jax.devices()[0]
     if device.platform == "cpu":
         return "interpret"
-    capability = getattr(device, "compute_capability", None)  # CUDA devices only
-    fast_enough = capability is not None and float(capability) >= MIN_COMPUTE_CAPABILITY
-    return "triton" if device.platform == "gpu" and fast_enough else None
+    if device.platform != "gpu":
+        return None
+    try:  # "9.0" on CUDA; ROCm's ("gfx90a") and other devices' are not numbers
+        capability = float(getattr(device, "compute_capability", ""))
+    except ValueError:
+        return None
+    return "triton" if capability >= MIN_COMPUTE_CAPABILITY else None
 
 
 def largest_block(n: int, at_most: int) -> int:
@@ -118,7 +122,7 @@ def gemv(x: Array, w: Array, blocks: Blocks, interpret: bool = False) -> Array:
         w.shape[1] != d
         or f % blocks.block_f
         or d % (blocks.block_d * max(blocks.split_k, 1))
-        or rows > MAX_ROWS
+        or not 1 <= rows <= MAX_ROWS
     ):
         raise ValueError(f"blocks {blocks} do not tile x {x.shape} @ w {w.shape}")
     dtype = jnp.result_type(x.dtype, w.dtype)
