@@ -237,6 +237,7 @@ class JaxEngine(ScoredStreams):
             "prefill_batches": ",".join(map(str, self.options.prefill_batches)),
             "batched_prefill_max_len": str(self.options.batched_prefill_max_len),
             "steps_per_call": str(self.options.steps_per_call),
+            "kernels": self.cfg.kernels,  # decode steps' weight products (rigs/jax/gemv.py)
             # Each device call decodes steps_per_call tokens per sequence and hands them over
             # together: client-side gaps inside a burst are ~0, so rank on TPOT, not ITL.
             "token_delivery": "burst",

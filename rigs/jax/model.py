@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from rigs.jax import gemv
+
 SLIDING = "sliding_attention"
 FULL = "full_attention"
 
@@ -60,6 +62,13 @@ class Config:
     rope_full: Rope
     eos_token_ids: tuple[int, ...] = (1,)
     max_position_embeddings: int = 131_072  # positions past it were never trained
+    # How decode steps compute their weight products (rigs/jax/gemv.py: "xla" or "pallas");
+    # prefill, whose products have many rows, always uses XLA's.
+    kernels: str = "xla"
+
+    def __post_init__(self) -> None:
+        if self.kernels not in gemv.KERNELS:
+            raise ValueError(f"Config.kernels must be one of {gemv.KERNELS}, got {self.kernels!r}")
 
     def rope(self, kind: str) -> Rope:
         return self.rope_sliding if kind == SLIDING else self.rope_full
@@ -346,8 +355,12 @@ def attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     return out.reshape(b, t, h * e)
 
 
-def embed(params: Params, cfg: Config, tokens: Array) -> tuple[Array, Array | None]:
-    """tokens [B, T] -> hidden [B, T, D] and per-layer inputs [B, T, L, P]."""
+def embed(
+    params: Params, cfg: Config, tokens: Array, kernels: str = "xla"
+) -> tuple[Array, Array | None]:
+    """tokens [B, T] -> hidden [B, T, D] and per-layer inputs [B, T, L, P].
+
+    `kernels`: how the weight products are computed (`gemv.project`), here and below."""
     dtype = params.embed.dtype
     x = params.embed[tokens] * jnp.asarray(math.sqrt(cfg.hidden_size), dtype)
     if not cfg.per_layer_input_size:
@@ -358,19 +371,19 @@ def embed(params: Params, cfg: Config, tokens: Array) -> tuple[Array, Array | No
     assert params.ple_proj is not None
     by_token = params.ple_embed[tokens] * jnp.asarray(math.sqrt(p), dtype)
     by_token = by_token.reshape(b, t, n, p)
-    by_context = jnp.einsum("btd,fd->btf", x, params.ple_proj) * cfg.hidden_size**-0.5
+    by_context = gemv.project(x, params.ple_proj, kernels) * cfg.hidden_size**-0.5
     by_context = rms_norm(by_context.reshape(b, t, n, p), params.ple_norm, cfg.rms_norm_eps)
     return x, (by_context + by_token) * 2.0**-0.5
 
 
 def project_qkv(
-    w: Layer, cfg: Config, i: int, x: Array, positions: Array
+    w: Layer, cfg: Config, i: int, x: Array, positions: Array, kernels: str = "xla"
 ) -> tuple[Array, Array | None, Array | None]:
     """x [B, T, D] (normed) -> q [B, T, H, E], k and v [B, T, K, E] (None on shared layers),
     with q/k RMS-normed and rotated, v RMS-normed without a scale."""
     b, t, _ = x.shape
     h, k, e = cfg.num_heads, cfg.num_kv_heads[i], cfg.head_dims[i]
-    qkv = jnp.einsum("btd,fd->btf", x, w.w_qkv)  # [B, T, (H + 2K) * E]
+    qkv = gemv.project(x, w.w_qkv, kernels)  # [B, T, (H + 2K) * E]
     freqs = inv_freq(cfg, cfg.layer_types[i], e, x.dtype)
     q = rms_norm(qkv[..., : h * e].reshape(b, t, h, e), w.q_norm, cfg.rms_norm_eps)
     q = rope(q, positions, freqs)
@@ -382,35 +395,43 @@ def project_qkv(
     return q, keys, values
 
 
-def finish_layer(w: Layer, cfg: Config, i: int, x: Array, attn: Array, ple: Array | None) -> Array:
+def finish_layer(
+    w: Layer,
+    cfg: Config,
+    i: int,
+    x: Array,
+    attn: Array,
+    ple: Array | None,
+    kernels: str = "xla",
+) -> Array:
     """Everything after attention: output projection, MLP and the per-layer input.
 
     x [B, T, D] is the layer's input, attn [B, T, H * E], ple [B, T, L, P]."""
     eps = cfg.rms_norm_eps
-    out = jnp.einsum("bth,dh->btd", attn, w.w_o)
+    out = gemv.project(attn, w.w_o, kernels)  # [B, T, D]
     x = x + rms_norm(out, w.ln_attn_out, eps)
     h = rms_norm(x, w.ln_mlp_in, eps)
-    gate_up = jnp.einsum("btd,fd->btf", h, w.w_gate_up)  # [B, T, 2F]
+    gate_up = gemv.project(h, w.w_gate_up, kernels)  # [B, T, 2F]
     f = gate_up.shape[-1] // 2
     h = jax.nn.gelu(gate_up[..., :f], approximate=True) * gate_up[..., f:]
-    h = jnp.einsum("btf,df->btd", h, w.w_down)
+    h = gemv.project(h, w.w_down, kernels)  # [B, T, D]
     x = x + rms_norm(h, w.ln_mlp_out, eps)
     if ple is not None:
         assert w.w_ple_gate is not None
         assert w.w_ple_proj is not None
-        g = jax.nn.gelu(jnp.einsum("btd,pd->btp", x, w.w_ple_gate), approximate=True)
-        g = jnp.einsum("btp,dp->btd", g * ple[:, :, i, :], w.w_ple_proj)
+        g = jax.nn.gelu(gemv.project(x, w.w_ple_gate, kernels), approximate=True)  # [B, T, P]
+        g = gemv.project(g * ple[:, :, i, :], w.w_ple_proj, kernels)  # [B, T, D]
         x = x + rms_norm(g, w.ln_ple, eps)
     return x * w.scalar
 
 
-def logits_from_hidden(params: Params, cfg: Config, x: Array) -> Array:
+def logits_from_hidden(params: Params, cfg: Config, x: Array, kernels: str = "xla") -> Array:
     """x [B, D] (final-normed) -> float32 logits [B, V], soft-capped.
 
     The product is rounded to the weight dtype first, as transformers' lm_head does, so
     greedy choices agree with it in bfloat16 too."""
     head = params.embed if params.lm_head is None else params.lm_head
-    logits = jnp.einsum("bd,vd->bv", x, head).astype(wide(x.dtype))
+    logits = gemv.project(x, head, kernels).astype(wide(x.dtype))  # [B, V]
     if cfg.final_logit_softcap:
         cap = cfg.final_logit_softcap
         logits = jnp.tanh(logits / cap) * cap
@@ -499,16 +520,17 @@ def decode_step(
 
     The cache may hold more slots than B; only slots 0..B-1 are read and written.
     `context`: every position is below it, so attention reads only the first `context`
-    rows of each cache (a step's KV reads grow with the context, not with max_len)."""
+    rows of each cache (a step's KV reads grow with the context, not with max_len).
+    `cfg.kernels` computes the weight products (rigs/jax/gemv.py)."""
     b = tokens.shape[0]
     pos = positions[:, None]  # [B, 1]
-    x, ple = embed(params, cfg, tokens[:, None])
+    x, ple = embed(params, cfg, tokens[:, None], cfg.kernels)
     new_k, new_v = list(cache.k), list(cache.v)
     index = {i: c for c, i in enumerate(cfg.cache_layers)}
     rows = jnp.arange(b)
     for i, w in enumerate(params.layers):
         h = rms_norm(x, w.ln_attn_in, cfg.rms_norm_eps)
-        q, k, v = project_qkv(w, cfg, i, h, pos)
+        q, k, v = project_qkv(w, cfg, i, h, pos, cfg.kernels)
         if k is not None and v is not None:
             c = index[i]
             size = new_k[c].shape[1]
@@ -520,6 +542,6 @@ def decode_step(
         ks, vs = new_k[c][:b, :rows_read], new_v[c][:b, :rows_read]  # [B, C, K, E]
         # ring index r holds position <= current exactly when r <= current (see prefill)
         mask = jnp.arange(ks.shape[1])[None, None, :] <= pos[:, :, None]  # [B, 1, C]
-        x = finish_layer(w, cfg, i, x, attend(q, ks, vs, mask), ple)
+        x = finish_layer(w, cfg, i, x, attend(q, ks, vs, mask), ple, cfg.kernels)
     x = rms_norm(x[:, 0], params.final_norm, cfg.rms_norm_eps)
-    return logits_from_hidden(params, cfg, x), KVCache(k=tuple(new_k), v=tuple(new_v))
+    return logits_from_hidden(params, cfg, x, cfg.kernels), KVCache(k=tuple(new_k), v=tuple(new_v))

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from rigs.jax import xla_flags
@@ -141,7 +142,7 @@ def build_engine(args: argparse.Namespace) -> tuple[Engine, Path]:
     device = jax.devices()[0]
     capability = getattr(device, "compute_capability", None)
     dtype = pick_dtype(args.dtype, device.platform, capability)
-    cfg = checkpoint.load_config(source.path)
+    cfg = replace(checkpoint.load_config(source.path), kernels=args.kernels)
     log.info("loading %s (%s) as %s onto %s", source.spec, source.path, dtype, device)
     params = checkpoint.load_params(source.path, cfg, dtype, device=device)
     marks.mark("weights_loaded")

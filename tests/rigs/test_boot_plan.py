@@ -246,6 +246,7 @@ def test_a_cpu_is_planned_in_float32_with_the_context_the_cells_need() -> None:
         "batched_prefill_max_len": 1024,
         "max_waiting": 1024,
         "request_timeout_s": 3600,
+        "kernels": "xla",
     }
     torch = plan_for(sweep, "torch", cpu)
     assert (torch.settings["max_model_len"], torch.settings["max_batch"]) == (256, 4)

@@ -163,6 +163,7 @@ def test_bad_requests_are_refused(
 def test_provenance_counts_compilations(engine: JaxEngine) -> None:
     p = engine.provenance()
     assert p["batching"] == "continuous, 4 slots"
+    assert p["kernels"] == "xla"  # the default: rigs/jax/gemv.py's Pallas GEMV is opt-in
     # 2 prompt buckets + 2 slot widths + deactivate, at least
     assert int(p["compilations"]) >= 5
     assert float(p["warm_up_seconds"]) > 0

@@ -61,6 +61,7 @@ def test_serve_command(jax_rig: RigDefinition) -> None:
     assert argv[argv.index("--max-model-len") + 1] == "4096"
     assert argv[argv.index("--prompt-buckets") + 1] == "auto"
     assert argv[argv.index("--batched-prefill-max-len") + 1] == "1024"
+    assert argv[argv.index("--kernels") + 1] == "xla"
     assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.90"
     settings: dict[str, Scalar] = {"prompt_buckets": "64,512", "batched_prefill_max_len": 64}
     argv, _ = launch_plan(jax_rig, model="random:tiny", settings=settings)
@@ -87,6 +88,7 @@ def test_prompt_buckets_rise_from_one_and_end_at_the_served_context() -> None:
         ("--batched-prefill-max-len", "0", "batched_prefill_max_len = 0 is not an int from 1"),
         ("--batched-prefill-max-len", "x", "batched_prefill_max_len = 'x' is not an int from 1"),
         ("--max-slots", "0", "max_slots = 0 is not an int from 1 to 1024, or 'auto'"),
+        ("--kernels", "cuda", "kernels = 'cuda' is not one of 'xla', 'pallas'"),
     ],
 )
 def test_bad_setting_flags_stop_the_server_before_it_loads(
