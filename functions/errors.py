@@ -80,14 +80,21 @@ class ReportInvalid(SweepError):
 
 def error_message(cause: str) -> str:
     """The readable part of a Step Functions `Cause`: a Lambda error's cause is a JSON
-    document whose `errorMessage` is the message; any other cause is shown as it is.
-    The one place that reads it (handlers, CLI and progress alike)."""
+    document whose `errorMessage` is the message; a boot execution that did not succeed
+    (`startExecution.sync:2`) leaves its DescribeExecution answer, read as its name, status and
+    own error; any other cause is shown as it is. The one place that reads it (handlers, CLI
+    and progress alike)."""
     try:
         parsed = json.loads(cause)
     except ValueError:
         return cause.strip()
     if isinstance(parsed, dict) and parsed.get("errorMessage"):
         return str(parsed["errorMessage"])
+    if isinstance(parsed, dict) and "ExecutionArn" in parsed and "Status" in parsed:
+        ended = f"execution {parsed.get('Name', parsed['ExecutionArn'])} ended {parsed['Status']}"
+        inner = error_message(str(parsed.get("Cause") or ""))
+        own = ": ".join(str(part) for part in (parsed.get("Error"), inner) if part)
+        return f"{ended}: {own}" if own else ended
     return cause.strip()
 
 

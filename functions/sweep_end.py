@@ -1,7 +1,8 @@
 """EventBridge "Step Functions Execution Status Change" (ABORTED, TIMED_OUT, FAILED): within
 seconds of an execution ending that way, end every instance of its sweep (found by tags and
 the ledger) and close its reservations, without waiting for the reaper. Stop, abort and
-execution timeout run no Catch, so no Finish: this is what ends their instances.
+execution timeout run no Catch, so no Finish: this is what ends their instances, after stopping
+the sweep's boot executions still running (functions/boot_executions.py).
 Idempotent: a FAILED sweep whose boots all finished finds nothing left to do."""
 
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.boot_executions import stop_boot_executions
 from functions.budget import close_sweep, open_boots, sweep_of_execution
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.events import ExecutionStatusChangeEvent
@@ -25,6 +27,7 @@ class SweepEnded:
     sweep_id: str | None
     terminated: list[str] = field(default_factory=list)
     boots_closed: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # boot executions still running
 
 
 def end_instance_of(clients: Clients, settings: Settings, instance: dict[str, Any]) -> list[str]:
@@ -46,7 +49,13 @@ def end_sweep(clients: Clients, settings: Settings, execution_arn: str, status: 
     if sweep_id is None:
         return SweepEnded(sweep_id=None)  # ended before Validate claimed a sweep: nothing ran
     ended = SweepEnded(sweep_id=sweep_id)
-    for rig, boot in open_boots(clients.dynamodb, settings.ledger_table, sweep_id):
+    boots = open_boots(clients.dynamodb, settings.ledger_table, sweep_id)
+    # First the boot executions, so that none goes on launching or polling its boot.
+    if settings.boot_state_machine_arn:
+        ended.stopped = stop_boot_executions(
+            clients.stepfunctions, settings.boot_state_machine_arn, sweep_id, boots
+        )
+    for rig, boot in boots:
         done = end_boot(
             clients.ec2,
             clients.dynamodb,
@@ -83,4 +92,5 @@ def handler(event: ExecutionStatusChangeEvent, context: LambdaContext) -> dict[s
         "sweep_id": ended.sweep_id,
         "terminated": ended.terminated,
         "boots_closed": ended.boots_closed,
+        "stopped": ended.stopped,
     }

@@ -66,12 +66,19 @@ from moto.ssm.responses import SimpleSystemManagerResponse
 from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_sfn,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (  # noqa: E501
+    StateTaskServiceSfn,
+)
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.responses import StepFunctionResponse
 
+from rigbench.emulation import sfn_tasks
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
 from rigbench.emulation.speedups import (
     TableCopies,
@@ -519,6 +526,9 @@ class Seams:
             (DynamoResult, "execute_result", dynamodb_result),
             (StepFunctionResponse, "get_execution_history", execution_history),
             (lambda_eval_utils, "boto_client_for", step_functions_client),
+            (state_task_service_sfn, "boto_client_for", step_functions_client),
+            (StateTaskServiceSfn, "_normalise_parameters", sfn_tasks.normalise_parameters),
+            (StateTaskServiceSfn, "_normalise_response", sfn_tasks.normalise_response),
             (json_path, "parse", jsonpath_ext),
             (result_path, "parse", jsonpath),
             (moto_backends, "list_of_moto_modules", moto_modules),

@@ -217,15 +217,19 @@ class Emulation:
                 Emulation._running = None
 
     def _stop_executions(self) -> list[str]:
-        """StopExecution on every running execution; the ARNs it stopped."""
+        """StopExecution on every running execution, sweeps' and boots'; the ARNs it stopped."""
         if not self.state_machine_arn:
             return []
         sfn = self.client("stepfunctions")
+        machines = [self.state_machine_arn]
+        if "BootStateMachine" in self.physical:
+            machines.append(self.physical["BootStateMachine"])
         running = [
             e["executionArn"]
-            for e in sfn.list_executions(
-                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
-            )["executions"]
+            for machine in machines
+            for e in sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")[
+                "executions"
+            ]
         ]
         for arn in running:
             sfn.stop_execution(executionArn=arn, error="EmulationStopped")

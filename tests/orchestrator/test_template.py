@@ -434,8 +434,9 @@ def test_only_the_report_function_writes_sweep_reports_and_reads_only_boot_repor
     assert not sweep_report_key("s").startswith("reports/")
 
 
-def test_every_definition_placeholder_is_substituted() -> None:
-    machine = RESOURCES["SweepStateMachine"]["Properties"]
+@pytest.mark.parametrize("logical_id", ["SweepStateMachine", "BootStateMachine"])
+def test_every_definition_placeholder_is_substituted(logical_id: str) -> None:
+    machine = RESOURCES[logical_id]["Properties"]
     definition = (ROOT / machine["DefinitionUri"]).read_text()
     placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
     assert placeholders == set(machine["DefinitionSubstitutions"])
@@ -445,6 +446,9 @@ def test_every_definition_placeholder_is_substituted() -> None:
             continue
         if key == "LedgerTableName":  # MarkFinishFailed writes the ledger directly
             assert value == {"Ref": "LedgerTable"}
+            continue
+        if key == "BootStateMachineArn":  # the sweep starts each boot's execution
+            assert value == {"Ref": "BootStateMachine"}
             continue
         assert value["Fn::GetAtt"][1] == "Arn"
         assert value["Fn::GetAtt"][0] in FUNCTIONS
@@ -612,6 +616,7 @@ LEDGER_ACTIONS = {
     "BakePlanFunction": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
     "BakeTerminateFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
     "SweepStateMachine": {"dynamodb:UpdateItem"},  # MarkFinishFailed
+    "BootStateMachine": {"dynamodb:UpdateItem"},  # MarkFinishFailed
 }
 
 
