@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 
 from functions import clock
 from functions.boot_executions import stop_boot_executions
-from functions.budget import close_sweep, open_boot_items, open_sweeps, write_with_month
+from functions.budget import boot_items, close_sweep, open_sweeps, write_with_month
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.errors import error_code
 from functions.observability import instrumented, logger, metrics
@@ -278,21 +278,24 @@ class Reaper:
         if self.executions.running(sweep):
             return
         settled = True
-        boots = []
-        for record in open_boot_items(self.clients.dynamodb, self.table, sweep):
+        boots, open_boots = [], []
+        for record in boot_items(self.clients.dynamodb, self.table, sweep):
             sk = record.get("sk", {}).get("S", "")
             try:
                 boots.append(ledger.rig_boot_of_sk(sk))
             except ValueError:
                 settled = False
                 self._failed(f"sweep {sweep} item {sk!r}", MalformedItem("not BOOT#<rig>#<n>"))
-        if self.boot_state_machine_arn:
+                continue
+            if record.get("status", {}).get("S") == "reserved":
+                open_boots.append(boots[-1])
+        if self.boot_state_machine_arn:  # those of boots ended above (orphaned) too
             try:
                 stop_boot_executions(self.sfn, self.boot_state_machine_arn, sweep, boots)
             except Exception as exc:  # the boots are ended all the same
                 settled = False
                 self._failed(f"sweep {sweep} boot executions", exc)
-        for rig, boot in boots:
+        for rig, boot in open_boots:
             try:
                 end_boot(
                     self.clients.ec2, self.clients.dynamodb, self.table,

@@ -13,11 +13,12 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.boot_executions import stop_boot_executions
-from functions.budget import close_sweep, open_boots, sweep_of_execution
+from functions.budget import boot_items, close_sweep, open_boots, sweep_of_execution
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.events import ExecutionStatusChangeEvent
 from functions.observability import instrumented, logger, metrics
 from functions.settings import BOOT_TAG, PROJECT_TAG, RIG_TAG, SWEEP_TAG, Clients, Settings
+from functions.tables import ledger
 
 ENDS_WITHOUT_FINISH = frozenset({"ABORTED", "TIMED_OUT", "FAILED"})
 
@@ -49,13 +50,14 @@ def end_sweep(clients: Clients, settings: Settings, execution_arn: str, status: 
     if sweep_id is None:
         return SweepEnded(sweep_id=None)  # ended before Validate claimed a sweep: nothing ran
     ended = SweepEnded(sweep_id=sweep_id)
-    boots = open_boots(clients.dynamodb, settings.ledger_table, sweep_id)
     # First the boot executions, so that none goes on launching or polling its boot.
     if settings.boot_state_machine_arn:
+        boots = boot_items(clients.dynamodb, settings.ledger_table, sweep_id)
         ended.stopped = stop_boot_executions(
-            clients.stepfunctions, settings.boot_state_machine_arn, sweep_id, boots
-        )
-    for rig, boot in boots:
+            clients.stepfunctions, settings.boot_state_machine_arn, sweep_id,
+            [ledger.rig_boot_of_sk(item["sk"]["S"]) for item in boots],
+        )  # fmt: skip
+    for rig, boot in open_boots(clients.dynamodb, settings.ledger_table, sweep_id):
         done = end_boot(
             clients.ec2,
             clients.dynamodb,
