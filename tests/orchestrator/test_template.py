@@ -852,3 +852,43 @@ def test_an_optional_budget_backs_the_monthly_cap_from_outside_the_ledger() -> N
     kinds = {n["Notification"]["NotificationType"] for n in budget["Properties"][
         "NotificationsWithSubscribers"]}  # fmt: skip
     assert kinds == {"ACTUAL", "FORECASTED"}
+
+
+def test_the_sweep_may_start_wait_for_and_stop_only_its_boot_executions() -> None:
+    boot_executions = "execution:${BootStateMachine.Name}:*"
+    sweep = {
+        a: json.dumps(s["Resource"])
+        for o, s in statements()
+        if o == "SweepStateMachine"
+        for a in actions(s)
+    }
+    assert sweep["states:StartExecution"] == json.dumps({"Ref": "BootStateMachine"})
+    for action in ("states:DescribeExecution", "states:StopExecution"):
+        assert boot_executions in sweep[action], action
+    # what AWS asks of a role whose Task is startExecution.sync: its managed rule, by name
+    for action in ("events:PutTargets", "events:PutRule", "events:DescribeRule"):
+        assert sweep[action].endswith(
+            ':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"}'
+        ), action
+    # the end handler and the reaper stop a sweep's boot executions, named to them
+    stoppers = {o for o, s in statements() if allows(s, "states:StopExecution")}
+    assert stoppers == {"SweepStateMachine", "SweepEndFunction", "ReaperFunction"}
+    for owner in ("SweepEndFunction", "ReaperFunction"):
+        (stop,) = [s for o, s in statements() if o == owner and allows(s, "states:StopExecution")]
+        assert boot_executions in json.dumps(stop["Resource"])
+        variables = FUNCTIONS[owner]["Properties"]["Environment"]["Variables"]
+        assert variables["BOOT_STATE_MACHINE_ARN"] == {"Ref": "BootStateMachine"}
+    # the boot's own role invokes the boot's steps, the sweep's no longer does
+    boot_invokes = {
+        p["LambdaInvokePolicy"]["FunctionName"]["Ref"]
+        for p in RESOURCES["BootStateMachine"]["Properties"]["Policies"]
+        if "LambdaInvokePolicy" in p
+    }
+    assert "LaunchFunction" in boot_invokes
+    assert "FinishFunction" in boot_invokes
+    sweep_invokes = {
+        p["LambdaInvokePolicy"]["FunctionName"]["Ref"]
+        for p in RESOURCES["SweepStateMachine"]["Properties"]["Policies"]
+        if "LambdaInvokePolicy" in p
+    }
+    assert not {"LaunchFunction", "PollFunction"} & sweep_invokes
