@@ -74,6 +74,9 @@ HISTORY_EVENTS_RESERVED = 500  # each execution's own start and end, top-level s
 # Each further round of an adaptive sweep: the Map's own events, DecideRound, the Pass and the
 # Choice after it (the first round's are within the reserve, as a fixed sweep's one round is).
 EVENTS_PER_ROUND = 20
+# A boot in the sweep's history: 8 events when its execution succeeds (MapIterationStarted,
+# RunBoot's Entered, Scheduled, Started, Submitted, Succeeded, Exited, MapIterationSucceeded),
+# 20 through Finish, MarkFinishFailed and FinishFailed when it does not.
 EVENTS_PER_BOOT_IN_SWEEP = 20
 EVENTS_PER_BOOT_FIXED = 25
 EVENTS_PER_POLL = 9
@@ -566,10 +569,9 @@ class SweepInput(BootRounds, _Strict):
 
     def default_max_boots(self) -> int:
         """An adaptive sweep that names no cap gets DEFAULT_MAX_BOOTS_PER_RIG boots per rig at
-        most, fewer where the rigs x that many would pass the boots a sweep may run (at least
-        the minimum: an input whose minimum does not fit is refused, naming the limit)."""
-        fits = MAX_BOOTS_PER_SWEEP // len(self.rigs)
-        return max(MIN_MAX_BOOTS_PER_RIG, min(DEFAULT_MAX_BOOTS_PER_RIG, fits))
+        most, fewer where the rigs x that many would pass the boots a sweep may run (16 rigs,
+        the most an input names, still get 4)."""
+        return min(DEFAULT_MAX_BOOTS_PER_RIG, MAX_BOOTS_PER_SWEEP // len(self.rigs))
 
 
 def _check_dataset(path: str, endpoint: Endpoint) -> None:
