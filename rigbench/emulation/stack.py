@@ -343,12 +343,15 @@ class Emulation:
         self._seams.logical_ids.update(
             {self.physical[f]: f for f in self.template.of_type("AWS::Lambda::Function")}
         )
-        self._seams.status_change_targets = [
-            self.physical[target]
-            for rule in self.template.event_rules()
-            if "aws.states" in rule.pattern.get("source", [])
-            for target in rule.targets
+        heard = [
+            r for r in self.template.event_rules() if "aws.states" in r.pattern.get("source", [])
         ]
+        self._seams.status_change_targets = [self.physical[t] for r in heard for t in r.targets]
+        self._seams.status_change_machines = {
+            self.physical[machine["Ref"]]
+            for rule in heard
+            for machine in rule.pattern.get("detail", {}).get("stateMachineArn", [])
+        }
 
     # ------------------------------------------------------------------ use
     def stack_refs(self) -> StackRefs:

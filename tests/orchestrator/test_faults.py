@@ -285,6 +285,8 @@ def test_a_stopped_sweep_stops_its_boot_executions_and_ends_their_boots(
     assert sorted(ended["boots_closed"]) == ["torch#1", "torch#2", "vllm#1", "vllm#2"]
     emu.seams.idle(60)
     assert set(_boot_executions(emu, sweep_id).values()) == {"ABORTED"}
+    # the status-change rule names the sweep's state machine, not the boots'
+    assert not set(ended["stopped"]) & set(emu.seams.status_changes.results)
     assert len(fleet.instances) == 4
     assert_clean(emu, sweep_id)  # no instance running, every boot reconciled, nothing reserved
     earlier_id, rows = earlier_rows
