@@ -79,8 +79,8 @@ from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommu
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.responses import StepFunctionResponse
 
-from rigbench.emulation import sfn_tasks
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
+from rigbench.emulation.sfn_tasks import normalise_parameters, normalise_response
 from rigbench.emulation.speedups import (
     TableCopies,
     dynamodb_result,
@@ -533,8 +533,8 @@ class Seams:
             (StepFunctionResponse, "get_execution_history", execution_history),
             (lambda_eval_utils, "boto_client_for", step_functions_client),
             (state_task_service_sfn, "boto_client_for", step_functions_client),
-            (StateTaskServiceSfn, "_normalise_parameters", sfn_tasks.normalise_parameters),
-            (StateTaskServiceSfn, "_normalise_response", sfn_tasks.normalise_response),
+            (StateTaskServiceSfn, "_normalise_parameters", normalise_parameters),
+            (StateTaskServiceSfn, "_normalise_response", normalise_response),
             (json_path, "parse", jsonpath_ext),
             (result_path, "parse", jsonpath),
             (moto_backends, "list_of_moto_modules", moto_modules),
