@@ -4,10 +4,10 @@
 their sweep ended some other way.
 
 A name is unique for as long as its sweep id (which names one execution only), so a retried
-start finds the execution already started instead of starting a second boot. When a parent is
-stopped, Step Functions attempts to stop the execution its .sync Task waits for, but does not
-promise it (and moto's parser does not): the sweep's end handler and the reaper stop the
-sweep's boot executions themselves (`stop_boot_executions`).
+start finds the execution already started instead of starting a second boot. rigbench does not
+rely on Step Functions stopping the execution a .sync Task waits for when its parent is stopped
+(moto's parser does not): the sweep's end handler and the reaper stop the sweep's boot
+executions themselves (`stop_boot_executions`).
 """
 
 import hashlib

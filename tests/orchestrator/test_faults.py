@@ -280,7 +280,7 @@ def test_a_stopped_sweep_stops_its_boot_executions_and_ends_their_boots(
     emu.client("stepfunctions").stop_execution(executionArn=arn)
     (ended,) = emu.seams.status_changes.wait(arn, 60)
     assert emu.wait(arn)["status"] == "ABORTED"
-    # the sweep's end handler stopped them (the emulation, like AWS, does not promise it)
+    # the sweep's end handler stopped them: moto's parser leaves a stopped parent's .sync child
     assert len(ended["stopped"]) == 4
     assert sorted(ended["boots_closed"]) == ["torch#1", "torch#2", "vllm#1", "vllm#2"]
     emu.seams.idle(60)
