@@ -3,6 +3,7 @@ per case, and what each case left behind once its execution ended and (when it e
 ABORTED, TIMED_OUT or FAILED) its status-change cleanup ran, without the reaper:
 
     instances left       the sweep's instances still pending/running/stopping/stopped
+                         (and, not a column: its boot executions still running, held at 0)
     reservations open    the sweep's boots still holding a reservation (+1 if the sweep's
                          own reservation is not back to 0)
     unbilled seconds     what the instances really ran (launch to termination or vanishing,
@@ -98,6 +99,7 @@ class Outcome:
     # A live instance is billed to when its TerminateInstances call returned, which is up to
     # this much (summed over instances) after the emulation saw it end: the call's latency.
     terminate_latency_s: float = 0.0
+    boot_executions_left: int = 0  # the sweep's boot executions still running
 
     def billed_within_tolerance(self) -> bool:
         """Unbilled at most 1 s per instance; billed beyond the truth by at most that plus the
@@ -110,6 +112,7 @@ class Outcome:
         return (
             self.status in case.expect
             and not self.instances_left
+            and not self.boot_executions_left
             and not self.reservations_open
             and self.committed_delta_ok
             and self.billed_within_tolerance()
@@ -423,6 +426,19 @@ def sweep_instances(emu: Emulation, sweep_id: str) -> list[str]:
     return [i for i, inst in fleet.instances.items() if inst.tags.get("rigbench:sweep") == sweep_id]
 
 
+def boot_executions_left(emu: Emulation, sweep_id: str) -> int:
+    """The sweep's boot executions (named `<sweep>-<rig>-<boot>`) still running."""
+    pages = emu.client("stepfunctions").get_paginator("list_executions")
+    return sum(
+        1
+        for page in pages.paginate(
+            stateMachineArn=emu.physical["BootStateMachine"], statusFilter="RUNNING"
+        )
+        for e in page["executions"]
+        if e["name"].startswith(f"{sweep_id}-")
+    )
+
+
 def left_running(emu: Emulation, sweep_id: str) -> int:
     reservations = emu.client("ec2").describe_instances(
         Filters=[
@@ -494,6 +510,7 @@ def run_case(emu: Emulation, case: Case, timeout_s: float = 120) -> Outcome:
         error=str(described.get("error", "")),
         instances_launched=len(launched),
         instances_left=left_running(emu, sweep_id),
+        boot_executions_left=boot_executions_left(emu, sweep_id),
         reservations_open=open_boots + open_total,
         unbilled_s=round(truth - billed_s, 2),
         committed_delta_ok=committed(emu) - before == billed_usd,

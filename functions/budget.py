@@ -745,7 +745,8 @@ def open_boots(ddb: Any, table: str, sweep_id: str) -> list[tuple[str, int]]:
     ]
 
 
-def open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
+def boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
+    """Every boot of the sweep in the ledger, open or closed."""
     found = []
     for page in ddb.get_paginator("query").paginate(
         TableName=table,
@@ -756,8 +757,12 @@ def open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]
         },
         ConsistentRead=True,
     ):
-        found += [item for item in page["Items"] if item["status"]["S"] == "reserved"]
+        found += page["Items"]
     return found
+
+
+def open_boot_items(ddb: Any, table: str, sweep_id: str) -> list[dict[str, Any]]:
+    return [i for i in boot_items(ddb, table, sweep_id) if i["status"]["S"] == "reserved"]
 
 
 @instrumented

@@ -20,6 +20,7 @@ Choice in the state machine can match these names exactly.
 """
 
 import json
+from typing import Any
 
 
 class SweepError(Exception):
@@ -78,17 +79,46 @@ class ReportInvalid(SweepError):
     pass
 
 
+def _ended_execution(parsed: Any) -> dict[str, Any] | None:
+    """A boot execution's DescribeExecution answer: the cause its sweep's
+    `startExecution.sync:2` Task fails with when the boot's execution did not succeed."""
+    if isinstance(parsed, dict) and "ExecutionArn" in parsed and "Status" in parsed:
+        return parsed
+    return None
+
+
+def _parsed(cause: str) -> Any:
+    try:
+        return json.loads(cause)
+    except ValueError:
+        return None
+
+
 def error_message(cause: str) -> str:
     """The readable part of a Step Functions `Cause`: a Lambda error's cause is a JSON
-    document whose `errorMessage` is the message; any other cause is shown as it is.
-    The one place that reads it (handlers, CLI and progress alike)."""
-    try:
-        parsed = json.loads(cause)
-    except ValueError:
-        return cause.strip()
+    document whose `errorMessage` is the message; a boot execution that did not succeed reads
+    as its name, status and own error; any other cause is shown as it is. The one place that
+    reads it (handlers, CLI and progress alike)."""
+    parsed = _parsed(cause)
     if isinstance(parsed, dict) and parsed.get("errorMessage"):
         return str(parsed["errorMessage"])
+    ended = _ended_execution(parsed)
+    if ended is not None:
+        said = f"execution {ended.get('Name', ended['ExecutionArn'])} ended {ended['Status']}"
+        inner = error_message(str(ended.get("Cause") or ""))
+        own = ": ".join(str(part) for part in (ended.get("Error"), inner) if part)
+        return f"{said}: {own}" if own else said
     return cause.strip()
+
+
+def error_name(error: str, cause: str) -> str:
+    """The name a caught error is reported under: a boot execution that did not succeed as
+    `BootExecution<Status>` (`BootExecutionAborted`, ...), not Step Functions' own
+    States.TaskFailed, which may not name a Fail state's error; any other as it is."""
+    ended = _ended_execution(_parsed(cause))
+    if ended is None:
+        return error
+    return "BootExecution" + "".join(w.title() for w in str(ended["Status"]).split("_"))
 
 
 def error_code(exc: BaseException) -> str:

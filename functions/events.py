@@ -142,6 +142,7 @@ class BootItem(_Model):
     rig: str
     boot: int
     plan: BootPlan  # ValidateInput plans each rig once; every later step reads this plan
+    execution_name: str  # the boot's own execution (functions.boot_executions)
 
 
 class ValidateEvent(_Model):

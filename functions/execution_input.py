@@ -35,9 +35,13 @@ from harness.workload import (
 )
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "statemachine" / "sweep-input.schema.json"
-MAX_BOOTS_PER_RIG = 10
+MAX_BOOTS_PER_RIG = 50
 DEFAULT_REGRESSION_RATIO = 1.05
-MAX_BOOTS_PER_SWEEP = 40  # inline Map concurrency limit and one ledger transaction
+# ReserveBudget reserves every boot in one DynamoDB transaction (functions.budget.reserve, at
+# most 100 writes), and the sweep's state after DecideRound holds each boot's item and its
+# outcome twice (about 2.3 KB a boot with the longest cause Finish keeps): 64 boots keep that
+# state within 3/4 of the 256 KiB Step Functions passes between states (test_outcomes.py).
+MAX_BOOTS_PER_SWEEP = 64
 SWEEP_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Names that reach a shell on the instance: letters, digits and . _ - / : only.
 MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,255}$"
@@ -47,11 +51,10 @@ REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 RIG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}(@[a-z0-9][a-z0-9_-]{0,15})?$"
 # Boots per rig when the input gives none: with 2 the test (Welch's t-test on log boot values)
 # finds a real 1.5x difference at 10% boot-to-boot spread in about 1 comparison in 3; with 3
-# in about 9 in 10 (benchmarks/verdict_calibration.py). 3 rigs x 3 boots also stay within the
-# 10 boots a sweep's history allows at the default waits.
+# in about 9 in 10 (benchmarks/verdict_calibration.py).
 DEFAULT_BOOTS_PER_RIG = 3
 # Adaptive boots ("boots_per_rig": "auto"): looks after 3 and 5 boots per rig and at the cap,
-# each at its Hwang-Shih-DeCani alpha-spending increment (harness/sequential.py, measured in
+# each at its Hwang-Shih-DeCani alpha-spending increment (analysis/sequential.py, measured in
 # docs/measurements.md "Boots until decided"). 3 is the fewest at which the test decides at all.
 AUTO = "auto"
 FIRST_LOOKS = (3, 5)
@@ -60,15 +63,21 @@ DEFAULT_MAX_BOOTS_PER_RIG = 10
 MAX_INPUT_BYTES = 64 * 1024
 MAX_INPUT_DEPTH = 8  # the model nests 3 deep; anything deeper is not a sweep
 
-# Step Functions ends an execution at 25,000 history events, uncatchably. Every boot of the
-# inline Map writes into the one history: about 25 events for its fixed steps plus 9 per poll
-# (Wait, Task, Choice). A sweep whose worst case (every poll loop running to its deadline)
-# could pass the limit is refused before anything is spent.
+# Step Functions ends an execution at 25,000 history events, uncatchably. Each boot runs as its
+# own execution (statemachine/boot.asl.json): about 25 events for its fixed steps plus 9 per
+# poll (Wait, Task, Choice). The sweep's execution writes a few per boot: its Map iteration,
+# the Task that starts the boot and waits for it, and on the boot's failure Finish,
+# MarkFinishFailed and FinishFailed. A sweep whose worst case (every poll loop running to its
+# deadline) could pass the limit in either execution is refused before anything is spent.
 HISTORY_EVENT_LIMIT = 25_000
-HISTORY_EVENTS_RESERVED = 500  # top-level states, retries
+HISTORY_EVENTS_RESERVED = 500  # each execution's own start and end, top-level states, retries
 # Each further round of an adaptive sweep: the Map's own events, DecideRound, the Pass and the
 # Choice after it (the first round's are within the reserve, as a fixed sweep's one round is).
 EVENTS_PER_ROUND = 20
+# A boot in the sweep's history: 8 events when its execution succeeds (MapIterationStarted,
+# RunBoot's Entered, Scheduled, Started, Submitted, Succeeded, Exited, MapIterationSucceeded),
+# 20 through Finish, MarkFinishFailed and FinishFailed when it does not.
+EVENTS_PER_BOOT_IN_SWEEP = 20
 EVENTS_PER_BOOT_FIXED = 25
 EVENTS_PER_POLL = 9
 COMMAND_GRACE_S = 60  # functions.dispatch.GRACE_S: polls go on this long after bench_s
@@ -289,10 +298,10 @@ class SweepInput(BootRounds, _Strict):
         default=None,
         ge=MIN_MAX_BOOTS_PER_RIG,
         le=MAX_BOOTS_PER_RIG,
-        description='with boots_per_rig "auto" only: the most boots per rig (default: the '
-        f"most, up to {DEFAULT_MAX_BOOTS_PER_RIG}, whose worst case fits one execution's "
-        "history at the waits and deadlines); the budget reserves this worst case up front "
-        "and releases what was not launched",
+        description='with boots_per_rig "auto" only: the most boots per rig (default: '
+        f"{DEFAULT_MAX_BOOTS_PER_RIG}, fewer where the rigs x that many would pass the "
+        f"{MAX_BOOTS_PER_SWEEP} boots a sweep may run); the budget reserves this worst case up "
+        "front and releases what was not launched",
     )
     cells: LoadCells = Field(
         default=LoadCells(), description="the load cells the harness measures on every boot"
@@ -517,7 +526,8 @@ class SweepInput(BootRounds, _Strict):
         return max(loads) if loads else 8
 
     def history_events_per_boot(self) -> int:
-        """Worst case: per attempt (the first launch and each relaunch after a spot reclaim)
+        """Worst case of the events a boot's polls and steps write into its own execution: per
+        attempt (the first launch and each relaunch after a spot reclaim)
         the agent and ready loops share the ready deadline and the harness loop runs to bench_s
         plus the poll's grace, and all attempts together poll no longer than the instance
         deadline (the faster loop taking the time first); a 0 s wait is counted as 1 s. With
@@ -543,28 +553,25 @@ class SweepInput(BootRounds, _Strict):
         )
         return EVENTS_PER_BOOT_FIXED * attempts + EVENTS_PER_POLL * polls
 
-    def history_events(self) -> int:
-        return self._history_events_at(self.boots_cap())
+    def boot_history_events(self) -> int:
+        """Worst case of one boot execution's history."""
+        return HISTORY_EVENTS_RESERVED + self.history_events_per_boot()
 
-    def _history_events_at(self, cap: int) -> int:
+    def history_events(self) -> int:
+        """Worst case of the sweep execution's history: every rig run to the cap."""
+        cap = self.boots_cap()
         rounds = len(adaptive_looks(cap)) if self.adaptive else 1
-        boots = len(self.rigs) * cap
         return (
             HISTORY_EVENTS_RESERVED
             + EVENTS_PER_ROUND * (rounds - 1)
-            + boots * self.history_events_per_boot()
+            + len(self.rigs) * cap * EVENTS_PER_BOOT_IN_SWEEP
         )
 
     def default_max_boots(self) -> int:
-        """An adaptive sweep that names no cap gets the most boots per rig, at most
-        DEFAULT_MAX_BOOTS_PER_RIG, whose worst case fits one execution's history at its waits
-        and deadlines and the boots a sweep may run (at least the minimum: an input whose
-        minimum does not fit is refused, naming the limit)."""
-        for cap in range(DEFAULT_MAX_BOOTS_PER_RIG, MIN_MAX_BOOTS_PER_RIG, -1):
-            fits = len(self.rigs) * cap <= MAX_BOOTS_PER_SWEEP
-            if fits and self._history_events_at(cap) <= HISTORY_EVENT_LIMIT:
-                return cap
-        return MIN_MAX_BOOTS_PER_RIG
+        """An adaptive sweep that names no cap gets DEFAULT_MAX_BOOTS_PER_RIG boots per rig at
+        most, fewer where the rigs x that many would pass the boots a sweep may run (16 rigs,
+        the most an input names, still get 4)."""
+        return min(DEFAULT_MAX_BOOTS_PER_RIG, MAX_BOOTS_PER_SWEEP // len(self.rigs))
 
 
 def _check_dataset(path: str, endpoint: Endpoint) -> None:
@@ -670,18 +677,12 @@ def parse_sweep_input(raw: Any, context: dict[str, Any] | None = None) -> SweepI
             f"invalid sweep input: {boots_field}: {len(sweep.rigs)} rigs x {sweep.boots_cap()} "
             f"boots = {sweep.boot_count()} boots, above the {MAX_BOOTS_PER_SWEEP} a sweep may run"
         )
-    if sweep.history_events() > HISTORY_EVENT_LIMIT:
-        fewer = (
-            f"lower max_boots_per_rig (the worst case, {sweep.boots_cap()} per rig, is what counts)"
-            if sweep.adaptive
-            else "run fewer boots"
-        )
+    if sweep.boot_history_events() > HISTORY_EVENT_LIMIT:
         raise InvalidInput(
-            f"invalid sweep input: waits: {sweep.boot_count()} boots could write "
-            f"{sweep.history_events()} history events at these waits and deadlines "
-            f"({sweep.history_events_per_boot()} per boot), above Step Functions' limit of "
-            f"{HISTORY_EVENT_LIMIT} events per execution; raise the poll intervals, shorten "
-            f"the deadlines or {fewer}"
+            f"invalid sweep input: waits: a boot could write {sweep.boot_history_events()} "
+            "history events into its execution at these waits and deadlines, above Step "
+            f"Functions' limit of {HISTORY_EVENT_LIMIT} events per execution; raise the poll "
+            "intervals or shorten the deadlines"
         )
     return sweep
 

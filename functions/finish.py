@@ -9,12 +9,12 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.cleanup import end_boot
-from functions.errors import error_message
+from functions.errors import error_message, error_name
 from functions.events import BootOutcome, BootState, CaughtError
 from functions.observability import instrumented, metrics
 from functions.settings import Clients, Settings
 
-MAX_CAUSE = 500  # per boot: 40 boots' outcomes stay far below the 256 KiB payload limit
+MAX_CAUSE = 500  # per boot: a sweep's outcomes stay far below the 256 KiB payload limit
 
 
 def explain(error: CaughtError) -> str:
@@ -47,7 +47,9 @@ def finish_boot(state: BootState, clients: Clients, settings: Settings) -> BootO
         boot=state.boot,
         outcome="failed" if failed else "succeeded",
         instance_id=instance_id or (ended.instance_ids[0] if ended.instance_ids else None),
-        error=truncate(state.error.Error, 100) if state.error else None,
+        error=truncate(error_name(state.error.Error, state.error.Cause), 100)
+        if state.error
+        else None,
         cause=truncate(explain(state.error)) if state.error else None,
         rows=state.stored.rows if state.stored else 0,
         interruptions=state.interruptions,

@@ -2,7 +2,8 @@
 instance's dead-man timer. It ends every project instance past its deadline tag, whose sweep's
 execution is no longer running, or whose boot Finish gave up on (marked FINISH_FAILED by the
 state machine), reconciles those boots from their real run time, and releases the
-reservations of sweeps whose execution ended without summarizing.
+reservations of sweeps whose execution ended without summarizing (stopping their boot
+executions still running first).
 
 Each instance and each ledger item is handled on its own: one that cannot be (termination
 protection, a throttle, a malformed tag or item) is logged, counted and skipped, and the others
@@ -21,7 +22,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from functions import clock
-from functions.budget import close_sweep, open_boot_items, open_sweeps, write_with_month
+from functions.boot_executions import stop_boot_executions
+from functions.budget import boot_items, close_sweep, open_sweeps, write_with_month
 from functions.cleanup import LIVE, end_boot, tagged_instances, terminate
 from functions.errors import error_code
 from functions.observability import instrumented, logger, metrics
@@ -216,13 +218,13 @@ class Reaper:
 
     def __init__(
         self, clients: Clients, project: str, ledger_table: str, region: str, now: float,
-        sfn: Any = None,
+        sfn: Any = None, boot_state_machine_arn: str = "",
     ) -> None:  # fmt: skip
         self.clients, self.project, self.table, self.region = clients, project, ledger_table, region
         self.now = now
-        self.executions = ExecutionStatus(
-            clients.dynamodb, sfn or clients.stepfunctions, ledger_table
-        )
+        self.sfn = sfn or clients.stepfunctions
+        self.boot_state_machine_arn = boot_state_machine_arn
+        self.executions = ExecutionStatus(clients.dynamodb, self.sfn, ledger_table)
         self.reaped = Reaped()
 
     def _failed(self, what: str, exc: Exception) -> None:
@@ -276,14 +278,24 @@ class Reaper:
         if self.executions.running(sweep):
             return
         settled = True
-        for record in open_boot_items(self.clients.dynamodb, self.table, sweep):
+        boots, open_boots = [], []
+        for record in boot_items(self.clients.dynamodb, self.table, sweep):
             sk = record.get("sk", {}).get("S", "")
             try:
-                rig, boot = ledger.rig_boot_of_sk(sk)
+                boots.append(ledger.rig_boot_of_sk(sk))
             except ValueError:
                 settled = False
                 self._failed(f"sweep {sweep} item {sk!r}", MalformedItem("not BOOT#<rig>#<n>"))
                 continue
+            if record.get("status", {}).get("S") == "reserved":
+                open_boots.append(boots[-1])
+        if self.boot_state_machine_arn:  # those of boots ended above (orphaned) too
+            try:
+                stop_boot_executions(self.sfn, self.boot_state_machine_arn, sweep, boots)
+            except Exception as exc:  # the boots are ended all the same
+                settled = False
+                self._failed(f"sweep {sweep} boot executions", exc)
+        for rig, boot in open_boots:
             try:
                 end_boot(
                     self.clients.ec2, self.clients.dynamodb, self.table,
@@ -321,19 +333,20 @@ class Reaper:
 
 def reap(
     clients: Clients, project: str, ledger_table: str, now: float | None = None, sfn: Any = None,
-    *, region: str,
+    *, region: str, boot_state_machine_arn: str = "",
 ) -> Reaped:  # fmt: skip
     """One pass of the reaper; `region` prices strays."""
     now = clock.now() if now is None else now
-    return Reaper(clients, project, ledger_table, region, now, sfn).run()
+    return Reaper(clients, project, ledger_table, region, now, sfn, boot_state_machine_arn).run()
 
 
 @instrumented
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = Settings.from_env()
     reaped = reap(
-        Clients(), settings.project, settings.ledger_table, clock.now(), region=settings.region
-    )
+        Clients(), settings.project, settings.ledger_table, clock.now(), region=settings.region,
+        boot_state_machine_arn=settings.boot_state_machine_arn,
+    )  # fmt: skip
     if reaped.failures:
         raise ReaperFailed(
             f"{len(reaped.failures)} failures (the rest were reaped: {reaped.instances}): "

@@ -27,12 +27,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from analysis.sequential import Spending, look_levels
 from analysis.stats import Verdict, decide, difference, holm
+from functions.boot_executions import boot_execution_name
 from functions.events import (
     BootItem,
     DecideRoundEvent,
     Decision,
     HeadlineComparison,
     Round,
+    SweepConfig,
     every_outcome,
 )
 from functions.execution_input import BootRounds
@@ -126,15 +128,18 @@ def look(
 
 
 def next_items(
-    sweep: BootRounds, items: Sequence[BootItem], done: int, upto: int
+    sweep: SweepConfig, items: Sequence[BootItem], done: int, upto: int
 ) -> list[BootItem]:
     """The next round's boots: every rig's boots done+1..upto, each with its rig's plan."""
     plans = {item.rig: item.plan for item in items}
     return [
-        BootItem(rig=rig, boot=b, plan=plans[rig])
+        BootItem(
+            rig=rig, boot=b, plan=plans[rig],
+            execution_name=boot_execution_name(sweep.sweep_id, rig, b),
+        )
         for b in range(done + 1, upto + 1)
         for rig in sweep.rigs
-    ]
+    ]  # fmt: skip
 
 
 def decide_round(event: DecideRoundEvent, rows: Iterable[Mapping[str, Any]] | None) -> Decision:

@@ -73,6 +73,9 @@ class Settings(BaseModel):
     # arn:<partition>:ec2:<region>:<account>:instance/ - an instance's ARN is this + its id.
     instance_arn_prefix: str = ""
     alert_topic_arn: str = ""  # where Summarize publishes regression alerts (SNS)
+    # the boot state machine (statemachine/boot.asl.json): the end handler and the reaper stop
+    # the boot executions of an ended sweep (functions/boot_executions.py)
+    boot_state_machine_arn: str = ""
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -102,6 +105,7 @@ class Settings(BaseModel):
             deadline_role_arn=env.get("DEADLINE_ROLE_ARN", ""),
             instance_arn_prefix=env.get("INSTANCE_ARN_PREFIX", ""),
             alert_topic_arn=env.get("ALERT_TOPIC_ARN", ""),
+            boot_state_machine_arn=env.get("BOOT_STATE_MACHINE_ARN", ""),
         )
 
 

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from functions.boot_executions import boot_execution_name
 from functions.boot_plan import plan_boot, require_baked_images
 from functions.budget import claim_sweep
 from functions.errors import InvalidInput
@@ -102,10 +103,13 @@ def check_sweep(
     require_baked_images(clients.ssm, list(plans.values()))
     # The first round: every boot of a fixed sweep, the first look's of an adaptive one.
     items = [
-        BootItem(rig=rig, boot=b, plan=plans[rig])
+        BootItem(
+            rig=rig, boot=b, plan=plans[rig],
+            execution_name=boot_execution_name(config.sweep_id, rig, b),
+        )
         for b in range(1, sweep.looks()[0] + 1)
         for rig in sweep.rigs
-    ]
+    ]  # fmt: skip
     return SweepState(sweep=config, items=items)
 
 

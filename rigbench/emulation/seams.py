@@ -13,7 +13,8 @@ Where moto falls short of AWS, the seams fill in what the control plane relies o
   instance; same token, other parameters: IdempotentParameterMismatch);
 - EventBridge: moto emits no "Step Functions Execution Status Change" event, so when an
   execution ends ABORTED, TIMED_OUT or FAILED the seams deliver it to the functions the
-  template subscribes (`status_change_targets`), on their own thread as EventBridge would;
+  template subscribes (`status_change_targets`), on their own thread as EventBridge would, for
+  the state machines the rule names (`status_change_machines`: not the boot executions);
 - every instance's real launch and end time is kept (`InstanceTimes`), the ground truth a
   test compares the ledger with.
 
@@ -66,6 +67,12 @@ from moto.ssm.responses import SimpleSystemManagerResponse
 from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_sfn,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (  # noqa: E501
+    StateTaskServiceSfn,
+)
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
@@ -73,6 +80,7 @@ from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation.fleet import CommandNotDelivered, Fleet, LaunchedInstance, LaunchRequest
+from rigbench.emulation.sfn_tasks import normalise_parameters, normalise_response
 from rigbench.emulation.speedups import (
     TableCopies,
     dynamodb_result,
@@ -234,6 +242,8 @@ class Seams:
     logical_ids: dict[str, str]  # function physical name -> logical id
     timeout_override_s: float | None = None
     status_change_targets: list[str] = field(default_factory=list)  # function physical names
+    # the state machines the rule matches (its detail.stateMachineArn; empty: every one)
+    status_change_machines: set[str] = field(default_factory=set)
     closing: bool = False  # the emulation is being torn down: deliver no more events
     times: InstanceTimes = field(default_factory=InstanceTimes)
     status_changes: StatusChanges = field(default_factory=StatusChanges)
@@ -458,7 +468,10 @@ class Seams:
                     return  # ended at its stop; its worker has now wound down
                 seams._ended.add(execution.exec_arn)
             original_terminated(comm)
-            if execution.exec_status in ENDS_WITHOUT_FINISH and not seams.closing:
+            heard = not seams.status_change_machines or (
+                execution.state_machine.arn in seams.status_change_machines
+            )
+            if execution.exec_status in ENDS_WITHOUT_FINISH and heard and not seams.closing:
                 threading.Thread(
                     target=seams.deliver_status_change,
                     args=(execution,),
@@ -519,6 +532,9 @@ class Seams:
             (DynamoResult, "execute_result", dynamodb_result),
             (StepFunctionResponse, "get_execution_history", execution_history),
             (lambda_eval_utils, "boto_client_for", step_functions_client),
+            (state_task_service_sfn, "boto_client_for", step_functions_client),
+            (StateTaskServiceSfn, "_normalise_parameters", normalise_parameters),
+            (StateTaskServiceSfn, "_normalise_response", normalise_response),
             (json_path, "parse", jsonpath_ext),
             (result_path, "parse", jsonpath),
             (moto_backends, "list_of_moto_modules", moto_modules),

@@ -217,15 +217,19 @@ class Emulation:
                 Emulation._running = None
 
     def _stop_executions(self) -> list[str]:
-        """StopExecution on every running execution; the ARNs it stopped."""
+        """StopExecution on every running execution, sweeps' and boots'; the ARNs it stopped."""
         if not self.state_machine_arn:
             return []
         sfn = self.client("stepfunctions")
+        machines = [self.state_machine_arn]
+        if "BootStateMachine" in self.physical:
+            machines.append(self.physical["BootStateMachine"])
         running = [
             e["executionArn"]
-            for e in sfn.list_executions(
-                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
-            )["executions"]
+            for machine in machines
+            for e in sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")[
+                "executions"
+            ]
         ]
         for arn in running:
             sfn.stop_execution(executionArn=arn, error="EmulationStopped")
@@ -339,12 +343,15 @@ class Emulation:
         self._seams.logical_ids.update(
             {self.physical[f]: f for f in self.template.of_type("AWS::Lambda::Function")}
         )
-        self._seams.status_change_targets = [
-            self.physical[target]
-            for rule in self.template.event_rules()
-            if "aws.states" in rule.pattern.get("source", [])
-            for target in rule.targets
+        heard = [
+            r for r in self.template.event_rules() if "aws.states" in r.pattern.get("source", [])
         ]
+        self._seams.status_change_targets = [self.physical[t] for r in heard for t in r.targets]
+        self._seams.status_change_machines = {
+            self.physical[machine["Ref"]]
+            for rule in heard
+            for machine in rule.pattern.get("detail", {}).get("stateMachineArn", [])
+        }
 
     # ------------------------------------------------------------------ use
     def stack_refs(self) -> StackRefs:

@@ -35,7 +35,7 @@ from rigbench.bundle import REPO_ROOT, build_bundle
 from rigbench.bundle import upload_bundle as put_bundle
 from rigbench.stack.client import REPORT_URL_EXPIRES_S, STOPPED_BY_USER, StackError
 from rigbench.stack.deployed_plan import VALIDATE_STATE, deployed_settings, plan_deployed
-from rigbench.stack.history import fold
+from rigbench.stack.history import boot_executions_in_flight, fold
 from rigbench.stack.models import (
     BootLog,
     BundleManifest,
@@ -167,7 +167,9 @@ class BotoStack:
         arn = self.refs.execution_arn(execution)
         with aws_errors(f"sweep {execution!r}"):
             described = self.client("stepfunctions").describe_execution(executionArn=arn)
-            return fold(self.history(arn), execution_arn=arn, described=described)
+            events = self.history(arn)
+            boots = {boot: self.history(boot) for boot in boot_executions_in_flight(events)}
+            return fold(events, execution_arn=arn, described=described, boot_events=boots)
 
     def follow_sweep(
         self,

@@ -6,7 +6,13 @@ on AWS, so each event is attributed to one iteration (one rig x boot); the itera
 and boot are read from the input of the states it enters. An adaptive sweep runs the Map once
 per round, and each run numbers its iterations from 0: an iteration is the run's and its own
 index. DecideRound's results give the rounds. A state's phase is looked up in
-`STATE_PHASES`, which names every state of statemachine/sweep.asl.json (a test checks it).
+`STATE_PHASES`, which names every state of statemachine/sweep.asl.json's Map and of
+boot.asl.json (a test checks it).
+
+Each boot runs as its own execution (statemachine/boot.asl.json), which the iteration's RunBoot
+starts and waits for: the sweep's history holds its start and its outcome, the boot's own
+history its steps. Given the histories of the boot executions still running
+(`boot_executions_in_flight`), their steps are folded into their iterations.
 """
 
 import json
@@ -20,6 +26,7 @@ from rigbench.stack.models import BootProgress, Phase, SweepProgress
 
 # Each state inside the Map (one rig x boot), by the phase it belongs to.
 STATE_PHASES: dict[str, Phase] = {
+    "RunBoot": Phase.LAUNCHING,  # the sweep's Task that starts the boot's execution
     "Launch": Phase.LAUNCHING,
     "WaitForAgent": Phase.WAITING_READY,
     "CheckAgent": Phase.WAITING_READY,
@@ -134,15 +141,47 @@ class _Boot:
         )  # fmt: skip
 
 
+def _boot_execution(kind: str, details: Mapping[str, Any]) -> str:
+    """The boot execution a RunBoot event names: started (TaskSubmitted), ended (TaskSucceeded,
+    or TaskFailed whose cause is the execution's description); "" for any other event."""
+    if kind in ("TaskSubmitted", "TaskSucceeded"):
+        payload = _json(details.get("output"))
+    elif kind == "TaskFailed":
+        payload = _json(details.get("cause"))
+    else:
+        return ""
+    if details.get("resourceType") != "states" or not isinstance(payload, Mapping):
+        return ""
+    return str(payload.get("ExecutionArn") or "")
+
+
+def boot_executions(events: Iterable[Mapping[str, Any]]) -> dict[str, bool]:
+    """The boot executions the sweep started, in the order started: whether it saw each end."""
+    found: dict[str, bool] = {}
+    for event in sorted(events, key=lambda e: int(e["id"])):
+        kind = str(event["type"])
+        arn = _boot_execution(kind, _details(event))
+        if arn:
+            found[arn] = kind != "TaskSubmitted"
+    return found
+
+
+def boot_executions_in_flight(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The boot executions the sweep started and has not seen end, in the order started."""
+    return [arn for arn, ended in boot_executions(events).items() if not ended]
+
+
 def fold(
     events: Iterable[Mapping[str, Any]],
     *,
     execution_arn: str,
     described: Mapping[str, Any] | None = None,
+    boot_events: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
 ) -> SweepProgress:
-    """Fold history events (in any order) and, when given, describe_execution's answer into
-    the sweep's progress. Events are refolded in id order: an executor appends events from
-    several threads, so a read can show an event with a smaller id after a larger one."""
+    """Fold history events (in any order) and, when given, describe_execution's answer and
+    the histories of boot executions (by ARN) into the sweep's progress. Events are refolded
+    in id order: an executor appends events from several threads, so a read can show an event
+    with a smaller id after a larger one."""
     by_id = {int(e["id"]): e for e in events}
     iteration_of: dict[int, int | None] = {}
     boots: dict[int, _Boot] = {}
@@ -176,42 +215,12 @@ def fold(
                     cause = error_message(str(details.get("cause") or ""))
             continue
         boot = boots.setdefault(index, _Boot(index))
-        if kind.endswith("StateEntered"):
-            payload = _json(details.get("input"))
-            if isinstance(payload, Mapping):
-                if boot.rig == "?" and "rig" in payload:
-                    boot.rig = str(payload["rig"])
-                if boot.boot is None and isinstance(payload.get("boot"), int):
-                    boot.boot = payload["boot"]
-                boot.instance_id = _instance_id(payload) or boot.instance_id
-                caught = _caught(payload)
-                if caught is not None:
-                    boot.failed(*caught)
-            boot.state = str(details["name"])
-            phase = STATE_PHASES.get(boot.state)
-            if phase is not None and not boot.finished:
-                boot.move(phase, when)
-        elif kind.endswith("StateExited"):
-            payload = _json(details.get("output"))
-            boot.instance_id = _instance_id(payload) or boot.instance_id
-            report = _outcome(payload)
-            if report is not None:
-                boot.outcome = str(report["outcome"])
-                boot.instance_id = str(report.get("instance_id") or boot.instance_id)
-                if report.get("cost_usd") is not None:
-                    boot.cost_usd = float(report["cost_usd"])
-                if boot.outcome == "failed":
-                    boot.failed(str(report.get("error") or ""), str(report.get("cause") or ""))
-        elif kind.endswith("Failed") and kind != "MapIterationFailed":
-            boot.failed(
-                str(details.get("error") or ""), error_message(str(details.get("cause") or ""))
-            )
-        elif kind in _ITERATION_ENDED:
-            boot.finished = True
-            if boot.outcome == "succeeded":  # errors before were retried away
-                boot.error = boot.cause = ""
-            succeeded = kind == "MapIterationSucceeded" and not boot.error
-            boot.move(Phase.TERMINATED if succeeded else Phase.FAILED, when)
+        _step(boot, kind, details, when)
+        started = _boot_execution(kind, details) if kind == "TaskSubmitted" else ""
+        for child in sorted((boot_events or {}).get(started, []), key=lambda e: int(e["id"])):
+            child_kind = str(child["type"])
+            if not child_kind.startswith("Execution"):  # the boot's steps, not its own end
+                _step(boot, child_kind, _details(child), child.get("timestamp"))
     output = None
     if described is not None:
         status = str(described.get("status") or status)
@@ -227,6 +236,44 @@ def fold(
         status=status, state=sweep_state, error=error, cause=cause, output=output,
         boots=[boots[i].frozen() for i in sorted(boots)], rounds=rounds, headline=headline,
     )  # fmt: skip
+
+
+def _step(boot: _Boot, kind: str, details: Mapping[str, Any], when: datetime | None) -> None:
+    """One event of the boot's iteration, or of its own execution."""
+    if kind.endswith("StateEntered"):
+        payload = _json(details.get("input"))
+        if isinstance(payload, Mapping):
+            if boot.rig == "?" and "rig" in payload:
+                boot.rig = str(payload["rig"])
+            if boot.boot is None and isinstance(payload.get("boot"), int):
+                boot.boot = payload["boot"]
+            boot.instance_id = _instance_id(payload) or boot.instance_id
+            caught = _caught(payload)
+            if caught is not None:
+                boot.failed(*caught)
+        boot.state = str(details["name"])
+        phase = STATE_PHASES.get(boot.state)
+        if phase is not None and not boot.finished:
+            boot.move(phase, when)
+    elif kind.endswith("StateExited"):
+        payload = _json(details.get("output"))
+        boot.instance_id = _instance_id(payload) or boot.instance_id
+        report = _outcome(payload)
+        if report is not None:
+            boot.outcome = str(report["outcome"])
+            boot.instance_id = str(report.get("instance_id") or boot.instance_id)
+            if report.get("cost_usd") is not None:
+                boot.cost_usd = float(report["cost_usd"])
+            if boot.outcome == "failed":
+                boot.failed(str(report.get("error") or ""), str(report.get("cause") or ""))
+    elif kind.endswith("Failed") and kind != "MapIterationFailed":
+        boot.failed(str(details.get("error") or ""), error_message(str(details.get("cause") or "")))
+    elif kind in _ITERATION_ENDED:
+        boot.finished = True
+        if boot.outcome == "succeeded":  # errors before were retried away
+            boot.error = boot.cause = ""
+        succeeded = kind == "MapIterationSucceeded" and not boot.error
+        boot.move(Phase.TERMINATED if succeeded else Phase.FAILED, when)
 
 
 def _decision(payload: Any) -> tuple[list[Round], list[HeadlineComparison]] | None:

@@ -52,13 +52,12 @@ LOCAL_FIRST_POLL_S = 1
 
 def at_local_speed(sweep: SweepInput) -> SweepInput:
     """A sweep whose input names no waits polls from 1 s on, the waits growing with each
-    phase's age up to the cloud's intervals, where one execution's history still holds its
-    worst case without fewer boots; else as given."""
+    phase's age up to the cloud's intervals, where a boot's execution history still holds its
+    worst case; else as given."""
     if "waits" in sweep.model_fields_set:
         return sweep
     fast = sweep.model_copy(update={"waits": Waits(first_poll_s=LOCAL_FIRST_POLL_S)})
-    fits = fast.history_events() <= HISTORY_EVENT_LIMIT
-    return fast if fits and fast.boots_cap() == sweep.boots_cap() else sweep
+    return fast if fast.boot_history_events() <= HISTORY_EVENT_LIMIT else sweep
 
 
 class LocalStack(BotoStack):

@@ -147,7 +147,7 @@ def test_a_stopped_bake_is_ended_and_billed_as_a_stopped_sweep(bundle_root: Path
         (ended,) = emu.seams.status_changes.wait(arn)
         assert ended == {
             "sweep_id": "bake-vllm-stopped", "terminated": [builder.instance_id],
-            "boots_closed": ["vllm#1"],
+            "boots_closed": ["vllm#1"], "stopped": [],
         }  # fmt: skip
         assert fleet.alive == set()
         items = emu.client("dynamodb").scan(TableName=emu.table("LedgerTable"))["Items"]

@@ -47,5 +47,7 @@ def test_quick_decode_steps_with_each_kernel_choice(tmp_path: Path) -> None:
     assert [(r["width"], r["kernels"]) for r in report["decode"]] == [(2, "xla"), (2, "pallas")]
     for row in report["decode"]:
         assert row["ms_per_step"] > 0
-        assert row["tok_s"] == pytest.approx(2000 / row["ms_per_step"], rel=0.01)
+        assert row["tok_s"] == pytest.approx(
+            2000 / row["ms_per_step"], rel=0.01, abs=0.05
+        )  # 0.1 tok/s
     assert report["decode"][1]["tokens_same_as_xla"] == 1.0  # float32: no near-ties expected

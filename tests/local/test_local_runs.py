@@ -128,6 +128,22 @@ def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_dry_run_of_two_rigs_by_thirty_boots_is_accepted_at_the_default_waits(
+    tmp_path: Path,
+) -> None:
+    # 60 boots, each polling in its own execution: one history held 9 at these waits before
+    body = {**REAL_INPUT, "boots_per_rig": 30, "budget_usd": 10}
+    code, out = _dry(tmp_path, body, quota_vcpus=64, spot_price=0.05)
+    assert code == 0, out
+    assert "vllm, torch x 30 boots of google/gemma-4-E2B-it on g5g.2xlarge (spot)" in out
+    assert "at most 8 instances at once" in out
+    assert "60 boots reserve $7.62 of the $10.00 budget" in " ".join(out.split())
+    assert out.count("g5g.2xlarge   │ spot") == 60
+    assert "no instance was launched" in out
+    assert processes_under(tmp_path) == []
+
+
+@pytest.mark.slow
 def test_dry_run_of_an_adaptive_sweep_plans_its_first_round_and_reserves_its_worst_case(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from functions.events import BundleRef, SweepConfig
 from functions.execution_input import SweepInput
 from rigbench.emulation import Emulation, Faults
+from rigbench.stack.history import boot_executions
 from tests.orchestrator.scripted_fleet import ScriptedFleet
 
 RIGS = ("torch", "vllm")
@@ -89,6 +90,16 @@ def sweep_input(**overrides: Any) -> dict[str, Any]:
 def run_sweep(emu: Emulation, body: dict[str, Any] | str, timeout_s: float = 90) -> dict[str, Any]:
     arn = emu.start_execution(body)
     return emu.wait(arn, timeout_s)
+
+
+def history(emu: Emulation, arn: str) -> list[dict[str, Any]]:
+    pages = emu.client("stepfunctions").get_paginator("get_execution_history")
+    return [e for page in pages.paginate(executionArn=arn) for e in page["events"]]
+
+
+def boot_histories(emu: Emulation, arn: str) -> dict[str, list[dict[str, Any]]]:
+    """The history of each boot execution the sweep started, by its ARN."""
+    return {boot: history(emu, boot) for boot in boot_executions(history(emu, arn))}
 
 
 def sweep_id_of(described: dict[str, Any]) -> str:

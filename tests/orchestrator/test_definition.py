@@ -1,9 +1,12 @@
-"""statemachine/sweep.asl.json as a graph: whatever happens after launch ends in Finish."""
+"""statemachine/sweep.asl.json and boot.asl.json as graphs: whatever happens after launch ends
+in Finish, in the boot's execution or, when that execution itself fails, in the sweep's."""
 
 import json
 from collections import deque
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from functions.events import BootState
 
@@ -16,15 +19,17 @@ NUMBER_SUBSTITUTIONS = {
 }
 
 
-def definition_text() -> str:
-    text = (ROOT / "statemachine" / "sweep.asl.json").read_text()
+def definition_text(name: str = "sweep") -> str:
+    text = (ROOT / "statemachine" / f"{name}.asl.json").read_text()
     for key, value in NUMBER_SUBSTITUTIONS.items():
         text = text.replace("${" + key + "}", str(value))
     return text
 
 
 DEFINITION = json.loads(definition_text())
-BOOT = DEFINITION["States"]["RunBoots"]["ItemProcessor"]
+ITERATION = DEFINITION["States"]["RunBoots"]["ItemProcessor"]
+BOOT = json.loads(definition_text("boot"))
+RUN_BOOT = ITERATION["States"]["RunBoot"]
 RECOMMENDED_LAMBDA_RETRY = {
     "ErrorEquals": [
         "Lambda.ServiceException",
@@ -104,24 +109,27 @@ def _normal_closure(states: dict[str, Any], start: str) -> set[str]:
     return seen
 
 
-def test_terminate_retries_then_marks_the_boot_for_the_reaper() -> None:
-    finish = BOOT["States"][TERMINATE]
+@pytest.mark.parametrize("machine", [BOOT, ITERATION], ids=["boot", "sweep"])
+def test_terminate_retries_then_marks_the_boot_for_the_reaper(machine: dict[str, Any]) -> None:
+    finish = machine["States"][TERMINATE]
     assert any(r["ErrorEquals"] == ["States.ALL"] for r in finish["Retry"])
-    mark = BOOT["States"][finish["Catch"][0]["Next"]]
+    mark = machine["States"][finish["Catch"][0]["Next"]]
     # No Lambda (Lambda may be what fails): a direct write of the mark the reaper reads.
     assert mark["Resource"] == "arn:aws:states:::dynamodb:updateItem"
     assert mark["Parameters"]["Key"]["sk"]["S.$"].startswith("States.Format('FINISH_FAILED#")
     assert mark["Next"] == mark["Catch"][0]["Next"]  # marked or not, the boot's outcome follows
-    fallback = BOOT["States"][mark["Next"]]
+    fallback = machine["States"][mark["Next"]]
     assert fallback["Type"] == "Pass"
     assert fallback.get("End")
     # Its output is bounded: a fixed cause, never the (unbounded) caught one.
     assert not any(k.endswith(".$") for k in fallback["Parameters"] if k.startswith("cause"))
 
 
-def test_every_retry_interval_is_a_substitution() -> None:
-    text = (ROOT / "statemachine" / "sweep.asl.json").read_text()
-    tasks = [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Task"]
+@pytest.mark.parametrize("name", ["sweep", "boot"])
+def test_every_retry_interval_is_a_substitution(name: str) -> None:
+    text = (ROOT / "statemachine" / f"{name}.asl.json").read_text()
+    definition = json.loads(definition_text(name))
+    tasks = [s for s in all_states(definition["States"]).values() if s["Type"] == "Task"]
     retries = sum(len(s["Retry"]) for s in tasks)
     assert text.count('"IntervalSeconds": ${LambdaRetryIntervalSeconds}') == retries
     assert text.count('"BackoffRate": ${LambdaRetryBackoffRate}') == retries
@@ -144,19 +152,21 @@ def test_a_spot_reclaim_relaunches_up_to_the_input_s_limit() -> None:
     relaunch = states[choice["Choices"][0]["Next"]]
     assert relaunch["Next"] == "Launch"
     assert relaunch["Parameters"]["interruptions.$"] == "States.MathAdd($.interruptions, 1)"
-    # the new attempt starts from the boot's state as the Map gave it: every field Launch needs
-    # (the plan too: a relaunch without it failed every Task after it)
+    # the new attempt starts from the boot's state as the sweep started it: every field Launch
+    # needs (the plan too: a relaunch without it failed every Task after it)
     given = {key.removesuffix(".$") for key in relaunch["Parameters"]}
-    assert given == {
-        key.removesuffix(".$") for key in DEFINITION["States"]["RunBoots"]["ItemSelector"]
-    }
+    started = {key.removesuffix(".$") for key in RUN_BOOT["Parameters"]["Input"]}
+    assert given == started - {"AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID"}
     required = {n for n, f in BootState.model_fields.items() if f.is_required()}
     assert required <= given
 
 
-def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
-    for name, state in all_states(DEFINITION["States"]).items():
-        if state["Type"] != "Task" or name == "MarkFinishFailed":
+@pytest.mark.parametrize("definition", [DEFINITION, BOOT], ids=["sweep", "boot"])
+def test_every_task_has_a_timeout_and_the_recommended_lambda_retry(
+    definition: dict[str, Any],
+) -> None:
+    for name, state in all_states(definition["States"]).items():
+        if state["Type"] != "Task" or name in ("MarkFinishFailed", "RunBoot"):
             continue
         assert 0 < state["TimeoutSeconds"] <= 300, name
         assert state["Retry"][0] == RECOMMENDED_LAMBDA_RETRY, name
@@ -167,7 +177,8 @@ def test_every_task_has_a_timeout_and_the_recommended_lambda_retry() -> None:
 def test_every_wait_is_the_one_its_loop_s_check_computed() -> None:
     """Each loop's check returns how long to wait (the input's waits through
     functions/poll_schedule.py) and its Wait reads exactly that, then checks again."""
-    states = all_states(DEFINITION["States"])
+    states = BOOT["States"]
+    assert not [s for s in all_states(DEFINITION["States"]).values() if s["Type"] == "Wait"]
     waits = {name: s for name, s in states.items() if s["Type"] == "Wait"}
     assert set(waits) == {"WaitForAgent", "WaitForRig", "WaitForHarness"}
     for state in waits.values():
@@ -195,7 +206,7 @@ def test_nothing_is_spent_before_validation_quota_and_budget() -> None:
 def test_each_step_s_small_result_is_placed_by_result_path() -> None:
     from functions.events import RESULT_PATHS
 
-    states = all_states(DEFINITION["States"])
+    states = {**all_states(DEFINITION["States"]), **BOOT["States"]}
     for name, (path, model) in RESULT_PATHS.items():
         state = states[name]
         assert state["ResultPath"] == path, name
@@ -203,7 +214,7 @@ def test_each_step_s_small_result_is_placed_by_result_path() -> None:
         assert state["ResultSelector"] == {f"{f}.$": f"$.Payload.{f}" for f in model.model_fields}
     # The rest either starts the state (Validate) or ends it (Finish, Summarize).
     unwrapped = {n for n, s in states.items() if s["Type"] == "Task" and "OutputPath" in s}
-    assert unwrapped == {"ValidateInput", "Finish", "Summarize"}
+    assert unwrapped == {"ValidateInput", "RunBoot", "Finish", "Summarize"}
 
 
 def test_rounds_loop_through_decide_round_and_end_in_the_report() -> None:
@@ -240,3 +251,28 @@ def test_rounds_loop_through_decide_round_and_end_in_the_report() -> None:
     assert {"boots.$", "ran.$", "rounds.$", "headline.$"} <= set(
         states["WriteReport"]["Parameters"]["Payload"]
     )
+
+
+def test_each_boot_runs_as_its_own_execution_and_its_failure_ends_in_finish() -> None:
+    assert ITERATION["StartAt"] == "RunBoot"
+    assert RUN_BOOT["Resource"] == "arn:aws:states:::states:startExecution.sync:2"
+    assert RUN_BOOT["Parameters"]["StateMachineArn"] == "${BootStateMachineArn}"
+    # named for the sweep, rig and boot (functions.boot_executions), so a retry finds it
+    assert RUN_BOOT["Parameters"]["Name.$"] == "$.execution_name"
+    selector = DEFINITION["States"]["RunBoots"]["ItemSelector"]
+    assert selector["execution_name.$"] == "$$.Map.Item.Value.execution_name"
+    given = RUN_BOOT["Parameters"]["Input"]
+    assert given["AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID.$"] == "$$.Execution.Id"
+    required = {n for n, f in BootState.model_fields.items() if f.is_required()}
+    assert required <= {key.removesuffix(".$") for key in given}
+    # the boot's outcome (Finish's output) is the iteration's, as it was inside the Map
+    assert RUN_BOOT["OutputPath"] == "$.Output"
+    assert RUN_BOOT["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": TERMINATE}
+    ]
+    # a failed, stopped or timed-out boot execution is finished by the sweep's own copy of
+    # the boot's last steps
+    for name in (TERMINATE, "MarkFinishFailed", "FinishFailed"):
+        assert ITERATION["States"][name] == BOOT["States"][name], name
+    assert set(ITERATION["States"]) == {"RunBoot", TERMINATE, "MarkFinishFailed", "FinishFailed"}
+    assert BOOT["TimeoutSeconds"] == DEFINITION["TimeoutSeconds"]

@@ -1,9 +1,10 @@
 """The fault matrix (benchmarks/fault_matrix.py) as tests: for every case, once the execution
 has ended and its status-change cleanup has run (the reaper only where the case says so), no
-instance of the sweep is running, no reservation is open, the ledger billed what the
-instances really ran (to 1 s per instance: EC2's times are to the second, a vanished instance
-is billed to its last sighting; over what ran, also by as long as the terminate call took to
-return), and the month's committed spend moved by exactly what was billed."""
+instance and no boot execution of the sweep is running, no reservation is open, the ledger
+billed what the instances really ran (to 1 s per instance: EC2's times are to the second, a
+vanished instance is billed to its last sighting; over what ran, also by as long as the
+terminate call took to return), and the month's committed spend moved by exactly what was
+billed."""
 
 import re
 
@@ -19,6 +20,7 @@ def test_fault_leaves_nothing_running_open_or_unbilled(emu: Emulation, case: Cas
     outcome = run_case(emu, case)
     assert outcome.status in case.expect, outcome
     assert outcome.instances_left == 0, outcome
+    assert outcome.boot_executions_left == 0, outcome
     assert outcome.reservations_open == 0, outcome
     assert outcome.billed_within_tolerance(), outcome
     assert outcome.committed_delta_ok, outcome

@@ -2,6 +2,7 @@
 instance is left running, the ledger is reconciled, rows already stored are intact, and the
 execution's error says what happened."""
 
+import json
 import threading
 import time
 from typing import Any
@@ -246,3 +247,84 @@ def test_concurrent_boots_never_exceed_quota_room(emu: Emulation, earlier_rows: 
     assert described["status"] == "SUCCEEDED", described.get("cause")
     assert 1 <= peak <= 2
     assert_clean(emu, sweep_id_of(described))
+
+
+def _boot_executions(emu: Emulation, sweep_id: str) -> dict[str, str]:
+    """The sweep's boot executions: name -> status."""
+    pages = emu.client("stepfunctions").get_paginator("list_executions")
+    return {
+        e["name"]: e["status"]
+        for page in pages.paginate(stateMachineArn=emu.physical["BootStateMachine"])
+        for e in page["executions"]
+        if e["name"].startswith(f"{sweep_id}-")
+    }
+
+
+def _until(what: str, check: Any, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s} s"
+        time.sleep(0.05)
+
+
+def test_a_stopped_sweep_stops_its_boot_executions_and_ends_their_boots(
+    emu: Emulation, earlier_rows: Any
+) -> None:
+    fleet = fleet_of(emu)
+    fleet.bench = "running"
+    fleet.quotas[SPOT_G_VT_QUOTA] = 32  # the four boots at once
+    arn = emu.start_execution(sweep_input(rigs=["torch", "vllm"], boots_per_rig=2))
+    _until("every benchmark", lambda: fleet.bench_commands() == 4)
+    sweep_id = arn.rsplit(":", 1)[1]
+    assert set(_boot_executions(emu, sweep_id).values()) == {"RUNNING"}
+    emu.client("stepfunctions").stop_execution(executionArn=arn)
+    (ended,) = emu.seams.status_changes.wait(arn, 60)
+    assert emu.wait(arn)["status"] == "ABORTED"
+    # the sweep's end handler stopped them: moto's parser leaves a stopped parent's .sync child
+    assert len(ended["stopped"]) == 4
+    assert sorted(ended["boots_closed"]) == ["torch#1", "torch#2", "vllm#1", "vllm#2"]
+    emu.seams.idle(60)
+    assert set(_boot_executions(emu, sweep_id).values()) == {"ABORTED"}
+    # the status-change rule names the sweep's state machine, not the boots'
+    assert not set(ended["stopped"]) & set(emu.seams.status_changes.results)
+    assert len(fleet.instances) == 4
+    assert_clean(emu, sweep_id)  # no instance running, every boot reconciled, nothing reserved
+    earlier_id, rows = earlier_rows
+    assert result_rows(emu, earlier_id) == rows
+
+
+def test_a_boot_execution_stopped_on_its_own_is_finished_by_the_sweep(
+    emu: Emulation, earlier_rows: Any
+) -> None:
+    fleet = fleet_of(emu)
+    fleet.bench = "running"
+    arn = emu.start_execution(sweep_input())
+    assert fleet.bench_started.wait(60)
+    sweep_id = arn.rsplit(":", 1)[1]
+    (name,) = _boot_executions(emu, sweep_id)
+    boot_arn = emu.physical["BootStateMachine"].replace(":stateMachine:", ":execution:")
+    emu.client("stepfunctions").stop_execution(
+        executionArn=f"{boot_arn}:{name}", error="ByHand", cause="stopped by an operator"
+    )
+    described = emu.wait(arn, 90)
+    cause = check_failed(emu, described, earlier_rows, "BootExecutionAborted")
+    assert f"execution {name} ended ABORTED: ByHand: stopped by an operator" in cause
+
+
+def test_a_boot_execution_that_times_out_is_finished_by_the_sweep(
+    emu: Emulation, earlier_rows: Any
+) -> None:
+    fleet_of(emu).bench = "running"
+    sfn = emu.client("stepfunctions")
+    machine = emu.physical["BootStateMachine"]
+    original = sfn.describe_state_machine(stateMachineArn=machine)["definition"]
+    sfn.update_state_machine(
+        stateMachineArn=machine,
+        definition=json.dumps({**json.loads(original), "TimeoutSeconds": 3}),
+    )
+    try:
+        described = run_sweep(emu, sweep_input())
+    finally:
+        sfn.update_state_machine(stateMachineArn=machine, definition=original)
+    cause = check_failed(emu, described, earlier_rows, "BootExecutionTimedOut")
+    assert "ended TIMED_OUT" in cause

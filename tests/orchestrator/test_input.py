@@ -21,6 +21,10 @@ from functions.events import (
     WaitsConfig,
 )
 from functions.execution_input import (
+    EVENTS_PER_BOOT_IN_SWEEP,
+    HISTORY_EVENT_LIMIT,
+    HISTORY_EVENTS_RESERVED,
+    MAX_BOOTS_PER_SWEEP,
     SCHEMA_PATH,
     Deadlines,
     LoadCells,
@@ -61,7 +65,7 @@ def test_defaults_fill_a_minimal_input() -> None:
         ({"budget_usd": -3}, "budget_usd", "greater than 0"),
         ({"budget_usd": 50}, "budget_usd", "above the stack's per-sweep budget"),
         ({"boots_per_rig": 0}, "boots_per_rig", "greater than or equal to 1"),
-        ({"boots_per_rig": 11}, "boots_per_rig", "less than or equal to 10"),
+        ({"boots_per_rig": 51}, "boots_per_rig", "less than or equal to 50"),
         ({"instance_type": "p5.48xlarge"}, "instance_type", "not allowed"),
         ({"market": "reserved"}, "market", "'on-demand' or 'spot-or-on-demand'"),
         ({"subnets": ["sub-1"]}, "subnets", "not a subnet id"),
@@ -143,10 +147,12 @@ def test_malformed_or_non_object_json(raw: str) -> None:
 
 def test_too_many_boots_in_one_sweep() -> None:
     rigs = [f"r{i}" for i in range(5)]
-    with pytest.raises(InvalidInput, match="boots_per_rig: 5 rigs x 10 boots = 50"):
+    with pytest.raises(InvalidInput, match="boots_per_rig: 5 rigs x 13 boots = 65 boots, above"):
         parse_sweep_input(
-            {**GOOD, "rigs": rigs, "boots_per_rig": 10}, {**CONTEXT, "rigs": set(rigs)}
+            {**GOOD, "rigs": rigs, "boots_per_rig": 13}, {**CONTEXT, "rigs": set(rigs)}
         )
+    sweep = parse_sweep_input({**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 32}, CONTEXT)
+    assert sweep.boot_count() == MAX_BOOTS_PER_SWEEP == 64
 
 
 def test_nan_in_json_text_is_refused() -> None:
@@ -169,28 +175,19 @@ def test_deeply_nested_input_is_one_clear_line() -> None:
         parse_sweep_input("[" * 5000 + "]" * 5000, CONTEXT)
 
 
-def test_a_sweep_that_could_overflow_its_history_is_refused() -> None:
-    twelve = {**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 6}
-    # A relaunch after a spot reclaim polls again, within the same instance deadline.
-    with pytest.raises(InvalidInput, match=r"12 boots could write 29936 history events"):
-        parse_sweep_input(twelve, CONTEXT)
-    # Without relaunches 12 fit at the default polls (20, 30 and 45 s).
-    assert (
-        parse_sweep_input({**twelve, "max_interruptions_per_boot": 0}, CONTEXT).boot_count() == 12
-    )
-    # The default sweep of three rigs, three boots each, fits with one relaunch per boot.
-    three = {**GOOD, "rigs": ["torch", "vllm", "r3"]}
-    assert parse_sweep_input(three, {**CONTEXT, "rigs": set(three["rigs"])}).boot_count() == 9
-    slower = {"agent_poll_s": 60, "ready_poll_s": 60, "command_poll_s": 120}
-    rigs = ["torch", "vllm", "r3", "r4"]
-    context = {**CONTEXT, "rigs": set(rigs)}
-    forty = {**GOOD, "rigs": rigs, "boots_per_rig": 10, "waits": slower}
-    with pytest.raises(InvalidInput, match=r"40 boots could write 37060 history events"):
-        parse_sweep_input(forty, context)
-    sweep = parse_sweep_input({**forty, "max_interruptions_per_boot": 0}, context)
-    assert sweep.boot_count() == 40  # the largest sweep, at slower polls and no relaunch
-    sweep = parse_sweep_input({**forty, "rigs": rigs[:3], "boots_per_rig": 8}, context)
-    assert sweep.boot_count() == 24  # 26 fit at slower polls with one relaunch per boot
+def test_each_execution_s_worst_case_history_fits_and_an_overflowing_boot_is_refused() -> None:
+    # Each boot writes its polls into its own execution; the sweep's holds a few per boot.
+    thirty = parse_sweep_input({**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 30}, CONTEXT)
+    assert thirty.boot_count() == 60
+    assert thirty.boot_history_events() == HISTORY_EVENTS_RESERVED + 2_453  # one relaunch
+    assert thirty.history_events() == HISTORY_EVENTS_RESERVED + 60 * EVENTS_PER_BOOT_IN_SWEEP
+    largest = parse_sweep_input({**GOOD, "rigs": ["torch", "vllm"], "boots_per_rig": 32}, CONTEXT)
+    assert largest.history_events() <= HISTORY_EVENT_LIMIT
+    # A relaunch after a spot reclaim polls again, within the same instance deadline: at 1 s
+    # polls one boot's worst case is above the limit, whatever the number of boots.
+    fast = {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1}
+    with pytest.raises(InvalidInput, match=r"a boot could write 65944 history events"):
+        parse_sweep_input({**GOOD, "boots_per_rig": 1, "waits": fast}, CONTEXT)
 
 
 def test_schema_describes_the_model() -> None:
@@ -232,14 +229,14 @@ def test_labelled_rigs_are_checked(rigs: list[str], words: str) -> None:
 
 
 def test_a_later_task_parses_a_state_that_todays_input_rules_refuse() -> None:
-    # A sweep accepted under yesterday's rules, then a deploy that refuses 11 boots, this
+    # A sweep accepted under yesterday's rules, then a deploy that refuses 51 boots, this
     # instance type, settings for a rig the sweep does not run and these deadlines: every
     # Task of the running sweep (polls included) still parses its state.
     sweep = parse_sweep_input(GOOD, CONTEXT)
     record = accepted(sweep).model_dump(mode="json")
     refused_today = {
         **record,
-        "boots_per_rig": 11,
+        "boots_per_rig": 51,
         "instance_type": "p9.imaginary",
         "rig_settings": {"vllm": {"gpu_memory_utilization": 2.0}},
         "deadlines": {"ready_s": 600, "bench_s": 600, "instance_s": 900},
@@ -261,7 +258,7 @@ def test_a_later_task_parses_a_state_that_todays_input_rules_refuse() -> None:
     polled = BootState.model_validate(
         {**boot, "plan": plan, "command": {"command_id": "c", "sent_at": 1.0, "report_key": "k"}}
     )
-    assert polled.sweep.boots_per_rig == 11
+    assert polled.sweep.boots_per_rig == 51
     assert polled.sweep.instance_type == "p9.imaginary"
     assert SweepState.model_validate({"sweep": refused_today}).sweep == polled.sweep
     assert SummarizeEvent.model_validate({"sweep": refused_today}).sweep == polled.sweep

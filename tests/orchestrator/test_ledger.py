@@ -7,7 +7,7 @@ from pathlib import Path
 
 from functions.tables import ledger
 
-ASL = Path(__file__).resolve().parents[2] / "statemachine" / "sweep.asl.json"
+STATEMACHINE = Path(__file__).resolve().parents[2] / "statemachine"
 
 
 def test_the_month_of_a_time_and_of_its_iso_text_agree() -> None:
@@ -23,7 +23,10 @@ def test_a_boot_key_names_its_sweep_rig_and_boot_and_reads_back() -> None:
 
 
 def test_the_finish_failed_key_is_the_one_the_state_machine_writes() -> None:
-    found = re.findall(r"States\.Format\('(FINISH_FAILED#[^']*)'", ASL.read_text())
+    text = "".join(
+        (STATEMACHINE / name).read_text() for name in ("sweep.asl.json", "boot.asl.json")
+    )
+    found = re.findall(r"States\.Format\('(FINISH_FAILED#[^']*)'", text)
     (template,) = set(found)
     assert template.format("torch", 1) == ledger.finish_failed_sk("torch", 1)
 

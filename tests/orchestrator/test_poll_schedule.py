@@ -55,17 +55,22 @@ def test_a_local_sweep_without_waits_polls_from_one_second_where_its_history_all
     from rigbench.stack.local import at_local_speed
 
     base = {"rigs": ["torch", "jax"], "model": "random:tiny", "budget_usd": 5}
-    small = SweepInput.model_validate({**base, "boots_per_rig": 3})
-    assert at_local_speed(small).waits.first_poll_s == 1
-    assert at_local_speed(small).history_events() <= HISTORY_EVENT_LIMIT
+    large = SweepInput.model_validate({**base, "boots_per_rig": 30})
+    assert at_local_speed(large).waits.first_poll_s == 1
+    assert at_local_speed(large).boot_history_events() <= HISTORY_EVENT_LIMIT
     named = SweepInput.model_validate({**base, "waits": {"ready_poll_s": 7}})
     assert at_local_speed(named) is named  # the input's own waits stand
-    # 3 x 3 boots fit at the cloud's polls, not with each loop starting fast: as given
-    large = SweepInput.model_validate(
-        {**base, "rigs": ["torch", "jax", "vllm"], "boots_per_rig": 3}
+    # a boot whose 22 h of polls, two relaunches allowed, fit its execution's history at the
+    # cloud's polls, not with each loop starting fast: as given
+    long = SweepInput.model_validate(
+        {
+            **base,
+            "max_interruptions_per_boot": 2,
+            "deadlines": {"ready_s": 3 * 3600, "bench_s": 5 * 3600, "instance_s": 22 * 3600},
+        }
     )
-    assert large.history_events() <= HISTORY_EVENT_LIMIT
-    assert at_local_speed(large) is large
-    # an adaptive sweep keeps the cap its history allows at the cloud's polls
+    assert long.boot_history_events() <= HISTORY_EVENT_LIMIT
+    assert at_local_speed(long) is long
+    # an adaptive sweep keeps its cap
     adaptive = SweepInput.model_validate({**base, "boots_per_rig": "auto"})
     assert at_local_speed(adaptive).boots_cap() == adaptive.boots_cap()

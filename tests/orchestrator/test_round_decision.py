@@ -17,7 +17,12 @@ from functions.events import (
     Reservation,
     SweepConfig,
 )
-from functions.execution_input import HISTORY_EVENT_LIMIT, parse_sweep_input
+from functions.execution_input import (
+    DEFAULT_MAX_BOOTS_PER_RIG,
+    HISTORY_EVENT_LIMIT,
+    MAX_BOOTS_PER_SWEEP,
+    parse_sweep_input,
+)
 from functions.rounds import ALL_DECIDED, AT_CAP, NO_RESULTS, OVER_BUDGET, decide_round, levels
 
 RIGS = ["torch", "vllm"]
@@ -78,7 +83,9 @@ def event(sweep: dict[str, Any], done: int, rounds: list[Any] | None = None) -> 
                 month="2026-12",
             ),
             "items": [
-                BootItem(rig=r, boot=b, plan=PLAN) for b in range(start, done + 1) for r in RIGS
+                BootItem(rig=r, boot=b, plan=PLAN, execution_name=f"s-{r}-{b}")
+                for b in range(start, done + 1)
+                for r in RIGS
             ],
             "ran": [
                 BootOutcome(rig=r, boot=b, outcome="succeeded", rows=2, cost_usd=0.01)
@@ -105,13 +112,13 @@ def test_looks_are_3_5_and_the_cap_at_hwang_shih_decani_levels() -> None:
     ("given", "message"),
     [
         ({"max_boots_per_rig": 2}, "max_boots_per_rig: Input should be greater than or equal to 3"),
-        ({"max_boots_per_rig": 11}, "max_boots_per_rig: Input should be less than or equal to 10"),
+        ({"max_boots_per_rig": 51}, "max_boots_per_rig: Input should be less than or equal to 50"),
         ({"boots_per_rig": 3, "max_boots_per_rig": 5}, 'max_boots_per_rig: only with "boots_'),
         ({"boots_per_rig": "AUTO"}, "boots_per_rig: Input should be a valid number of boots or"),
         ({"rigs": ["torch"]}, 'boots_per_rig: "auto" boots until the comparisons'),
         (
-            {"rigs": ["torch", "vllm", "a", "b", "c"], "max_boots_per_rig": 10},
-            "max_boots_per_rig: 5 rigs x 10 boots",
+            {"rigs": ["torch", "vllm", "a", "b", "c"], "max_boots_per_rig": 13},
+            "max_boots_per_rig: 5 rigs x 13 boots",
         ),
     ],
 )
@@ -121,32 +128,25 @@ def test_bad_adaptive_input_names_the_field(given: dict[str, Any], message: str)
         parse_sweep_input(auto(**given), {"rigs": rigs})
 
 
-def test_a_cap_over_the_history_limit_is_refused_naming_it() -> None:
-    with pytest.raises(InvalidInput, match=rf"limit of {HISTORY_EVENT_LIMIT} events") as found:
-        parse_sweep_input(
-            {**auto(max_boots_per_rig=10), "waits": {}, "max_interruptions_per_boot": 1}, CONTEXT
-        )
-    assert "lower max_boots_per_rig" in str(found.value)
-    # the same cap fits at slower polls without relaunches: its worst case counts every round
-    sweep = parse_sweep_input(auto(max_boots_per_rig=10), CONTEXT)
+def test_a_cap_is_bounded_by_the_boots_a_sweep_may_run_not_by_one_history() -> None:
+    # each boot polls in its own execution: 30 per rig at the default polls, one relaunch
+    at_defaults = {**auto(max_boots_per_rig=30), "waits": {}, "max_interruptions_per_boot": 1}
+    sweep = parse_sweep_input(at_defaults, CONTEXT)
+    assert sweep.boots_cap() == 30
     assert sweep.history_events() <= HISTORY_EVENT_LIMIT
+    assert sweep.boot_history_events() <= HISTORY_EVENT_LIMIT
 
 
-def test_no_cap_named_gets_the_most_boots_the_history_allows() -> None:
+def test_no_cap_named_gets_the_default_cap_or_what_the_sweep_may_run() -> None:
     at_defaults = {**auto(), "waits": {}, "max_interruptions_per_boot": 1}
     sweep = parse_sweep_input(at_defaults, CONTEXT)
-    cap = sweep.boots_cap()
-    assert 3 <= cap < 10
-    assert sweep.history_events() <= HISTORY_EVENT_LIMIT
-    with pytest.raises(InvalidInput, match="lower max_boots_per_rig"):
-        parse_sweep_input({**at_defaults, "max_boots_per_rig": cap + 1}, CONTEXT)
-    assert parse_sweep_input(auto(), CONTEXT).boots_cap() == 10  # slow polls: the default cap
+    assert sweep.boots_cap() == DEFAULT_MAX_BOOTS_PER_RIG == 10
     # the state records the cap resolved at validation, whatever the defaults later
-    assert event(at_defaults, 3).sweep.boots_cap() == cap
-    # where not even the minimum fits, the input is refused naming the limit
-    many = {**at_defaults, "rigs": [f"r{i}" for i in range(6)]}
-    with pytest.raises(InvalidInput, match=rf"limit of {HISTORY_EVENT_LIMIT} events"):
-        parse_sweep_input(many, {"rigs": set(many["rigs"])})
+    assert event(at_defaults, 3).sweep.boots_cap() == 10
+    # 16 rigs x 10 would pass the boots a sweep may run: the most that fit, 4 per rig
+    many = {**at_defaults, "rigs": [f"r{i}" for i in range(16)]}
+    sweep = parse_sweep_input(many, {"rigs": set(many["rigs"])})
+    assert sweep.boots_cap() == MAX_BOOTS_PER_SWEEP // 16 == 4
 
 
 def test_a_large_difference_is_decided_at_the_first_look() -> None:

@@ -133,12 +133,12 @@ def test_a_failed_decision_ends_with_a_report_and_nothing_leaks(emu: Emulation) 
         ({"boots_per_rig": 3, "max_boots_per_rig": 5}, "max_boots_per_rig"),
         ({"boots_per_rig": "sometimes"}, "boots_per_rig"),
         ({"boots_per_rig": "auto", "rigs": ["torch"]}, "boots_per_rig"),
-        # a cap whose worst case overflows the history at the default polls
+        # a boot whose worst case overflows its own execution's history at 1 s polls
         (
             {
                 "boots_per_rig": "auto",
                 "max_boots_per_rig": 10,
-                "waits": {"agent_poll_s": 20, "ready_poll_s": 30, "command_poll_s": 45},
+                "waits": {"agent_poll_s": 1, "ready_poll_s": 1, "command_poll_s": 1},
                 "deadlines": {"ready_s": 1800, "bench_s": 3600, "instance_s": 7200},
             },
             "25000 events",

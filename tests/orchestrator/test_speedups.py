@@ -14,6 +14,7 @@ from moto.kms import models as kms_models
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from rigbench.emulation import Emulation, speedups
+from rigbench.stack.history import boot_executions
 from tests.orchestrator.conftest import sweep_input
 
 # moto's own, kept before any emulation in this process installs the seams
@@ -244,16 +245,20 @@ def test_the_stack_s_json_template_reads_as_moto_reads_it() -> None:
 def test_an_execution_history_reads_back_as_moto_serializes_it(
     emu: Emulation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A failed sweep's history (Lambda tasks, a Map, a boot's failure caught, the sweep's Fail)
-    read through boto3 with the emulation's answer and with moto's own."""
+    """A failed sweep's histories (the sweep's: Lambda tasks, a Map, the boots' executions, its
+    Fail; each boot's: its failure caught) read through boto3 with the emulation's answer and
+    with moto's own."""
     emu.faults.fail_lambda("StoreFunction", "raise")
     arn = emu.start_execution(sweep_input(boots_per_rig=2))
     assert emu.wait(arn, 90)["status"] == "FAILED"
     sfn = emu.client("stepfunctions")
-    ours = sfn.get_execution_history(executionArn=arn)["events"]
+    sweep = sfn.get_execution_history(executionArn=arn)["events"]
+    arns = [arn, *boot_executions(sweep)]
+    assert len(arns) == 3
+    ours = [sfn.get_execution_history(executionArn=a)["events"] for a in arns]
     monkeypatch.setattr(StepFunctionResponse, "get_execution_history", MOTO_HISTORY)
-    assert sfn.get_execution_history(executionArn=arn)["events"] == ours
-    kinds = {e["type"] for e in ours}
-    assert {"MapIterationStarted", "TaskFailed", "TaskSucceeded", "FailStateEntered"} <= kinds
-    assert len(ours) > 100
-    assert all(isinstance(e["timestamp"], datetime) for e in ours)
+    assert [sfn.get_execution_history(executionArn=a)["events"] for a in arns] == ours
+    kinds = {e["type"] for events in ours for e in events}
+    assert {"MapIterationStarted", "TaskSubmitted", "TaskFailed", "FailStateEntered"} <= kinds
+    assert sum(len(events) for events in ours) > 100
+    assert all(isinstance(e["timestamp"], datetime) for events in ours for e in events)

@@ -13,10 +13,14 @@ from functions.quota import ON_DEMAND_G_VT_QUOTA
 from functions.reaper import UNTAGGED_GRACE_S, reap
 from functions.settings import Clients
 from rigbench.emulation import Emulation
+from rigbench.stack.history import boot_executions_in_flight, fold
+from rigbench.stack.models import Phase
 from tests.orchestrator.conftest import (
     assert_clean,
+    boot_histories,
     error_of,
     fleet_of,
+    history,
     ledger_items,
     run_sweep,
     sweep_id_of,
@@ -48,7 +52,7 @@ def first_state_failure(emu: Emulation, described: dict[str, Any]) -> tuple[str,
     [
         ({"rigs": ["tgi"]}, "rigs: unknown rig 'tgi' (the bundle has: torch, vllm)"),
         ({"budget_usd": 0}, "budget_usd: Input should be greater than 0"),
-        ({"boots_per_rig": 11}, "boots_per_rig: Input should be less than or equal to 10"),
+        ({"boots_per_rig": 51}, "boots_per_rig: Input should be less than or equal to 50"),
         (
             {"instance_type": "p5.48xlarge"},
             "instance_type: instance type 'p5.48xlarge' is not allowed",
@@ -164,12 +168,10 @@ def test_reaper_ends_project_instances_past_their_deadline(emu: Emulation) -> No
 def test_launch_is_idempotent_per_sweep_rig_and_boot(emu: Emulation) -> None:
     described = run_sweep(emu, sweep_input())
     assert described["status"] == "SUCCEEDED"
-    history = emu.client("stepfunctions").get_execution_history(
-        executionArn=described["executionArn"]
-    )["events"]
+    (boot,) = boot_histories(emu, described["executionArn"]).values()
     launches = [
         json.loads(e["taskScheduledEventDetails"]["parameters"])
-        for e in history
+        for e in boot
         if e["type"] == "TaskScheduled"
         and "LaunchFunction" in e["taskScheduledEventDetails"]["parameters"]
     ]
@@ -388,3 +390,30 @@ def test_each_instance_gets_a_server_side_deadline(emu: Emulation) -> None:
     assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
     assert json.loads(schedule["Target"]["Input"]) == {"InstanceIds": [instance_id]}
     assert schedule["Target"]["RoleArn"].endswith(f":role/{emu.physical['DeadlineSchedulerRole']}")
+
+
+def test_a_boot_s_progress_is_read_from_its_own_execution_while_it_runs(emu: Emulation) -> None:
+    fleet = fleet_of(emu)
+    fleet.bench = "running"
+    arn = emu.start_execution(sweep_input(waits={**sweep_input()["waits"], "command_poll_s": 1}))
+    assert fleet.bench_started.wait(60)
+    events = history(emu, arn)
+    (boot_arn,) = boot_executions_in_flight(events)
+    assert boot_arn.endswith(f":{sweep_id_of({'executionArn': arn})}-torch-1")
+    # the sweep's own history knows only that the boot's execution was started
+    assert fold(events, execution_arn=arn).boots[0].phase == Phase.LAUNCHING
+    running = fold(events, execution_arn=arn, boot_events={boot_arn: history(emu, boot_arn)})
+    (boot,) = running.boots
+    assert (boot.rig, boot.boot, boot.phase) == ("torch", 1, Phase.BENCHMARKING)
+    assert boot.instance_id in fleet.alive
+    fleet.bench = "success"
+    described = emu.wait(arn, 90)
+    assert described["status"] == "SUCCEEDED"
+    events = history(emu, arn)
+    assert boot_executions_in_flight(events) == []
+    # once it ended, the boot's outcome is in the sweep's history
+    (ended,) = fold(events, execution_arn=arn, described=described).boots
+    assert (ended.phase, ended.outcome, ended.instance_id) == (
+        Phase.TERMINATED, "succeeded", boot.instance_id,
+    )  # fmt: skip
+    assert_clean(emu, sweep_id_of(described))

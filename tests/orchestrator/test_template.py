@@ -437,8 +437,9 @@ def test_only_the_report_function_writes_sweep_reports_and_reads_only_boot_repor
     assert not sweep_report_key("s").startswith("reports/")
 
 
-def test_every_definition_placeholder_is_substituted() -> None:
-    machine = RESOURCES["SweepStateMachine"]["Properties"]
+@pytest.mark.parametrize("logical_id", ["SweepStateMachine", "BootStateMachine"])
+def test_every_definition_placeholder_is_substituted(logical_id: str) -> None:
+    machine = RESOURCES[logical_id]["Properties"]
     definition = (ROOT / machine["DefinitionUri"]).read_text()
     placeholders = set(re.findall(r"\$\{(\w+)\}", definition))
     assert placeholders == set(machine["DefinitionSubstitutions"])
@@ -448,6 +449,9 @@ def test_every_definition_placeholder_is_substituted() -> None:
             continue
         if key == "LedgerTableName":  # MarkFinishFailed writes the ledger directly
             assert value == {"Ref": "LedgerTable"}
+            continue
+        if key == "BootStateMachineArn":  # the sweep starts each boot's execution
+            assert value == {"Ref": "BootStateMachine"}
             continue
         assert value["Fn::GetAtt"][1] == "Arn"
         assert value["Fn::GetAtt"][0] in FUNCTIONS
@@ -615,6 +619,7 @@ LEDGER_ACTIONS = {
     "BakePlanFunction": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
     "BakeTerminateFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
     "SweepStateMachine": {"dynamodb:UpdateItem"},  # MarkFinishFailed
+    "BootStateMachine": {"dynamodb:UpdateItem"},  # MarkFinishFailed
 }
 
 
@@ -850,3 +855,43 @@ def test_an_optional_budget_backs_the_monthly_cap_from_outside_the_ledger() -> N
     kinds = {n["Notification"]["NotificationType"] for n in budget["Properties"][
         "NotificationsWithSubscribers"]}  # fmt: skip
     assert kinds == {"ACTUAL", "FORECASTED"}
+
+
+def test_the_sweep_may_start_wait_for_and_stop_only_its_boot_executions() -> None:
+    boot_executions = "execution:${BootStateMachine.Name}:*"
+    sweep = {
+        a: json.dumps(s["Resource"])
+        for o, s in statements()
+        if o == "SweepStateMachine"
+        for a in actions(s)
+    }
+    assert sweep["states:StartExecution"] == json.dumps({"Ref": "BootStateMachine"})
+    for action in ("states:DescribeExecution", "states:StopExecution"):
+        assert boot_executions in sweep[action], action
+    # what AWS asks of a role whose Task is startExecution.sync: its managed rule, by name
+    for action in ("events:PutTargets", "events:PutRule", "events:DescribeRule"):
+        assert sweep[action].endswith(
+            ':rule/StepFunctionsGetEventsForStepFunctionsExecutionRule"}'
+        ), action
+    # the end handler and the reaper stop a sweep's boot executions, named to them
+    stoppers = {o for o, s in statements() if allows(s, "states:StopExecution")}
+    assert stoppers == {"SweepStateMachine", "SweepEndFunction", "ReaperFunction"}
+    for owner in ("SweepEndFunction", "ReaperFunction"):
+        (stop,) = [s for o, s in statements() if o == owner and allows(s, "states:StopExecution")]
+        assert boot_executions in json.dumps(stop["Resource"])
+        variables = FUNCTIONS[owner]["Properties"]["Environment"]["Variables"]
+        assert variables["BOOT_STATE_MACHINE_ARN"] == {"Ref": "BootStateMachine"}
+    # the boot's own role invokes the boot's steps, the sweep's no longer does
+    boot_invokes = {
+        p["LambdaInvokePolicy"]["FunctionName"]["Ref"]
+        for p in RESOURCES["BootStateMachine"]["Properties"]["Policies"]
+        if "LambdaInvokePolicy" in p
+    }
+    assert "LaunchFunction" in boot_invokes
+    assert "FinishFunction" in boot_invokes
+    sweep_invokes = {
+        p["LambdaInvokePolicy"]["FunctionName"]["Ref"]
+        for p in RESOURCES["SweepStateMachine"]["Properties"]["Policies"]
+        if "LambdaInvokePolicy" in p
+    }
+    assert not {"LaunchFunction", "PollFunction"} & sweep_invokes
