@@ -18,7 +18,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-PACKAGES = ("harness", "hardware", "rigs", "functions", "rigbench")
+PACKAGES = ("analysis", "harness", "hardware", "rigs", "functions", "rigbench")
 # The files at the checkout's root that the wheel carries (setup.py reads this list).
 ROOT_FILES = (
     "template.yaml",
@@ -28,6 +28,7 @@ ROOT_FILES = (
     "requirements-report.txt",
     "requirements-statistics.txt",
     "statemachine/sweep.asl.json",
+    "statemachine/boot.asl.json",
     "statemachine/bake.asl.json",
     "statemachine/sweep-input.schema.json",
 )

@@ -39,7 +39,9 @@ def test_the_longest_sweep_id_and_rig_still_make_distinct_names_within_80_charac
 
 
 def test_only_the_boot_executions_still_running_are_stopped() -> None:
-    with mock_aws():
+    # moto's plain backend: an execution runs until stopped (the emulation, once started in
+    # this process, turns on executing state machines for every later mock)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
         machine = sfn.create_state_machine(
             name="boot",
