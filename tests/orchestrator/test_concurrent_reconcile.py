@@ -4,6 +4,7 @@ guarantee: a lost release would leave the sweep (and the month) holding money it
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,21 @@ def _put(emu: Emulation, item: dict[str, str]) -> None:
     )
 
 
+def _reconcile_all_at_once(ddb: Any, table: str, sweep_id: str, seconds_each: float) -> None:
+    """Reconcile every boot in its own thread at once, each billed one instance's seconds."""
+    threads = [
+        threading.Thread(
+            target=reconcile_boot,
+            args=(ddb, table, sweep_id, "torch", boot, {f"i-{boot}": seconds_each}),
+        )
+        for boot in range(BOOTS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 @pytest.mark.parametrize("round_", range(3))
 def test_boots_reconciled_at_once_release_every_reservation(
     emu: Emulation, eager_thread_switches: None, round_: int
@@ -48,16 +64,7 @@ def test_boots_reconciled_at_once_release_every_reservation(
                    "reserved": str(PER_BOOT), "price": price, "month": MONTH})  # fmt: skip
     _put(emu, {"pk": f"MONTH#{MONTH}", "sk": "TOTAL", "committed": str(BOOTS * PER_BOOT)})
     ddb = emu.client("dynamodb")
-    threads = [
-        threading.Thread(
-            target=reconcile_boot, args=(ddb, table, sweep_id, "torch", boot, {f"i-{boot}": 1.0})
-        )
-        for boot in range(BOOTS)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _reconcile_all_at_once(ddb, table, sweep_id, seconds_each=1.0)
     spent_each = to_micro(USD_PER_HOUR * 1.0 / 3600)  # one second at $1.80/h: 500 micro-dollars
     sweep_total = ledger_items(emu, pk)["TOTAL"]
     assert sweep_total["reserved"] == 0
@@ -117,16 +124,7 @@ def test_boots_billed_past_their_reservations_at_once_never_push_the_month_past_
     cap = BOOTS * PER_BOOT + 100
     _put(emu, {"pk": f"MONTH#{month}", "sk": "TOTAL", "committed": str(BOOTS * PER_BOOT),
                "cap": str(cap)})  # fmt: skip
-    threads = [
-        threading.Thread(
-            target=reconcile_boot, args=(ddb, table, sweep_id, "torch", boot, {f"i-{boot}": 10.0})
-        )
-        for boot in range(BOOTS)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _reconcile_all_at_once(ddb, table, sweep_id, seconds_each=10.0)
     spent_each = to_micro(USD_PER_HOUR * 10.0 / 3600)
     assert ledger_items(emu, pk)["TOTAL"]["spent"] == BOOTS * spent_each  # the truth, whole
     total = ledger_items(emu, f"MONTH#{month}")["TOTAL"]
