@@ -335,7 +335,7 @@ def best_per_shape(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             top = pallas[0]
             entry.update(best=top["variant"], best_us=top["us"], best_GBps=top["GBps"])
             if xla:
-                entry["speedup"] = round(xla["us"] / top["us"], 3)
+                entry["speedup"] = float(f"{xla['us'] / top['us']:.3g}")  # 3 significant digits
         best.append(entry)
     return best
 
